@@ -1,0 +1,13 @@
+#pragma once
+// Fixed window: a counter per aligned window, reset when the window ends.
+
+#include "ratekeeper/algorithms/limit.hpp"
+#include "ratekeeper/algorithms/state.hpp"
+
+namespace ratekeeper::algorithms::fixed_window {
+
+// Pure: no clock is read. Preconditions (checked by algorithms::step): 0 <= cost <= capacity,
+// now >= 0. Cost 0 is a peek and never changes the state.
+Step step(const Limit& limit, State state, Micros now, std::int64_t cost);
+
+}  // namespace ratekeeper::algorithms::fixed_window

@@ -1,0 +1,52 @@
+#pragma once
+// One limit: an algorithm with its capacity and period, validated on construction.
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/time.hpp"
+
+namespace ratekeeper::algorithms {
+
+enum class Algorithm : std::uint8_t {
+  token_bucket,
+  sliding_window_log,
+  sliding_window_counter,
+  fixed_window,
+};
+
+std::string_view to_string(Algorithm a) noexcept;
+std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept;
+
+// Token bucket: capacity C tokens, one token every `period` microseconds (GCRA emission
+// interval T; a refill rate r tokens/s is T = round(1e6 / r)).
+// Windows: `capacity` requests per window of `period` microseconds.
+struct Limit {
+  Algorithm algorithm = Algorithm::token_bucket;
+  std::int64_t capacity = 0;
+  Micros period = 0;
+
+  // Validating constructors. Errors name the offending field.
+  static Result<Limit> token_bucket(double capacity, double refill_per_second);
+  static Result<Limit> window(Algorithm algorithm, double limit, Micros window);
+  static Result<Limit> make(Algorithm algorithm, std::int64_t capacity, Micros period);
+
+  // Refill rate in tokens per second (token bucket) or requests per second on average.
+  double rate_per_second() const noexcept {
+    return static_cast<double>(capacity) * kMicrosPerSecond /
+           static_cast<double>(algorithm == Algorithm::token_bucket ? period * capacity : period);
+  }
+  // The time one full period takes: τ = C·T for a token bucket, the window otherwise.
+  Micros horizon() const noexcept {
+    return algorithm == Algorithm::token_bucket ? capacity * period : period;
+  }
+
+  friend bool operator==(const Limit&, const Limit&) = default;
+};
+
+// Checks a cost against a limit: negative or above capacity is an invalid argument.
+Result<void> validate_cost(const Limit& limit, std::int64_t cost);
+
+}  // namespace ratekeeper::algorithms

@@ -1,0 +1,32 @@
+#pragma once
+// One decision for one limit, any algorithm, with the arguments validated; and the
+// all-or-nothing decision over several limits (multi-limit policies, several rules).
+
+#include <span>
+#include <vector>
+
+#include "ratekeeper/algorithms/limit.hpp"
+#include "ratekeeper/algorithms/state.hpp"
+
+namespace ratekeeper::algorithms {
+
+Result<Step> step(const Limit& limit, State state, Micros now, std::int64_t cost);
+
+struct MultiStep {
+  Decision decision;            // the combined decision (see combine)
+  std::vector<Decision> items;  // each limit's own view; when denied, without consumption
+  std::vector<State> states;    // states to store: all consumed, or all unchanged
+  std::vector<Micros> expires_at;
+};
+
+// Checks every limit at `now` with its cost; consumes from all of them or from none.
+// states[i] belongs to limits[i]; costs[i] is the cost charged to limits[i].
+Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> states, Micros now,
+                           std::span<const std::int64_t> costs);
+
+// The combined decision. Allowed: the limit with the fewest remaining units, the largest
+// reset_after. Denied: the limit that frees up last gives limit, remaining and retry_after;
+// reset_after is the largest.
+Decision combine(std::span<const Decision> items);
+
+}  // namespace ratekeeper::algorithms

@@ -1,0 +1,60 @@
+#pragma once
+// The embedded store: in-process, sharded by key hash, one lock per shard, no global lock.
+//
+// Expired keys are reclaimed incrementally: every insertion into a shard examines a few
+// buckets of that shard and erases what has expired; no sweep ever stops the world.
+// When a shard holds its share of max_keys and nothing in it has expired, a new key is
+// refused with ErrorCode::store_full (counted in stats().rejected_full), so the caller's
+// failure policy decides; keys already present keep working. Evicting live keys instead
+// would let a flood of new identities reset everybody else's limits.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store {
+
+struct MemoryStoreOptions {
+  std::size_t max_keys = 1'000'000;
+  std::size_t shards = 64;                          // rounded up to a power of two
+  const Clock* clock = &SystemClock::instance();  // used when a check carries no `now`
+};
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(MemoryStoreOptions options = {});
+  ~MemoryStore() override;
+
+  // Store interface; `done` always runs before check() returns. Thread-safe.
+  void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
+  std::string_view kind() const noexcept override { return "memory"; }
+
+  // Synchronous forms. Thread-safe. check_one allocates nothing for a key already present.
+  Result<Decision> check_one(std::string_view key, const Limit& limit, std::int64_t cost,
+                             std::optional<Micros> now = {});
+  Result<CheckOutcome> check_batch(std::span<const CheckItem> items, std::optional<Micros> now = {});
+
+  struct Stats {
+    std::uint64_t keys = 0;           // keys held now (expired ones not yet reclaimed included)
+    std::uint64_t reclaimed = 0;      // expired keys erased so far
+    std::uint64_t rejected_full = 0;  // new keys refused because the store was full
+  };
+  Stats stats() const;
+
+ private:
+  struct Shard;
+  Shard& shard_for(std::string_view key, std::size_t* index = nullptr) const;
+
+  MemoryStoreOptions options_;
+  std::size_t shard_mask_;
+  std::size_t max_per_shard_;
+  std::unique_ptr<Shard[]> shards_;
+  mutable std::atomic<std::uint64_t> reclaimed_{0};
+  mutable std::atomic<std::uint64_t> rejected_full_{0};
+};
+
+}  // namespace ratekeeper::store

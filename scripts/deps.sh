@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages ratekeeper builds, tests and runs with (as root).
+set -euo pipefail
+packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-dev libyaml-cpp-dev
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev librapidcheck-dev libgtest-dev
+  libgmock-dev googletest libbenchmark-dev redis-server redis-sentinel redis-tools curl wrk)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# The packaged redis-server may have been started as a service; the tests start their own.

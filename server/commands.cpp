@@ -1,0 +1,17 @@
+#include "commands.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace ratekeeper::server {
+namespace {
+int g_exit_code = 0;
+}  // namespace
+
+int exit_code() { return g_exit_code; }
+void set_exit_code(int code) { g_exit_code = code; }
+
+void register_commands(CLI::App& app) {
+  (void)app;
+}
+
+}  // namespace ratekeeper::server

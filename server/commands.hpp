@@ -1,0 +1,15 @@
+#pragma once
+// Subcommands of the `ratekeeper` executable. Each registers itself on the CLI11 app and
+// runs from its callback; exit_code() is what main returns.
+
+namespace CLI {
+class App;
+}
+
+namespace ratekeeper::server {
+
+void register_commands(CLI::App& app);
+int exit_code();
+void set_exit_code(int code);
+
+}  // namespace ratekeeper::server

@@ -1,0 +1,98 @@
+#include "ratekeeper/algorithms/step.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ratekeeper/algorithms/fixed_window.hpp"
+#include "ratekeeper/algorithms/sliding_window_counter.hpp"
+#include "ratekeeper/algorithms/sliding_window_log.hpp"
+#include "ratekeeper/algorithms/token_bucket.hpp"
+
+namespace ratekeeper::algorithms {
+namespace {
+
+Step dispatch(const Limit& limit, State state, Micros now, std::int64_t cost) {
+  switch (limit.algorithm) {
+    case Algorithm::token_bucket: return token_bucket::step(limit, std::move(state), now, cost);
+    case Algorithm::sliding_window_log:
+      return sliding_window_log::step(limit, std::move(state), now, cost);
+    case Algorithm::sliding_window_counter:
+      return sliding_window_counter::step(limit, std::move(state), now, cost);
+    case Algorithm::fixed_window: return fixed_window::step(limit, std::move(state), now, cost);
+  }
+  return {};
+}
+
+Result<void> validate_now(Micros now) {
+  if (now < 0) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", now));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Step> step(const Limit& limit, State state, Micros now, std::int64_t cost) {
+  if (auto ok = validate_cost(limit, cost); !ok) return std::unexpected(ok.error());
+  if (auto ok = validate_now(now); !ok) return std::unexpected(ok.error());
+  return dispatch(limit, std::move(state), now, cost);
+}
+
+Decision combine(std::span<const Decision> items) {
+  Decision out;
+  if (items.empty()) {
+    out.allowed = true;
+    return out;
+  }
+  const bool allowed = std::all_of(items.begin(), items.end(), [](const Decision& d) { return d.allowed; });
+  const Decision* binding = &items[0];
+  for (const Decision& d : items) {
+    if (allowed ? d.remaining < binding->remaining : d.retry_after > binding->retry_after) {
+      binding = &d;
+    }
+  }
+  out = *binding;
+  out.allowed = allowed;
+  for (const Decision& d : items) out.reset_after = std::max(out.reset_after, d.reset_after);
+  return out;
+}
+
+Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> states, Micros now,
+                           std::span<const std::int64_t> costs) {
+  if (limits.size() != states.size() || limits.size() != costs.size()) {
+    return make_error(ErrorCode::invalid_argument, "limits, states and costs differ in length");
+  }
+  if (auto ok = validate_now(now); !ok) return std::unexpected(ok.error());
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    if (auto ok = validate_cost(limits[i], costs[i]); !ok) return std::unexpected(ok.error());
+  }
+  MultiStep out;
+  out.items.reserve(limits.size());
+  std::vector<State> next;
+  next.reserve(limits.size());
+  bool allowed = true;
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    Step s = dispatch(limits[i], states[i], now, costs[i]);
+    allowed = allowed && s.decision.allowed;
+    out.items.push_back(s.decision);
+    out.expires_at.push_back(s.expires_at);
+    next.push_back(std::move(s.state));
+  }
+  if (!allowed) {
+    // Nothing is consumed: the limits that would have admitted report their state as a peek.
+    // (A denial already leaves its state as it was, apart from forgetting expired entries.)
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      if (!out.items[i].allowed) continue;
+      Step peek = dispatch(limits[i], std::move(states[i]), now, 0);
+      out.items[i] = peek.decision;
+      out.expires_at[i] = peek.expires_at;
+      next[i] = std::move(peek.state);
+    }
+  }
+  out.states = std::move(next);
+  out.decision = combine(out.items);
+  return out;
+}
+
+}  // namespace ratekeeper::algorithms
