@@ -1,0 +1,34 @@
+#pragma once
+// Opens a store from its URL: memory://, redis://[user:pass@]host:port[/db],
+// unix:///path/redis.sock[?db=N], redis-cluster://h:p[,h:p...], redis-sentinel://h:p[,h:p...]/master.
+
+#include <memory>
+#include <string>
+
+#include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store {
+
+struct StoreOptions {
+  std::string url = "memory://";
+  Micros connect_timeout = 1 * kMicrosPerSecond;  // per connection attempt
+  Micros command_timeout = 100 * kMicrosPerMilli; // deadline of every check, queueing included
+  // Circuit breaker: open after this many consecutive failures, for this long, then probe.
+  int breaker_failures = 3;
+  Micros breaker_open_for = 1 * kMicrosPerSecond;
+  // Reconnect backoff: doubles from min to max.
+  Micros reconnect_min = 50 * kMicrosPerMilli;
+  Micros reconnect_max = 2 * kMicrosPerSecond;
+  int io_threads = 1;  // threads running the Redis client's event loop
+  // memory:// only.
+  std::size_t max_keys = 1'000'000;
+  const Clock* clock = nullptr;  // nullptr: the system clock
+};
+
+// Errors: invalid_argument naming the URL part that is wrong; unsupported schemes.
+// A Redis store is returned even when Redis is down (it connects in the background);
+// its health() says whether it can answer.
+Result<std::unique_ptr<Store>> open_store(const StoreOptions& options);
+
+}  // namespace ratekeeper::store
