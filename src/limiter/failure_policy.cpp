@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <future>
 
+#include "ratekeeper/algorithms/step.hpp"
+
 namespace ratekeeper::limiter {
 
 std::string_view to_string(FailureMode mode) noexcept {
