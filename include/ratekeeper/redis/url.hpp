@@ -1,0 +1,53 @@
+#pragma once
+// Redis URLs: redis://[user:pass@]host[:port][/db], unix://[user:pass@]/path.sock[?db=N],
+// redis-cluster://[user:pass@]h:p[,h:p...] and redis-sentinel://[user:pass@]h:p[,h:p...]/master[?db=N].
+// Pure functions; errors are invalid_argument naming the part of the URL that is wrong.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratekeeper/core/error.hpp"
+
+namespace ratekeeper::redis {
+
+// Where one Redis server listens: a TCP host and port, or a unix socket path.
+struct Endpoint {
+  std::string host;  // empty for a unix socket
+  int port = 6379;
+  std::string path;  // unix socket path; empty for TCP
+
+  bool is_unix() const noexcept { return !path.empty(); }
+  std::string to_string() const;  // "host:port", "[v6]:port" or "unix:/path"
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+// AUTH arguments: password only (user empty) or ACL user and password. Empty: no AUTH.
+struct Credentials {
+  std::string user;
+  std::string password;
+
+  bool empty() const noexcept { return user.empty() && password.empty(); }
+  friend bool operator==(const Credentials&, const Credentials&) = default;
+};
+
+enum class UrlScheme { redis, unix_socket, cluster, sentinel };
+
+struct Url {
+  UrlScheme scheme = UrlScheme::redis;
+  std::vector<Endpoint> endpoints;  // exactly one for redis:// and unix://
+  Credentials credentials;
+  int db = 0;
+  std::string master;  // redis-sentinel:// only: the monitored master's name
+};
+
+// Parses any of the four schemes above. User and password may be percent-encoded.
+Result<Url> parse_url(std::string_view url);
+
+// "host", "host:port", "[v6]:port", "[v6]" (port defaults to `default_port`).
+Result<Endpoint> parse_host_port(std::string_view text, int default_port = 6379);
+
+// "%40" → "@"; a malformed escape is an error.
+Result<std::string> percent_decode(std::string_view text);
+
+}  // namespace ratekeeper::redis
