@@ -1,0 +1,60 @@
+#pragma once
+// The rate-limiting middleware, framework-agnostic: matches the request's rules, resolves
+// identities (client IP behind trusted proxies, user header, API key, user→IP fallback) and
+// tiers, asks the Limiter, and answers admitted, or 429 / 400, with the headers to add to
+// the response. The Beast server adapts its request to a RequestView and calls handle().
+// Thread-safe; the Limiter must outlive the Middleware.
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ratekeeper/http/config.hpp"
+#include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/request_view.hpp"
+#include "ratekeeper/limiter/identity.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
+
+namespace ratekeeper::http {
+
+struct MiddlewareResult {
+  bool admitted = true;
+  int status = 200;  // 200 admitted; 429 rate limited; 400 bad identity; 500 internal error
+  std::string body;  // JSON body of a rejection; empty when admitted
+  HeaderList headers;  // add to the response whether admitted or not (Content-Type included
+                       // for rejections)
+};
+
+using MiddlewareCallback = std::function<void(MiddlewareResult)>;
+
+struct MiddlewareOptions {
+  HeaderOptions headers;
+  limiter::TrustedProxies trusted_proxies;
+};
+
+class Middleware {
+ public:
+  Middleware(limiter::Limiter& limiter, MiddlewareOptions options);
+  Middleware(limiter::Limiter& limiter, const Config& config);
+
+  // Decides on a request. `done` is called exactly once, inline or on a store thread, after
+  // handle() may have returned: it must not refer to `request` (copy what it needs first).
+  void handle(const RequestView& request, MiddlewareCallback done);
+  MiddlewareResult handle_sync(const RequestView& request);
+
+  // The applications of the request's rules (identity, tier, endpoint resolved), or the
+  // reason for a 400. Exposed for tests and for diagnostics.
+  Result<std::vector<limiter::Application>> applications(const RequestView& request) const;
+
+  // The identity of one rule for a request, e.g. "user:123" or "ip:192.0.2.7".
+  Result<limiter::Application> resolve(const limiter::Rule& rule, const RequestView& request) const;
+
+  const MiddlewareOptions& options() const noexcept { return options_; }
+
+ private:
+  limiter::Limiter* limiter_;
+  MiddlewareOptions options_;
+};
+
+}  // namespace ratekeeper::http

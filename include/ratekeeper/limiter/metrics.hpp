@@ -1,0 +1,78 @@
+#pragma once
+// Limiter metrics in the Prometheus text exposition format: decisions by rule and outcome,
+// near-limit decisions, store latency histogram, store errors by kind, HTTP outcomes, and the
+// store's health. Recording is lock-free (relaxed atomics); thread-safe.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/time.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::limiter {
+
+enum class Outcome : std::uint8_t {
+  allowed,
+  denied,
+  shadow_denied,   // a shadow rule would have denied; the request was not rejected for it
+  failure_policy,  // the store failed and the rule's failure policy answered
+};
+inline constexpr std::size_t kOutcomeCount = 4;
+std::string_view to_string(Outcome outcome) noexcept;
+
+// What the HTTP middleware answered.
+enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, error, unmatched };
+inline constexpr std::size_t kRequestOutcomeCount = 5;
+std::string_view to_string(RequestOutcome outcome) noexcept;
+
+inline constexpr std::size_t kErrorCodeCount = 9;  // ErrorCode values
+
+class Metrics {
+ public:
+  // Upper bounds of the store latency histogram, in microseconds.
+  static constexpr std::array<Micros, 14> kLatencyBuckets = {
+      50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000,
+      1'000'000};
+
+  // One counter row per rule, by index (Rule order in the limiter).
+  explicit Metrics(std::vector<std::string> rule_names);
+  ~Metrics();
+
+  void record_decision(std::size_t rule, Outcome outcome) noexcept;
+  // An allowed decision whose remaining units are below 10% of the limit.
+  void record_near_limit(std::size_t rule) noexcept;
+  void record_store_latency(Micros latency) noexcept;
+  void record_store_error(ErrorCode code) noexcept;
+  void record_request(RequestOutcome outcome) noexcept;
+  void record_log_suppressed(std::uint64_t lines) noexcept;
+
+  std::uint64_t decisions(std::size_t rule, Outcome outcome) const noexcept;
+  std::uint64_t near_limit(std::size_t rule) const noexcept;
+  std::uint64_t store_errors(ErrorCode code) const noexcept;
+  std::uint64_t requests(RequestOutcome outcome) const noexcept;
+  std::uint64_t store_latency_count() const noexcept;
+
+  // The exposition text (Content-Type: text/plain; version=0.0.4). Health and kind of the store
+  // are given by the caller (Limiter::metrics_text does so).
+  std::string render(const store::StoreHealth& health, std::string_view store_kind) const;
+
+  const std::vector<std::string>& rule_names() const noexcept { return rule_names_; }
+
+ private:
+  struct RuleRow;
+  std::vector<std::string> rule_names_;
+  std::unique_ptr<RuleRow[]> rows_;
+  std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> latency_buckets_{};
+  std::atomic<std::uint64_t> latency_count_{0};
+  std::atomic<std::uint64_t> latency_sum_us_{0};
+  std::array<std::atomic<std::uint64_t>, kErrorCodeCount> store_errors_{};
+  std::array<std::atomic<std::uint64_t>, kRequestOutcomeCount> requests_{};
+  std::atomic<std::uint64_t> log_suppressed_{0};
+};
+
+}  // namespace ratekeeper::limiter

@@ -1,0 +1,91 @@
+#pragma once
+// A rate-limiting rule: which requests it matches, whose budget it charges (identity), with
+// which limits (a fixed multi-limit policy or the caller's tier), at what cost, and what to do
+// when the store fails. Rules are plain immutable values, safe to share between threads.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratekeeper/algorithms/limit.hpp"
+#include "ratekeeper/limiter/failure_policy.hpp"
+
+namespace ratekeeper::limiter {
+
+// One limit of a policy. `name` becomes the last part of the key when a policy holds several
+// limits (`<prefix>:{<identity>}:<rule>:<name>`); a single-limit policy omits it.
+struct NamedLimit {
+  std::string name;
+  algorithms::Limit limit;
+};
+
+using Policy = std::vector<NamedLimit>;
+
+// Which requests a rule applies to. Empty `methods`: any method. `path` is an exact match;
+// `path_prefix` a prefix match; both empty: any path.
+struct RuleMatch {
+  std::vector<std::string> methods;  // upper case, e.g. "GET", "POST"
+  std::string path;
+  std::string path_prefix;
+
+  bool matches(std::string_view method, std::string_view request_path) const noexcept;
+};
+
+// Whose budget a request is charged to. Identities are strings with a kind prefix:
+// "ip:192.0.2.7", "user:123", "key:<hash of the API key>".
+enum class IdentityKind : std::uint8_t {
+  ip,          // the client IP (see identity.hpp for proxies)
+  header,      // a header's value, e.g. X-User-ID, or `default_value` when absent
+  api_key,     // an API key header, hashed; requests without it fall back to the IP
+  user_or_ip,  // the user header when present (authenticated), else the client IP
+};
+
+std::string_view to_string(IdentityKind kind) noexcept;
+
+struct IdentitySpec {
+  IdentityKind kind = IdentityKind::ip;
+  std::string header;         // header, api_key, user_or_ip: the header to read
+  std::string default_value;  // header: used when the header is absent; empty: fall back to IP
+  std::string prefix;         // kind prefix of header identities; default "user" ("key" for API keys)
+};
+
+// Whether a rule's bucket is shared by every endpoint it matches, or one per endpoint (the
+// request path joins the rule name in the key).
+enum class BucketScope : std::uint8_t { shared, per_endpoint };
+
+struct Rule {
+  std::string name;
+  RuleMatch match;
+  IdentitySpec identity;
+  Policy limits;     // the policy, unless `tiered`
+  Policy ip_limits;  // user_or_ip / api_key: the policy of the IP fallback; empty: `limits`
+  bool tiered = false;  // the policy is the caller's tier (see Tiers)
+  std::int64_t cost = 1;
+  BucketScope bucket = BucketScope::shared;
+  bool shadow = false;  // evaluated, counted and logged; never rejects
+  FailureMode on_store_error = FailureMode::allow;
+};
+
+// Tiered policies (free, pro, enterprise...). A request's tier comes from `header` only when
+// `trust_header` is set (a trusted gateway writes it), else from the static `users` table
+// (user id → tier); an unknown or missing tier is `default_tier`.
+struct Tiers {
+  std::string default_tier = "free";
+  std::string header = "X-User-Tier";
+  bool trust_header = false;
+  std::map<std::string, Policy, std::less<>> levels;
+  std::map<std::string, std::string, std::less<>> users;
+
+  // The tier for a user id (may be empty) and the tier header's value (nullopt: absent).
+  const std::string& resolve(std::string_view user_id,
+                             std::optional<std::string_view> header_value) const;
+  const Policy* policy(std::string_view tier) const;
+
+  // The seed's tiers: free 60 / 1 per s, pro 600 / 10 per s, enterprise 6000 / 100 per s.
+  static Tiers seed_defaults();
+};
+
+}  // namespace ratekeeper::limiter
