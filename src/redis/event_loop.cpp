@@ -1,0 +1,74 @@
+#include "ratekeeper/redis/event_loop.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <thread>
+#include <vector>
+
+namespace ratekeeper::redis {
+namespace asio = boost::asio;
+
+namespace {
+thread_local const void* current_loop = nullptr;
+}
+
+struct EventLoop::Impl {
+  struct Worker {
+    asio::io_context context{1};
+    asio::executor_work_guard<asio::io_context::executor_type> guard{context.get_executor()};
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::atomic<std::size_t> next{0};
+};
+
+EventLoop::EventLoop(int threads) : impl_(std::make_unique<Impl>()) {
+  const int n = std::max(1, threads);
+  for (int i = 0; i < n; ++i) impl_->workers.push_back(std::make_unique<Impl::Worker>());
+  for (auto& w : impl_->workers) {
+    w->thread = std::thread([this, ctx = &w->context] {
+      current_loop = this;
+      ctx->run();
+    });
+  }
+}
+
+EventLoop::~EventLoop() {
+  for (auto& w : impl_->workers) {
+    w->guard.reset();
+    w->context.stop();
+  }
+  for (auto& w : impl_->workers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+std::size_t EventLoop::size() const noexcept { return impl_->workers.size(); }
+
+asio::io_context& EventLoop::next() noexcept {
+  return context(impl_->next.fetch_add(1, std::memory_order_relaxed));
+}
+
+asio::io_context& EventLoop::context(std::size_t index) noexcept {
+  return impl_->workers[index % impl_->workers.size()]->context;
+}
+
+void EventLoop::post(std::size_t index, std::function<void()> fn, Micros delay) {
+  auto& ctx = context(index);
+  if (delay <= 0) {
+    asio::post(ctx, std::move(fn));
+    return;
+  }
+  auto timer = std::make_shared<asio::steady_timer>(ctx, std::chrono::microseconds(delay));
+  timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& ec) {
+    if (!ec) fn();
+  });
+}
+
+bool EventLoop::on_loop_thread() const noexcept { return current_loop == this; }
+
+}  // namespace ratekeeper::redis
