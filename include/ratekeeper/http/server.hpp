@@ -1,0 +1,99 @@
+#pragma once
+// The HTTP/1.1 server of `ratekeeper serve`: keep-alive, bounded pipelining, header and body
+// limits, read deadlines and graceful drain. Requests go to one asynchronous handler; the
+// transport (Boost.Beast) stays inside the implementation.
+//
+// Thread-safety: stop() may be called from any thread (and from a signal handler's
+// io-thread callback); everything else from the thread that owns the Server.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/time.hpp"
+
+namespace ratekeeper::http {
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// One request as received. Not thread-safe; owned by the handler once handed over.
+struct ServerRequest {
+  std::string method;  // as sent, e.g. "GET"
+  std::string target;  // path and query, e.g. "/api/search?q=x"
+  HeaderList headers;  // in arrival order, names as sent
+  std::string body;
+  std::string peer_address;  // the socket peer, e.g. "127.0.0.1" or "::1"
+  std::uint16_t peer_port = 0;
+
+  std::string_view path() const noexcept;
+  std::string_view query() const noexcept;  // without '?', empty when absent
+  // First header with this name, compared case-insensitively.
+  std::optional<std::string_view> header(std::string_view name) const noexcept;
+};
+
+struct ServerResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  HeaderList headers;
+  std::string body;
+};
+
+// Delivers the response of one request. Callable from any thread, exactly once.
+using Responder = std::function<void(ServerResponse)>;
+// Runs on the connection's strand; may answer inline or later from another thread.
+using Handler = std::function<void(ServerRequest, Responder)>;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;  // 0: any free port (see Server::port())
+  int threads = 1;            // io threads running the connections
+  std::size_t header_limit = 8 * 1024;  // request line + headers; larger → 431
+  std::size_t body_limit = 64 * 1024;   // larger → 413
+  Micros read_timeout = 30 * kMicrosPerSecond;  // per request, idle keep-alive included
+  std::size_t max_pipelined = 16;               // requests read ahead of their responses
+  Micros drain_timeout = 10 * kMicrosPerSecond; // stop(): in-flight requests get this long
+  bool handle_signals = true;                   // SIGINT/SIGTERM call stop()
+};
+
+class Server {
+ public:
+  Server(ServerOptions options, Handler handler);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens. Errors: invalid_argument for a bad address, unavailable when the
+  // port cannot be bound.
+  Result<void> listen();
+  // The bound address, e.g. "127.0.0.1:8080" (valid after listen()).
+  std::string address() const;
+  std::uint16_t port() const;
+
+  // Serves on `threads` threads (the caller's included) until stop() has drained every
+  // connection or the drain timeout has passed.
+  void run();
+
+  // Graceful drain: stop accepting, finish the requests already received (their responses
+  // say Connection: close), close idle keep-alive connections, then let run() return.
+  void stop();
+
+  struct Stats {
+    std::uint64_t connections_accepted = 0;
+    std::uint64_t connections_open = 0;
+    std::uint64_t requests = 0;
+  };
+  Stats stats() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ratekeeper::http

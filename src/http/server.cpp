@@ -1,0 +1,451 @@
+// The Beast transport behind http::Server: a listener accepting connections, one session per
+// connection on its own strand. Sessions read ahead up to max_pipelined requests, hand each
+// to the handler, and write the responses back in request order.
+
+#include "ratekeeper/http/server.hpp"
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+namespace ratekeeper::http {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+std::string format_endpoint(const tcp::endpoint& ep) {
+  const auto addr = ep.address();
+  if (addr.is_v6()) return fmt::format("[{}]:{}", addr.to_string(), ep.port());
+  return fmt::format("{}:{}", addr.to_string(), ep.port());
+}
+
+std::chrono::microseconds to_duration(Micros us) { return std::chrono::microseconds(us); }
+
+}  // namespace
+
+std::string_view ServerRequest::path() const noexcept {
+  std::string_view t = target;
+  return t.substr(0, t.find('?'));
+}
+
+std::string_view ServerRequest::query() const noexcept {
+  std::string_view t = target;
+  const auto q = t.find('?');
+  return q == std::string_view::npos ? std::string_view{} : t.substr(q + 1);
+}
+
+std::optional<std::string_view> ServerRequest::header(std::string_view name) const noexcept {
+  for (const auto& [k, v] : headers) {
+    if (ascii_iequals(k, name)) return std::string_view(v);
+  }
+  return std::nullopt;
+}
+
+class Session;
+
+struct Server::Impl {
+  Impl(ServerOptions o, Handler h)
+      : options(std::move(o)),
+        handler(std::move(h)),
+        ioc(std::max(1, options.threads)),
+        strand(net::make_strand(ioc)),
+        acceptor(strand),
+        signals(strand),
+        drain_timer(strand) {}
+
+  void do_accept();
+  void on_accept(beast::error_code ec, tcp::socket socket);
+  void stop();
+  void on_stop();
+  void finish();
+  void unregister(Session* s);
+
+  ServerOptions options;
+  Handler handler;
+  std::string address;
+  std::uint16_t port = 0;
+
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<bool> destroying{false};  // nothing may be posted any more
+
+  // Live sessions, for the drain. Declared before the io_context: the io_context's
+  // destructor destroys sessions still queued in it, and they unregister here.
+  std::mutex mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  bool stopping = false;
+
+  net::io_context ioc;
+  net::strand<net::io_context::executor_type> strand;  // the listener's
+  tcp::acceptor acceptor;
+  net::signal_set signals;
+  net::steady_timer drain_timer;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Server::Impl& server, tcp::socket&& socket)
+      : server_(server), stream_(std::move(socket)) {
+    beast::error_code ec;
+    const auto peer = stream_.socket().remote_endpoint(ec);
+    if (!ec) {
+      auto addr = peer.address();
+      if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+        addr = net::ip::make_address_v4(net::ip::v4_mapped, addr.to_v6());
+      }
+      peer_address_ = addr.to_string();
+      peer_port_ = peer.port();
+    }
+    stream_.socket().set_option(tcp::no_delay(true), ec);
+  }
+
+  ~Session() { server_.unregister(this); }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+  // Graceful drain: finish what was received, read nothing more, close when idle.
+  void shutdown() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->draining_ = true;
+      if (self->queue_.empty()) self->close();
+    });
+  }
+
+  // From any thread: the response to request `id`.
+  void post_response(std::uint64_t id, ServerResponse response) {
+    net::post(stream_.get_executor(),
+              [self = shared_from_this(), id, response = std::move(response)]() mutable {
+                self->on_response(id, std::move(response));
+              });
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t id = 0;
+    unsigned version = 11;
+    bool keep_alive = true;
+    std::optional<bhttp::response<bhttp::string_body>> response;
+  };
+
+  // Calls the responder once; a responder dropped unanswered answers 500.
+  struct Pending {
+    Pending(std::shared_ptr<Session> s, std::uint64_t i) : session(std::move(s)), id(i) {}
+    ~Pending() {
+      if (!answered.exchange(true) && !session->server_.destroying.load()) {
+        session->post_response(id, ServerResponse{500, "application/json", {},
+                                                  R"({"error":"Internal server error"})"});
+      }
+    }
+    void deliver(ServerResponse r) {
+      if (!answered.exchange(true)) session->post_response(id, std::move(r));
+    }
+    std::shared_ptr<Session> session;
+    std::uint64_t id;
+    std::atomic<bool> answered{false};
+  };
+
+  void do_read() {
+    if (reading_ || read_closed_ || draining_ || closed_) return;
+    if (queue_.size() >= server_.options.max_pipelined) return;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(server_.options.header_limit));
+    parser_->body_limit(server_.options.body_limit);
+    stream_.expires_after(to_duration(server_.options.read_timeout));
+    reading_ = true;
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    reading_ = false;
+    if (ec) {
+      read_closed_ = true;
+      if (ec == bhttp::error::header_limit) {
+        enqueue_error(431, R"({"error":"Request header fields too large"})");
+      } else if (ec == bhttp::error::body_limit) {
+        enqueue_error(413, R"({"error":"Payload too large"})");
+      } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+                 ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+        enqueue_error(400, R"({"error":"Bad request"})");
+      }
+      if (queue_.empty()) close();
+      return;
+    }
+    if (closed_) return;
+    auto req = parser_->release();
+    parser_.reset();
+    server_.requests.fetch_add(1, std::memory_order_relaxed);
+
+    Slot slot;
+    slot.id = next_id_++;
+    slot.version = req.version();
+    slot.keep_alive = req.keep_alive();
+    if (!slot.keep_alive) read_closed_ = true;
+    queue_.push_back(std::move(slot));
+
+    ServerRequest request;
+    request.method = std::string(req.method_string());
+    request.target = std::string(req.target());
+    request.headers.reserve(8);
+    for (const auto& field : req) {
+      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    request.body = std::move(req.body());
+    request.peer_address = peer_address_;
+    request.peer_port = peer_port_;
+
+    auto pending = std::make_shared<Pending>(shared_from_this(), queue_.back().id);
+    try {
+      server_.handler(std::move(request),
+                      [pending](ServerResponse r) { pending->deliver(std::move(r)); });
+    } catch (const std::exception&) {
+      pending->deliver(ServerResponse{500, "application/json", {},
+                                      R"({"error":"Internal server error"})"});
+    }
+    pending.reset();
+    do_read();
+  }
+
+  void enqueue_error(int status, std::string body) {
+    Slot slot;
+    slot.id = next_id_++;
+    slot.keep_alive = false;
+    queue_.push_back(std::move(slot));
+    fill(queue_.back(), ServerResponse{status, "application/json", {}, std::move(body)});
+    do_write();
+  }
+
+  void fill(Slot& slot, ServerResponse r) {
+    auto& res = slot.response.emplace();
+    res.version(slot.version);
+    res.result(static_cast<unsigned>(r.status));
+    res.set(bhttp::field::server, "ratekeeper");
+    if (!r.content_type.empty()) res.set(bhttp::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) res.insert(name, value);
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+  }
+
+  void on_response(std::uint64_t id, ServerResponse r) {
+    for (auto& slot : queue_) {
+      if (slot.id == id) {
+        if (!slot.response) fill(slot, std::move(r));
+        break;
+      }
+    }
+    do_write();
+  }
+
+  void do_write() {
+    if (writing_ || closed_ || queue_.empty() || !queue_.front().response) return;
+    auto& slot = queue_.front();
+    // While draining, the last response read says Connection: close.
+    const bool last = draining_ && queue_.size() == 1;
+    close_after_write_ = !slot.keep_alive || last || (read_closed_ && queue_.size() == 1);
+    slot.response->keep_alive(!close_after_write_);
+    writing_ = true;
+    stream_.expires_after(to_duration(server_.options.read_timeout));
+    bhttp::async_write(stream_, *slot.response,
+                       beast::bind_front_handler(&Session::on_write, shared_from_this()));
+  }
+
+  void on_write(beast::error_code ec, std::size_t) {
+    writing_ = false;
+    queue_.pop_front();
+    if (ec || close_after_write_) {
+      close();
+      return;
+    }
+    do_write();
+    do_read();
+    if (draining_ && queue_.empty()) close();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  Server::Impl& server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::deque<Slot> queue_;
+  std::uint64_t next_id_ = 0;
+  std::string peer_address_;
+  std::uint16_t peer_port_ = 0;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool read_closed_ = false;  // no more requests on this connection
+  bool draining_ = false;
+  bool closed_ = false;
+  bool close_after_write_ = false;
+};
+
+void Server::Impl::do_accept() {
+  acceptor.async_accept(net::make_strand(ioc),
+                        beast::bind_front_handler(&Impl::on_accept, this));
+}
+
+void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
+  if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+  if (!ec) {
+    std::shared_ptr<Session> session;
+    {
+      std::lock_guard lock(mu);
+      if (stopping) return;
+      session = std::make_shared<Session>(*this, std::move(socket));
+      sessions.emplace(session.get(), session);
+    }
+    accepted.fetch_add(1, std::memory_order_relaxed);
+    session->start();
+  }
+  do_accept();
+}
+
+void Server::Impl::stop() {
+  net::post(strand, [this] { on_stop(); });
+}
+
+void Server::Impl::on_stop() {
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(mu);
+    if (stopping) return;
+    stopping = true;
+    for (auto& [ptr, weak] : sessions) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  beast::error_code ec;
+  acceptor.close(ec);
+  signals.cancel(ec);
+  for (auto& s : live) s->shutdown();
+  live.clear();
+  drain_timer.expires_after(to_duration(options.drain_timeout));
+  drain_timer.async_wait([this](beast::error_code wait_ec) {
+    if (!wait_ec) ioc.stop();  // drain timeout: abandon what is left
+  });
+  std::lock_guard lock(mu);
+  if (sessions.empty()) net::post(strand, [this] { finish(); });
+}
+
+void Server::Impl::finish() {
+  work.reset();
+  drain_timer.cancel();
+}
+
+void Server::Impl::unregister(Session* s) {
+  std::lock_guard lock(mu);
+  sessions.erase(s);
+  if (stopping && sessions.empty() && !destroying.load()) net::post(strand, [this] { finish(); });
+}
+
+Server::Server(ServerOptions options, Handler handler)
+    : impl_(std::make_shared<Impl>(std::move(options), std::move(handler))) {}
+
+Server::~Server() {
+  // Sessions still queued are destroyed with the io_context; nothing may run meanwhile.
+  impl_->destroying.store(true);
+  impl_->ioc.stop();
+}
+
+Result<void> Server::listen() {
+  auto& im = *impl_;
+  beast::error_code ec;
+  tcp::resolver resolver(im.ioc);
+  auto results = resolver.resolve(im.options.host, std::to_string(im.options.port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("listen address {}:{}: {}", im.options.host, im.options.port,
+                                  ec ? ec.message() : "no address"));
+  }
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  im.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) im.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) im.acceptor.bind(endpoint, ec);
+  if (!ec) im.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    beast::error_code ignored;
+    im.acceptor.close(ignored);
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("cannot listen on {}: {}", format_endpoint(endpoint), ec.message()));
+  }
+  if (im.options.handle_signals) {
+    im.signals.add(SIGINT, ec);
+    if (!ec) im.signals.add(SIGTERM, ec);
+    if (ec) return make_error(ErrorCode::unavailable, "cannot handle SIGINT/SIGTERM: " + ec.message());
+  }
+  const auto local = im.acceptor.local_endpoint(ec);
+  im.address = format_endpoint(local);
+  im.port = local.port();
+  return {};
+}
+
+std::string Server::address() const { return impl_->address; }
+std::uint16_t Server::port() const { return impl_->port; }
+
+void Server::run() {
+  auto& im = *impl_;
+  im.work.emplace(net::make_work_guard(im.ioc));
+  net::dispatch(im.strand, [&im] {
+    im.do_accept();
+    if (im.options.handle_signals) {
+      im.signals.async_wait([&im](beast::error_code wait_ec, int) {
+        if (!wait_ec) im.stop();
+      });
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int i = 1; i < im.options.threads; ++i) threads.emplace_back([&im] { im.ioc.run(); });
+  im.ioc.run();
+  for (auto& t : threads) t.join();
+}
+
+void Server::stop() { impl_->stop(); }
+
+Server::Stats Server::stats() const {
+  Stats s;
+  s.connections_accepted = impl_->accepted.load(std::memory_order_relaxed);
+  s.requests = impl_->requests.load(std::memory_order_relaxed);
+  std::lock_guard lock(impl_->mu);
+  s.connections_open = impl_->sessions.size();
+  return s;
+}
+
+}  // namespace ratekeeper::http

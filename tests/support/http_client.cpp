@@ -1,0 +1,340 @@
+#include "support/http_client.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+namespace ratekeeper::testing {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::filesystem::path fresh_dir(std::string_view what) {
+  static std::atomic<int> counter{0};
+  auto dir = std::filesystem::temp_directory_path() /
+             fmt::format("ratekeeper-{}-{}-{}", what, ::getpid(), counter.fetch_add(1));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out,
+            const std::filesystem::path& err) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o >= 0) ::dup2(o, 1);
+    if (e >= 0) ::dup2(e, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Exit status of `pid` if it has exited within `timeout` (-1 for a signal), else nullopt.
+std::optional<int> wait_pid(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (r < 0) return -1;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+HttpResponse convert(bhttp::response<bhttp::string_body>&& res) {
+  HttpResponse out;
+  out.status = static_cast<int>(res.result_int());
+  for (const auto& field : res) {
+    out.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  out.body = std::move(res.body());
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> HttpResponse::header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (iequals(k, name)) return v;
+  }
+  return std::nullopt;
+}
+
+struct HttpClient::Impl {
+  net::io_context ioc;
+  std::optional<tcp::socket> socket;
+  beast::flat_buffer buffer;
+  std::string host;
+  int port = 0;
+  bool used = false;  // the connection has carried a request already
+
+  void connect() {
+    socket.emplace(ioc);
+    buffer.clear();
+    used = false;
+    tcp::endpoint endpoint(net::ip::make_address(host), static_cast<unsigned short>(port));
+    beast::error_code ec;
+    socket->connect(endpoint, ec);
+    if (ec) {
+      socket.reset();
+      throw std::runtime_error(fmt::format("connect {}:{}: {}", host, port, ec.message()));
+    }
+    socket->set_option(tcp::no_delay(true));
+    timeval tv{30, 0};  // a server that never answers fails the test instead of hanging it
+    ::setsockopt(socket->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+
+  void close() {
+    if (!socket) return;
+    beast::error_code ec;
+    socket->shutdown(tcp::socket::shutdown_both, ec);
+    socket->close(ec);
+    socket.reset();
+  }
+
+  bhttp::request<bhttp::string_body> build(const HttpRequest& r) const {
+    bhttp::request<bhttp::string_body> req;
+    req.method_string(r.method);
+    req.target(r.target);
+    req.version(11);
+    req.set(bhttp::field::host, fmt::format("{}:{}", host, port));
+    for (const auto& [k, v] : r.headers) req.insert(k, v);
+    req.body() = r.body;
+    if (!r.body.empty() || r.method == "POST" || r.method == "PUT") req.prepare_payload();
+    return req;
+  }
+
+  HttpResponse read_one() {
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(64 * 1024 * 1024);
+    bhttp::read(*socket, buffer, parser);
+    auto res = parser.release();
+    const bool keep = res.keep_alive();
+    auto out = convert(std::move(res));
+    if (!keep) close();
+    return out;
+  }
+
+  template <class Send>
+  auto with_retry(Send&& send) {
+    for (int attempt = 0;; ++attempt) {
+      if (!socket) connect();
+      const bool reused = used;
+      used = true;
+      try {
+        return send();
+      } catch (const boost::system::system_error& e) {
+        close();
+        // A kept-alive connection the server closed meanwhile: retry once on a new one.
+        if (reused && attempt == 0) continue;
+        throw std::runtime_error(fmt::format("HTTP exchange with {}:{}: {}", host, port, e.what()));
+      }
+    }
+  }
+};
+
+HttpClient::HttpClient(int port, std::string host) : impl_(std::make_unique<Impl>()) {
+  impl_->host = std::move(host);
+  impl_->port = port;
+}
+
+HttpClient::~HttpClient() { impl_->close(); }
+
+HttpResponse HttpClient::request(const HttpRequest& request) {
+  return impl_->with_retry([&] {
+    auto req = impl_->build(request);
+    bhttp::write(*impl_->socket, req);
+    return impl_->read_one();
+  });
+}
+
+HttpResponse HttpClient::get(std::string target, Headers headers) {
+  return request(HttpRequest{"GET", std::move(target), std::move(headers), {}});
+}
+
+HttpResponse HttpClient::post(std::string target, std::string body, Headers headers) {
+  return request(HttpRequest{"POST", std::move(target), std::move(headers), std::move(body)});
+}
+
+HttpResponse HttpClient::raw(std::string_view bytes) {
+  impl_->close();
+  impl_->connect();
+  impl_->used = true;
+  try {
+    net::write(*impl_->socket, net::buffer(bytes.data(), bytes.size()));
+    return impl_->read_one();
+  } catch (const boost::system::system_error& e) {
+    impl_->close();
+    throw std::runtime_error(fmt::format("raw HTTP exchange: {}", e.what()));
+  }
+}
+
+std::vector<HttpResponse> HttpClient::pipeline(const std::vector<HttpRequest>& requests) {
+  impl_->close();
+  impl_->connect();
+  impl_->used = true;
+  try {
+    std::string bytes;
+    for (const auto& r : requests) {
+      std::ostringstream os;
+      os << impl_->build(r);
+      bytes += os.str();
+    }
+    net::write(*impl_->socket, net::buffer(bytes));
+    std::vector<HttpResponse> out;
+    for (std::size_t i = 0; i < requests.size() && impl_->socket; ++i) {
+      out.push_back(impl_->read_one());
+    }
+    return out;
+  } catch (const boost::system::system_error& e) {
+    impl_->close();
+    throw std::runtime_error(fmt::format("pipelined HTTP exchange: {}", e.what()));
+  }
+}
+
+void HttpClient::close() { impl_->close(); }
+bool HttpClient::connected() const { return impl_->socket.has_value(); }
+
+HttpResponse http_get(int port, std::string target, Headers headers) {
+  HttpClient client(port);
+  return client.get(std::move(target), std::move(headers));
+}
+
+HttpResponse http_post(int port, std::string target, std::string body, Headers headers) {
+  HttpClient client(port);
+  return client.post(std::move(target), std::move(body), std::move(headers));
+}
+
+std::filesystem::path write_temp_file(std::string_view name, std::string_view text) {
+  auto path = fresh_dir("file") / std::string(name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
+  dir_ = fresh_dir("serve");
+  config_path_ = dir_ / "ratekeeper.yaml";
+  std::ofstream(config_path_, std::ios::binary) << options_.config_yaml;
+  std::vector<std::string> argv = {RATEKEEPER_BINARY,     "serve",      "--config",
+                                   config_path_.string(), "--listen",   "127.0.0.1:0",
+                                   "--threads",           std::to_string(options_.threads)};
+  if (!options_.store_url.empty()) {
+    argv.push_back("--store");
+    argv.push_back(options_.store_url);
+  }
+  argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
+  pid_ = spawn(argv, dir_ / "stdout.log", dir_ / "stderr.log");
+
+  const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
+  static constexpr std::string_view kMarker = "listening on ";
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string out = output();
+    if (auto at = out.find(kMarker); at != std::string::npos) {
+      const auto eol = out.find('\n', at);
+      if (eol != std::string::npos) {
+        const std::string line = out.substr(at + kMarker.size(), eol - at - kMarker.size());
+        port_ = std::stoi(line.substr(line.rfind(':') + 1));
+        return;
+      }
+    }
+    if (auto status = wait_pid(pid_, std::chrono::milliseconds(0))) {
+      pid_ = -1;
+      throw std::runtime_error(fmt::format("ratekeeper serve exited with {} before listening:\n{}\n{}",
+                                           *status, output(), errors()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("ratekeeper serve did not start listening:\n" + output() + errors());
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    wait_pid(pid_, std::chrono::seconds(10));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string ServerProcess::output() const { return read_file(dir_ / "stdout.log"); }
+std::string ServerProcess::errors() const { return read_file(dir_ / "stderr.log"); }
+
+void ServerProcess::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+std::optional<int> ServerProcess::wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return std::nullopt;
+  auto status = wait_pid(pid_, timeout);
+  if (status) pid_ = -1;
+  return status;
+}
+
+ProcessResult run_ratekeeper(const std::vector<std::string>& args,
+                             std::chrono::milliseconds timeout) {
+  const auto dir = fresh_dir("run");
+  std::vector<std::string> argv = {RATEKEEPER_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t pid = spawn(argv, dir / "stdout.log", dir / "stderr.log");
+  ProcessResult result;
+  auto status = wait_pid(pid, timeout);
+  if (!status) {
+    ::kill(pid, SIGKILL);
+    wait_pid(pid, std::chrono::seconds(10));
+  }
+  result.exit_code = status.value_or(-1);
+  result.output = read_file(dir / "stdout.log");
+  result.errors = read_file(dir / "stderr.log");
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return result;
+}
+
+}  // namespace ratekeeper::testing

@@ -1,0 +1,116 @@
+#pragma once
+// End-to-end HTTP test support: a small blocking HTTP/1.1 client over a real TCP socket, and
+// a real `ratekeeper serve` process started on a free loopback port from inline YAML.
+// Neither is thread-safe; use one client per thread.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ratekeeper::testing {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct HttpResponse {
+  int status = 0;
+  Headers headers;
+  std::string body;
+
+  // First header with this name, compared case-insensitively.
+  std::optional<std::string> header(std::string_view name) const;
+};
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string target = "/";
+  Headers headers;
+  std::string body;
+};
+
+// One keep-alive connection to 127.0.0.1:port, reopened when the server has closed it.
+// Throws std::runtime_error when the server cannot be reached or answers garbage.
+class HttpClient {
+ public:
+  explicit HttpClient(int port, std::string host = "127.0.0.1");
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  HttpResponse request(const HttpRequest& request);
+  HttpResponse get(std::string target, Headers headers = {});
+  HttpResponse post(std::string target, std::string body, Headers headers = {});
+
+  // Writes `bytes` as they are, then reads one response (malformed or oversized requests).
+  HttpResponse raw(std::string_view bytes);
+  // Writes several requests back to back before reading their responses (pipelining).
+  std::vector<HttpResponse> pipeline(const std::vector<HttpRequest>& requests);
+
+  void close();
+  bool connected() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One-shot request on a fresh connection.
+HttpResponse http_get(int port, std::string target, Headers headers = {});
+HttpResponse http_post(int port, std::string target, std::string body, Headers headers = {});
+
+// A `ratekeeper serve` process. The configuration is written to a temporary file; the
+// server listens on 127.0.0.1:0 and its port is read from the "listening on" log line.
+class ServerProcess {
+ public:
+  struct Options {
+    std::string config_yaml;
+    std::string store_url;  // --store; empty: as configured
+    int threads = 2;
+    std::vector<std::string> extra_args;
+    std::chrono::milliseconds start_timeout{20'000};
+  };
+
+  explicit ServerProcess(Options options);
+  ~ServerProcess();  // SIGKILL when still running
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::filesystem::path& config_path() const { return config_path_; }
+  std::string output() const;  // stdout so far
+  std::string errors() const;  // stderr so far
+
+  void signal(int sig);
+  // Waits for the process to exit; its exit status, -1 when killed by a signal, nullopt when
+  // still running at the deadline.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+
+ private:
+  Options options_;
+  std::filesystem::path dir_;
+  std::filesystem::path config_path_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+struct ProcessResult {
+  int exit_code = -1;  // -1: killed by a signal or timed out
+  std::string output;  // stdout
+  std::string errors;  // stderr
+};
+
+// Runs the `ratekeeper` binary with `args` to completion (killed after `timeout`).
+ProcessResult run_ratekeeper(const std::vector<std::string>& args,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// Writes `text` to a new file in a fresh temporary directory and returns its path.
+std::filesystem::path write_temp_file(std::string_view name, std::string_view text);
+
+}  // namespace ratekeeper::testing
