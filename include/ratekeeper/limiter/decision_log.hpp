@@ -49,9 +49,10 @@ class DecisionLog {
   explicit DecisionLog(DecisionLogOptions options = {});
   ~DecisionLog();
 
+  enum class Written : std::uint8_t { line, not_sampled, suppressed, disabled };
+
   // Logs `record` if it is a denial (within the line budget) or a sampled allow.
-  // Returns whether a line was written.
-  bool record(const DecisionRecord& record);
+  Written record(const DecisionRecord& record);
 
   std::uint64_t written() const noexcept { return written_.load(std::memory_order_relaxed); }
   std::uint64_t suppressed_total() const noexcept {

@@ -62,11 +62,14 @@ struct RuleOutcome {
   std::vector<LimitOutcome> limits;
 };
 
+// The answer for the enforcing rules. Shadow rules are checked in their own batches, which
+// neither delay nor change it; their outcomes go to the metrics and the decision log.
 struct Evaluation {
   bool allowed = true;             // every enforcing rule admitted the request
   bool by_failure_policy = false;  // some enforcing rule was answered by its failure policy
+  std::optional<Error> store_error;  // the store failure the policies answered
   algorithms::Decision decision;   // combined over every enforcing limit
-  std::vector<RuleOutcome> rules;  // enforcing rules first (in order), then shadow rules
+  std::vector<RuleOutcome> rules;  // the enforcing rules, in application order
   Micros latency = 0;              // store round trip of the enforcing batch
 };
 
@@ -113,10 +116,14 @@ class Limiter {
 
  private:
   struct Prepared;
+  struct PreparedRule;
   Result<std::shared_ptr<Prepared>> prepare(std::vector<Application> applications) const;
-  void run_shadow(std::shared_ptr<Prepared> prepared);
-  void finish(const std::shared_ptr<Prepared>& prepared, Result<store::CheckOutcome> outcome,
-              Micros latency, EvaluationCallback& done);
+  void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
+                  std::function<void(const RuleOutcome&)> then);
+  Result<Evaluation> finish(Prepared& prepared, Result<store::CheckOutcome> outcome,
+                            Micros latency);
+  Result<std::vector<algorithms::Decision>> fall_back(Prepared& prepared, const Error& error);
+  void account(const PreparedRule& rule, const RuleOutcome& outcome, Micros latency);
   std::size_t rule_index(const Rule* rule) const noexcept;
 
   LimiterConfig config_;

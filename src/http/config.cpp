@@ -1,0 +1,644 @@
+#include "ratekeeper/http/config.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+
+namespace ratekeeper::http {
+
+using limiter::FailureMode;
+using limiter::IdentityKind;
+using limiter::NamedLimit;
+using limiter::Policy;
+
+ConfigError::ConfigError(std::string file, std::string field, std::string reason)
+    : std::runtime_error(field.empty() ? fmt::format("{}: {}", file, reason)
+                                       : fmt::format("{}: {}: {}", file, field, reason)),
+      file_(std::move(file)),
+      field_(std::move(field)),
+      reason_(std::move(reason)) {}
+
+std::optional<Micros> parse_duration(std::string_view text) {
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  std::size_t i = 0;
+  while (i < text.size() && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  const std::string number(text.substr(0, i));
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) {
+    return std::nullopt;
+  }
+  auto unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  double scale = 0;
+  if (unit.empty() || unit == "s") scale = 1e6;
+  else if (unit == "us") scale = 1;
+  else if (unit == "ms") scale = 1e3;
+  else if (unit == "m" || unit == "min") scale = 60e6;
+  else if (unit == "h") scale = 3600e6;
+  else if (unit == "d") scale = 86400e6;
+  else return std::nullopt;
+  const double us = std::round(value * scale);
+  if (us > static_cast<double>(kMaxExact)) return std::nullopt;
+  return static_cast<Micros>(us);
+}
+
+namespace {
+
+bool valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.';
+  });
+}
+
+// Reads one YAML document, tracking the field path of every value for error messages.
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& path, std::string reason) const {
+    throw ConfigError(file_, path, std::move(reason));
+  }
+
+  static std::string field(const std::string& path, std::string_view key) {
+    return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+  }
+  static std::string index(const std::string& path, std::size_t i) {
+    return fmt::format("{}[{}]", path, i);
+  }
+
+  // A map whose keys must all be in `allowed`.
+  void expect_map(const YAML::Node& node, const std::string& path,
+                  std::initializer_list<std::string_view> allowed) const {
+    if (!node.IsMap()) fail(path, "must be a mapping");
+    for (const auto& kv : node) {
+      const auto key = kv.first.as<std::string>();
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        std::string known;
+        for (auto a : allowed) known += (known.empty() ? "" : ", ") + std::string(a);
+        fail(field(path, key), fmt::format("unknown field (known: {})", known));
+      }
+    }
+  }
+
+  std::string string(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar()) fail(path, "must be a string");
+    return node.as<std::string>();
+  }
+
+  std::int64_t integer(const YAML::Node& node, const std::string& path, std::int64_t min,
+                       std::int64_t max) const {
+    if (!node.IsScalar()) fail(path, "must be an integer");
+    const auto text = node.as<std::string>();
+    std::int64_t v = 0;
+    try {
+      std::size_t used = 0;
+      v = std::stoll(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      fail(path, fmt::format("must be an integer, got '{}'", text));
+    }
+    if (v < min || v > max) fail(path, fmt::format("must be between {} and {}, got {}", min, max, v));
+    return v;
+  }
+
+  double number(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar()) fail(path, "must be a number");
+    const auto text = node.as<std::string>();
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v)) {
+      fail(path, fmt::format("must be a number, got '{}'", text));
+    }
+    return v;
+  }
+
+  bool boolean(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar()) fail(path, "must be true or false");
+    const auto text = node.as<std::string>();
+    if (text == "true") return true;
+    if (text == "false") return false;
+    fail(path, fmt::format("must be true or false, got '{}'", text));
+  }
+
+  Micros duration(const YAML::Node& node, const std::string& path, Micros min = 0) const {
+    if (!node.IsScalar()) fail(path, "must be a duration such as 100ms, 1s, 5m");
+    const auto text = node.as<std::string>();
+    auto d = parse_duration(text);
+    if (!d) fail(path, fmt::format("must be a duration such as 100ms, 1s, 5m, got '{}'", text));
+    if (*d < min) fail(path, fmt::format("must be at least {} microseconds, got '{}'", min, text));
+    return *d;
+  }
+
+  std::vector<std::string> strings(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsSequence()) fail(path, "must be a list");
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < node.size(); ++i) out.push_back(string(node[i], index(path, i)));
+    return out;
+  }
+
+  // "N/unit" or "N/<duration>": N units per period.
+  std::pair<double, Micros> rate(const YAML::Node& node, const std::string& path) const {
+    const auto text = string(node, path);
+    const auto slash = text.find('/');
+    if (slash == std::string::npos) {
+      fail(path, fmt::format("must be '<count>/<period>' such as 10/s or 1000/1h, got '{}'", text));
+    }
+    char* end = nullptr;
+    const std::string count_text = text.substr(0, slash);
+    const double count = std::strtod(count_text.c_str(), &end);
+    if (count_text.empty() || end != count_text.c_str() + count_text.size() ||
+        !std::isfinite(count) || count <= 0) {
+      fail(path, fmt::format("count must be a number > 0, got '{}'", count_text));
+    }
+    std::string period_text = text.substr(slash + 1);
+    if (!period_text.empty() && (period_text[0] < '0' || period_text[0] > '9')) {
+      period_text = "1" + period_text;
+    }
+    auto period = parse_duration(period_text);
+    if (!period || *period <= 0) {
+      fail(path, fmt::format("period must be a duration such as s, 10s, 1m, 1h, got '{}'",
+                             text.substr(slash + 1)));
+    }
+    return {count, *period};
+  }
+
+  const std::string& file() const noexcept { return file_; }
+
+ private:
+  std::string file_;
+};
+
+NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string& path,
+                      bool name_required) {
+  r.expect_map(node, path,
+               {"name", "algorithm", "rate", "capacity", "refill_rate", "limit", "window"});
+  NamedLimit out;
+  if (node["name"]) {
+    out.name = r.string(node["name"], Reader::field(path, "name"));
+    if (!valid_name(out.name)) {
+      r.fail(Reader::field(path, "name"), "must be 1-64 characters of A-Z a-z 0-9 _ - .");
+    }
+  } else if (name_required) {
+    r.fail(Reader::field(path, "name"), "required field missing (a policy of several limits names each)");
+  }
+  auto algorithm = algorithms::Algorithm::token_bucket;
+  if (node["algorithm"]) {
+    const auto text = r.string(node["algorithm"], Reader::field(path, "algorithm"));
+    auto a = algorithms::parse_algorithm(text);
+    if (!a) {
+      r.fail(Reader::field(path, "algorithm"),
+             fmt::format("unknown algorithm '{}' (token_bucket, sliding_window_log, "
+                         "sliding_window_counter, fixed_window)",
+                         text));
+    }
+    algorithm = *a;
+  }
+  const bool has_rate = static_cast<bool>(node["rate"]);
+  Result<algorithms::Limit> limit = make_error(ErrorCode::invalid_argument, "");
+  std::string blame;  // field blamed for an invalid limit
+  if (algorithm == algorithms::Algorithm::token_bucket) {
+    for (auto f : {"limit", "window"}) {
+      if (node[f]) r.fail(Reader::field(path, f), "not a token_bucket field (capacity, refill_rate, rate)");
+    }
+    if (has_rate && node["refill_rate"]) {
+      r.fail(Reader::field(path, "refill_rate"), "give either rate or refill_rate, not both");
+    }
+    double refill = 0;
+    double capacity = 0;
+    if (has_rate) {
+      auto [count, period] = r.rate(node["rate"], Reader::field(path, "rate"));
+      refill = count * static_cast<double>(kMicrosPerSecond) / static_cast<double>(period);
+      capacity = count;
+      blame = Reader::field(path, "rate");
+    } else if (node["refill_rate"]) {
+      refill = r.number(node["refill_rate"], Reader::field(path, "refill_rate"));
+      blame = Reader::field(path, "refill_rate");
+    } else {
+      r.fail(Reader::field(path, "rate"), "required field missing (rate, or capacity and refill_rate)");
+    }
+    if (node["capacity"]) {
+      capacity = r.number(node["capacity"], Reader::field(path, "capacity"));
+      if (capacity < 1 || capacity != std::floor(capacity)) {
+        r.fail(Reader::field(path, "capacity"), "must be a whole number >= 1");
+      }
+    } else if (!has_rate) {
+      r.fail(Reader::field(path, "capacity"), "required field missing");
+    }
+    limit = algorithms::Limit::token_bucket(capacity, refill);
+  } else {
+    for (auto f : {"capacity", "refill_rate"}) {
+      if (node[f]) r.fail(Reader::field(path, f), "not a window field (limit, window, rate)");
+    }
+    if (has_rate && (node["limit"] || node["window"])) {
+      r.fail(Reader::field(path, "rate"), "give either rate or limit and window, not both");
+    }
+    double count = 0;
+    Micros window = 0;
+    if (has_rate) {
+      std::tie(count, window) = r.rate(node["rate"], Reader::field(path, "rate"));
+      blame = Reader::field(path, "rate");
+    } else {
+      if (!node["limit"]) r.fail(Reader::field(path, "limit"), "required field missing (or rate)");
+      if (!node["window"]) r.fail(Reader::field(path, "window"), "required field missing (or rate)");
+      count = r.number(node["limit"], Reader::field(path, "limit"));
+      window = r.duration(node["window"], Reader::field(path, "window"), 1);
+      blame = Reader::field(path, "limit");
+    }
+    limit = algorithms::Limit::window(algorithm, count, window);
+  }
+  if (!limit) r.fail(blame, limit.error().message);
+  out.limit = *limit;
+  return out;
+}
+
+Policy read_policy(const Reader& r, const YAML::Node& node, const std::string& path) {
+  if (!node.IsSequence() || node.size() == 0) r.fail(path, "must be a non-empty list of limits");
+  Policy out;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const auto p = Reader::index(path, i);
+    out.push_back(read_limit(r, node[i], p, node.size() > 1));
+    if (node.size() > 1 && !names.insert(out.back().name).second) {
+      r.fail(Reader::field(p, "name"), fmt::format("duplicate limit name '{}'", out.back().name));
+    }
+  }
+  return out;
+}
+
+void check_cost(const Reader& r, const Policy& policy, std::int64_t cost, const std::string& path) {
+  for (const auto& l : policy) {
+    if (auto ok = algorithms::validate_cost(l.limit, cost); !ok) r.fail(path, ok.error().message);
+  }
+}
+
+FailureMode failure_mode(const Reader& r, const YAML::Node& node, const std::string& path) {
+  const auto text = r.string(node, path);
+  auto m = limiter::parse_failure_mode(text);
+  if (!m) r.fail(path, fmt::format("must be allow, deny or local, got '{}'", text));
+  return *m;
+}
+
+ListenAddress listen_address(const Reader& r, const YAML::Node& node, const std::string& path) {
+  const auto text = r.string(node, path);
+  ListenAddress out;
+  std::string host;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find("]:");
+    if (close == std::string::npos) r.fail(path, fmt::format("must be host:port, got '{}'", text));
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos) r.fail(path, fmt::format("must be host:port, got '{}'", text));
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (!host.empty() && !limiter::parse_ip(host) && host != "localhost") {
+    r.fail(path, fmt::format("host must be an IP address or localhost, got '{}'", host));
+  }
+  if (!host.empty()) out.host = host;
+  YAML::Node port_node(port);
+  out.port = static_cast<std::uint16_t>(r.integer(port_node, path, 0, 65535));
+  return out;
+}
+
+void read_store(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
+  r.expect_map(node, path,
+               {"url", "connect_timeout", "command_timeout", "breaker", "reconnect", "instances",
+                "io_threads", "max_keys"});
+  auto& s = c.store;
+  c.store_configured = true;
+  if (node["url"]) s.url = r.string(node["url"], Reader::field(path, "url"));
+  if (s.url.empty()) r.fail(Reader::field(path, "url"), "must not be empty");
+  if (node["connect_timeout"]) {
+    s.connect_timeout = r.duration(node["connect_timeout"], Reader::field(path, "connect_timeout"), 1);
+  }
+  if (node["command_timeout"]) {
+    s.command_timeout = r.duration(node["command_timeout"], Reader::field(path, "command_timeout"), 1);
+  }
+  if (const auto b = node["breaker"]) {
+    const auto bp = Reader::field(path, "breaker");
+    r.expect_map(b, bp, {"failures", "open_for"});
+    if (b["failures"]) {
+      s.breaker_failures =
+          static_cast<int>(r.integer(b["failures"], Reader::field(bp, "failures"), 1, 1'000'000));
+    }
+    if (b["open_for"]) s.breaker_open_for = r.duration(b["open_for"], Reader::field(bp, "open_for"), 1);
+  }
+  if (const auto b = node["reconnect"]) {
+    const auto bp = Reader::field(path, "reconnect");
+    r.expect_map(b, bp, {"min", "max"});
+    if (b["min"]) s.reconnect_min = r.duration(b["min"], Reader::field(bp, "min"), 1);
+    if (b["max"]) s.reconnect_max = r.duration(b["max"], Reader::field(bp, "max"), 1);
+    if (s.reconnect_max < s.reconnect_min) r.fail(Reader::field(bp, "max"), "must be >= min");
+  }
+  if (node["instances"]) {
+    c.limiter.instances =
+        static_cast<int>(r.integer(node["instances"], Reader::field(path, "instances"), 1, 100'000));
+  }
+  if (node["io_threads"]) {
+    s.io_threads = static_cast<int>(r.integer(node["io_threads"], Reader::field(path, "io_threads"), 1, 256));
+  }
+  if (node["max_keys"]) {
+    s.max_keys = static_cast<std::size_t>(
+        r.integer(node["max_keys"], Reader::field(path, "max_keys"), 1, std::int64_t{1} << 40));
+  }
+}
+
+void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
+  r.expect_map(node, path, {"default", "header", "trust_header", "levels", "users"});
+  auto& t = c.limiter.tiers;
+  if (node["default"]) t.default_tier = r.string(node["default"], Reader::field(path, "default"));
+  if (node["header"]) t.header = r.string(node["header"], Reader::field(path, "header"));
+  if (node["trust_header"]) t.trust_header = r.boolean(node["trust_header"], Reader::field(path, "trust_header"));
+  if (const auto levels = node["levels"]) {
+    const auto lp = Reader::field(path, "levels");
+    if (!levels.IsMap() || levels.size() == 0) r.fail(lp, "must be a non-empty mapping of tier → limits");
+    t.levels.clear();
+    for (const auto& kv : levels) {
+      const auto name = kv.first.as<std::string>();
+      const auto p = Reader::field(lp, name);
+      if (!valid_name(name)) r.fail(p, "tier names are 1-64 characters of A-Z a-z 0-9 _ - .");
+      t.levels[name] = read_policy(r, kv.second, p);
+    }
+  }
+  if (!t.levels.contains(t.default_tier)) {
+    r.fail(Reader::field(path, "default"), fmt::format("'{}' is not a tier in levels", t.default_tier));
+  }
+  if (const auto users = node["users"]) {
+    const auto up = Reader::field(path, "users");
+    if (!users.IsMap()) r.fail(up, "must be a mapping of user id → tier");
+    for (const auto& kv : users) {
+      const auto user = kv.first.as<std::string>();
+      const auto p = Reader::field(up, user);
+      const auto tier = r.string(kv.second, p);
+      if (!t.levels.contains(tier)) r.fail(p, fmt::format("unknown tier '{}'", tier));
+      t.users[user] = tier;
+    }
+  }
+}
+
+limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::string& path,
+                        FailureMode default_mode, const limiter::Tiers& tiers) {
+  r.expect_map(node, path,
+               {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
+                "shadow", "on_store_error"});
+  limiter::Rule rule;
+  rule.on_store_error = default_mode;
+  if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
+  rule.name = r.string(node["name"], Reader::field(path, "name"));
+  if (!valid_name(rule.name)) {
+    r.fail(Reader::field(path, "name"), "must be 1-64 characters of A-Z a-z 0-9 _ - .");
+  }
+  if (const auto m = node["match"]) {
+    const auto mp = Reader::field(path, "match");
+    r.expect_map(m, mp, {"methods", "path", "path_prefix"});
+    if (m["methods"]) {
+      const auto methods_path = Reader::field(mp, "methods");
+      if (m["methods"].IsScalar()) {
+        rule.match.methods.push_back(r.string(m["methods"], methods_path));
+      } else {
+        rule.match.methods = r.strings(m["methods"], methods_path);
+      }
+      for (auto& method : rule.match.methods) {
+        if (method.empty()) r.fail(methods_path, "a method must not be empty");
+        std::transform(method.begin(), method.end(), method.begin(),
+                       [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+      }
+    }
+    if (m["path"] && m["path_prefix"]) {
+      r.fail(Reader::field(mp, "path_prefix"), "give either path or path_prefix, not both");
+    }
+    if (m["path"]) {
+      rule.match.path = r.string(m["path"], Reader::field(mp, "path"));
+      if (!rule.match.path.starts_with('/')) r.fail(Reader::field(mp, "path"), "must start with '/'");
+    }
+    if (m["path_prefix"]) {
+      rule.match.path_prefix = r.string(m["path_prefix"], Reader::field(mp, "path_prefix"));
+      if (!rule.match.path_prefix.starts_with('/')) {
+        r.fail(Reader::field(mp, "path_prefix"), "must start with '/'");
+      }
+    }
+  }
+  if (const auto id = node["identity"]) {
+    const auto ip = Reader::field(path, "identity");
+    r.expect_map(id, ip, {"type", "header", "default", "prefix"});
+    const auto type = id["type"] ? r.string(id["type"], Reader::field(ip, "type")) : "ip";
+    if (type == "ip") rule.identity.kind = IdentityKind::ip;
+    else if (type == "header") rule.identity.kind = IdentityKind::header;
+    else if (type == "api_key") rule.identity.kind = IdentityKind::api_key;
+    else if (type == "user_or_ip") rule.identity.kind = IdentityKind::user_or_ip;
+    else r.fail(Reader::field(ip, "type"), fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
+    if (id["header"]) rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
+    if (rule.identity.kind == IdentityKind::ip) {
+      for (auto f : {"header", "default", "prefix"}) {
+        if (id[f]) r.fail(Reader::field(ip, f), "not used by identity type ip");
+      }
+    } else if (rule.identity.header.empty()) {
+      rule.identity.header = rule.identity.kind == IdentityKind::api_key ? "X-API-Key" : "X-User-ID";
+    }
+    if (id["default"]) {
+      if (rule.identity.kind != IdentityKind::header) {
+        r.fail(Reader::field(ip, "default"), "only identity type header takes a default");
+      }
+      rule.identity.default_value = r.string(id["default"], Reader::field(ip, "default"));
+    }
+    if (id["prefix"]) {
+      rule.identity.prefix = r.string(id["prefix"], Reader::field(ip, "prefix"));
+      if (!valid_name(rule.identity.prefix) || rule.identity.prefix == "ip" ||
+          rule.identity.prefix == "key") {
+        r.fail(Reader::field(ip, "prefix"),
+               "must be 1-64 characters of A-Z a-z 0-9 _ - . and not 'ip' or 'key'");
+      }
+    }
+  }
+  if (node["tiered"]) rule.tiered = r.boolean(node["tiered"], Reader::field(path, "tiered"));
+  if (rule.tiered && node["limits"]) {
+    r.fail(Reader::field(path, "limits"), "a tiered rule takes its limits from its tier");
+  }
+  if (!rule.tiered) {
+    if (!node["limits"]) r.fail(Reader::field(path, "limits"), "required field missing (or tiered: true)");
+    rule.limits = read_policy(r, node["limits"], Reader::field(path, "limits"));
+  }
+  if (node["ip_limits"]) {
+    if (rule.identity.kind == IdentityKind::ip) {
+      r.fail(Reader::field(path, "ip_limits"), "only for identities that fall back to the IP");
+    }
+    rule.ip_limits = read_policy(r, node["ip_limits"], Reader::field(path, "ip_limits"));
+  }
+  if (node["cost"]) {
+    rule.cost = r.integer(node["cost"], Reader::field(path, "cost"), 0, kMaxExact);
+  }
+  const auto cost_path = Reader::field(path, "cost");
+  check_cost(r, rule.limits, rule.cost, cost_path);
+  check_cost(r, rule.ip_limits, rule.cost, cost_path);
+  if (rule.tiered) {
+    for (const auto& [tier, policy] : tiers.levels) check_cost(r, policy, rule.cost, cost_path);
+  }
+  if (node["bucket"]) {
+    const auto b = r.string(node["bucket"], Reader::field(path, "bucket"));
+    if (b == "shared") rule.bucket = limiter::BucketScope::shared;
+    else if (b == "per_endpoint") rule.bucket = limiter::BucketScope::per_endpoint;
+    else r.fail(Reader::field(path, "bucket"), fmt::format("must be shared or per_endpoint, got '{}'", b));
+  }
+  if (node["shadow"]) rule.shadow = r.boolean(node["shadow"], Reader::field(path, "shadow"));
+  if (node["on_store_error"]) {
+    rule.on_store_error = failure_mode(r, node["on_store_error"], Reader::field(path, "on_store_error"));
+  }
+  return rule;
+}
+
+Config read_config(const Reader& r, const YAML::Node& root) {
+  Config c;
+  c.source = r.file();
+  if (root.IsNull()) return c;
+  r.expect_map(root, "",
+               {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
+                "trusted_proxies", "headers", "logging", "metrics", "http", "rules"});
+  if (root["listen"]) c.listen = listen_address(r, root["listen"], "listen");
+  if (root["threads"]) c.threads = static_cast<int>(r.integer(root["threads"], "threads", 1, 1024));
+  if (root["store"]) read_store(r, root["store"], "store", c);
+
+  FailureMode default_mode = FailureMode::allow;
+  if (const auto fp = root["failure_policy"]) {
+    r.expect_map(fp, "failure_policy", {"default", "deny_retry_after"});
+    if (fp["default"]) default_mode = failure_mode(r, fp["default"], "failure_policy.default");
+    if (fp["deny_retry_after"]) {
+      c.limiter.deny_retry_after =
+          r.duration(fp["deny_retry_after"], "failure_policy.deny_retry_after", 1);
+    }
+  }
+  if (root["key_prefix"]) {
+    c.limiter.prefix = r.string(root["key_prefix"], "key_prefix");
+    if (!valid_name(c.limiter.prefix)) {
+      r.fail("key_prefix", "must be 1-64 characters of A-Z a-z 0-9 _ - .");
+    }
+  }
+  if (root["tiers"]) read_tiers(r, root["tiers"], "tiers", c);
+  if (root["trusted_proxies"]) {
+    c.trusted_proxies = r.strings(root["trusted_proxies"], "trusted_proxies");
+    std::vector<limiter::Cidr> cidrs;
+    for (std::size_t i = 0; i < c.trusted_proxies.size(); ++i) {
+      auto cidr = limiter::Cidr::parse(c.trusted_proxies[i]);
+      if (!cidr) r.fail(Reader::index("trusted_proxies", i), cidr.error().message);
+      cidrs.push_back(*cidr);
+    }
+    c.proxies = limiter::TrustedProxies(std::move(cidrs));
+  }
+  if (const auto h = root["headers"]) {
+    r.expect_map(h, "headers", {"draft", "legacy"});
+    if (h["draft"]) c.headers.draft = r.boolean(h["draft"], "headers.draft");
+    if (h["legacy"]) c.headers.legacy = r.boolean(h["legacy"], "headers.legacy");
+  }
+  if (const auto l = root["logging"]) {
+    r.expect_map(l, "logging", {"level", "decisions"});
+    if (l["level"]) {
+      c.logging.level = r.string(l["level"], "logging.level");
+      static constexpr std::string_view kLevels[] = {"trace", "debug", "info",    "warn",
+                                                     "error", "critical", "off"};
+      if (std::find(std::begin(kLevels), std::end(kLevels), c.logging.level) == std::end(kLevels)) {
+        r.fail("logging.level", fmt::format("must be trace, debug, info, warn, error, critical or "
+                                            "off, got '{}'",
+                                            c.logging.level));
+      }
+    }
+    if (const auto d = l["decisions"]) {
+      const std::string dp = "logging.decisions";
+      r.expect_map(d, dp, {"enabled", "allow_sample_rate", "lines_per_second", "burst"});
+      auto& o = c.limiter.decision_log;
+      if (d["enabled"]) o.enabled = r.boolean(d["enabled"], dp + ".enabled");
+      if (d["allow_sample_rate"]) {
+        o.allow_sample_rate = r.number(d["allow_sample_rate"], dp + ".allow_sample_rate");
+        if (o.allow_sample_rate < 0 || o.allow_sample_rate > 1) {
+          r.fail(dp + ".allow_sample_rate", "must be between 0 and 1");
+        }
+      }
+      if (d["lines_per_second"]) {
+        o.lines_per_second = r.number(d["lines_per_second"], dp + ".lines_per_second");
+        if (o.lines_per_second <= 0) r.fail(dp + ".lines_per_second", "must be > 0");
+      }
+      if (d["burst"]) {
+        o.burst = r.number(d["burst"], dp + ".burst");
+        if (o.burst < 1) r.fail(dp + ".burst", "must be >= 1");
+      }
+    }
+  }
+  if (const auto m = root["metrics"]) {
+    r.expect_map(m, "metrics", {"enabled"});
+    if (m["enabled"]) c.metrics_enabled = r.boolean(m["enabled"], "metrics.enabled");
+  }
+  if (const auto h = root["http"]) {
+    r.expect_map(h, "http", {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined"});
+    if (h["max_header_bytes"]) {
+      c.http.max_header_bytes =
+          static_cast<std::size_t>(r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
+    }
+    if (h["max_body_bytes"]) {
+      c.http.max_body_bytes = static_cast<std::size_t>(
+          r.integer(h["max_body_bytes"], "http.max_body_bytes", 0, std::int64_t{1} << 32));
+    }
+    if (h["read_timeout"]) c.http.read_timeout = r.duration(h["read_timeout"], "http.read_timeout", 1);
+    if (h["max_pipelined"]) {
+      c.http.max_pipelined = static_cast<int>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
+    }
+  }
+  if (const auto rules = root["rules"]) {
+    if (!rules.IsSequence()) r.fail("rules", "must be a list");
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      const auto p = Reader::index("rules", i);
+      auto rule = read_rule(r, rules[i], p, default_mode, c.limiter.tiers);
+      if (!names.insert(rule.name).second) {
+        r.fail(Reader::field(p, "name"), fmt::format("duplicate rule name '{}'", rule.name));
+      }
+      c.limiter.rules.push_back(std::move(rule));
+    }
+  }
+  return c;
+}
+
+Config parse_with(const Reader& r, std::string_view yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    r.fail("", fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1,
+                           e.mark.column + 1, e.msg));
+  }
+  try {
+    return read_config(r, root);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const YAML::Exception& e) {
+    r.fail("", fmt::format("line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+}  // namespace
+
+Config parse_config(std::string_view yaml, std::string_view source) {
+  return parse_with(Reader(std::string(source)), yaml);
+}
+
+Config load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path, "", "cannot open the file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_with(Reader(path), buffer.str());
+}
+
+}  // namespace ratekeeper::http

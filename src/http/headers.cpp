@@ -1,0 +1,92 @@
+#include "ratekeeper/http/headers.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ratekeeper::http {
+
+std::int64_t ceil_seconds(Micros t) noexcept {
+  if (t <= 0) return 0;
+  return (t + kMicrosPerSecond - 1) / kMicrosPerSecond;
+}
+
+std::int64_t retry_after_seconds(Micros retry_after) noexcept {
+  return std::max<std::int64_t>(1, ceil_seconds(retry_after));
+}
+
+std::string rejection_body(std::int64_t retry_after_s) {
+  return fmt::format(R"({{"error":"Rate limit exceeded","retryAfter":{}}})", retry_after_s);
+}
+
+std::string bad_request_body(std::string_view detail) {
+  nlohmann::json j = {{"error", "Bad request"}, {"detail", detail}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+// Policy names are rule, tier and limit names: [A-Za-z0-9_.-], safe inside an sf-string.
+template <class F>
+std::string join_limits(const limiter::Evaluation& ev, F&& item) {
+  std::string out;
+  for (const auto& rule : ev.rules) {
+    for (const auto& l : rule.limits) {
+      if (!out.empty()) out += ", ";
+      item(out, l);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ratelimit_policy_field(const limiter::Evaluation& ev) {
+  return join_limits(ev, [](std::string& out, const limiter::LimitOutcome& l) {
+    fmt::format_to(std::back_inserter(out), "\"{}\";q={};w={}", l.policy_name, l.limit.capacity,
+                   ceil_seconds(l.limit.horizon()));
+  });
+}
+
+std::string ratelimit_field(const limiter::Evaluation& ev) {
+  return join_limits(ev, [](std::string& out, const limiter::LimitOutcome& l) {
+    const auto& d = l.decision;
+    const auto t = d.allowed ? ceil_seconds(d.reset_after) : retry_after_seconds(d.retry_after);
+    fmt::format_to(std::back_inserter(out), "\"{}\";r={};t={}", l.policy_name,
+                   std::max<std::int64_t>(0, d.remaining), t);
+  });
+}
+
+HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions& options) {
+  HeaderList out;
+  if (ev.rules.empty()) return out;
+  if (options.draft) {
+    out.emplace_back("RateLimit-Policy", ratelimit_policy_field(ev));
+    out.emplace_back("RateLimit", ratelimit_field(ev));
+  }
+  if (options.legacy) {
+    const auto& d = ev.decision;
+    out.emplace_back("X-RateLimit-Limit", std::to_string(d.limit));
+    out.emplace_back("X-RateLimit-Remaining", std::to_string(std::max<std::int64_t>(0, d.remaining)));
+    out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(d.reset_after)));
+  }
+  if (!ev.allowed) {
+    out.emplace_back("Retry-After", std::to_string(retry_after_seconds(ev.decision.retry_after)));
+  }
+  return out;
+}
+
+std::string verdict_json(const limiter::Verdict& v) {
+  const auto& d = v.decision;
+  nlohmann::json j = {
+      {"allowed", d.allowed},
+      {"limit", d.limit},
+      {"remaining", std::max<std::int64_t>(0, d.remaining)},
+      {"retry_after_ms", (d.retry_after + kMicrosPerMilli - 1) / kMicrosPerMilli},
+      {"reset_after_ms", (d.reset_after + kMicrosPerMilli - 1) / kMicrosPerMilli},
+      {"by_failure_policy", v.by_failure_policy},
+  };
+  return j.dump();
+}
+
+}  // namespace ratekeeper::http

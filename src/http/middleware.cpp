@@ -1,0 +1,165 @@
+#include "ratekeeper/http/middleware.hpp"
+
+#include <fmt/format.h>
+
+#include <future>
+
+#include "ratekeeper/limiter/keys.hpp"
+
+namespace ratekeeper::http {
+
+using limiter::IdentityKind;
+using limiter::RequestOutcome;
+
+Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
+    : limiter_(&limiter), options_(std::move(options)) {}
+
+Middleware::Middleware(limiter::Limiter& limiter, const Config& config)
+    : Middleware(limiter, MiddlewareOptions{config.headers, config.proxies}) {}
+
+Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
+                                                 const RequestView& request) const {
+  limiter::Application app;
+  app.rule = &rule;
+  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(request.path);
+
+  auto ip_identity = [&]() -> Result<std::string> {
+    const auto forwarded = options_.trusted_proxies.empty()
+                               ? std::string()
+                               : request.header_list("X-Forwarded-For");
+    auto ip = limiter::client_ip(request.peer, forwarded, options_.trusted_proxies);
+    if (!ip) return std::unexpected(ip.error());
+    return "ip:" + ip->to_string();
+  };
+  auto header_identity = [&](std::string_view value) -> Result<std::string> {
+    const std::string_view prefix = rule.identity.prefix.empty() ? "user" : rule.identity.prefix;
+    if (value.empty()) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{} must not be empty", rule.identity.header));
+    }
+    if (value.size() > limiter::kMaxIdentityBytes) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{} is longer than {} bytes", rule.identity.header,
+                                    limiter::kMaxIdentityBytes));
+    }
+    return fmt::format("{}:{}", prefix, value);
+  };
+
+  std::string user_id;  // for the tier table
+  Result<std::string> identity = std::string();
+  switch (rule.identity.kind) {
+    case IdentityKind::ip:
+      identity = ip_identity();
+      break;
+    case IdentityKind::header: {
+      auto value = request.header(rule.identity.header);
+      if (!value && !rule.identity.default_value.empty()) value = rule.identity.default_value;
+      if (value) {
+        user_id = std::string(*value);
+        identity = header_identity(*value);
+      } else {
+        identity = ip_identity();
+        app.ip_fallback = true;
+      }
+      break;
+    }
+    case IdentityKind::user_or_ip: {
+      auto value = request.header(rule.identity.header);
+      if (value && !value->empty()) {
+        user_id = std::string(*value);
+        identity = header_identity(*value);
+      } else {
+        identity = ip_identity();
+        app.ip_fallback = true;
+      }
+      break;
+    }
+    case IdentityKind::api_key: {
+      auto value = request.header(rule.identity.header);
+      if (value && !value->empty()) {
+        identity = limiter::api_key_identity(*value);
+      } else {
+        identity = ip_identity();
+        app.ip_fallback = true;
+      }
+      break;
+    }
+  }
+  if (!identity) return std::unexpected(identity.error());
+  app.identity = std::move(*identity);
+
+  if (rule.tiered) {
+    const auto& tiers = limiter_->tiers();
+    std::optional<std::string_view> tier_header;
+    if (tiers.trust_header && !app.ip_fallback) tier_header = request.header(tiers.header);
+    app.tier = app.ip_fallback ? tiers.default_tier : tiers.resolve(user_id, tier_header);
+  }
+  return app;
+}
+
+Result<std::vector<limiter::Application>> Middleware::applications(
+    const RequestView& request) const {
+  std::vector<limiter::Application> out;
+  for (const limiter::Rule* rule : limiter_->match(request.method, request.path)) {
+    auto app = resolve(*rule, request);
+    if (!app) return std::unexpected(app.error());
+    out.push_back(std::move(*app));
+  }
+  return out;
+}
+
+void Middleware::handle(const RequestView& request, MiddlewareCallback done) {
+  auto& metrics = limiter_->metrics();
+  auto apps = applications(request);
+  if (!apps) {
+    metrics.record_request(RequestOutcome::bad_request);
+    MiddlewareResult r;
+    r.admitted = false;
+    r.status = 400;
+    r.body = bad_request_body(apps.error().message);
+    r.headers.emplace_back("Content-Type", "application/json");
+    done(std::move(r));
+    return;
+  }
+  if (apps->empty()) {
+    metrics.record_request(RequestOutcome::unmatched);
+    done(MiddlewareResult{});
+    return;
+  }
+  limiter_->evaluate(std::move(*apps), [this, done = std::move(done)](
+                                           Result<limiter::Evaluation> ev) {
+    auto& metrics = limiter_->metrics();
+    MiddlewareResult r;
+    if (!ev) {
+      const bool bad = ev.error().code == ErrorCode::invalid_argument;
+      metrics.record_request(bad ? RequestOutcome::bad_request : RequestOutcome::error);
+      r.admitted = false;
+      r.status = bad ? 400 : 500;
+      r.body = bad ? bad_request_body(ev.error().message)
+                   : std::string(R"({"error":"Internal error"})");
+      r.headers.emplace_back("Content-Type", "application/json");
+      done(std::move(r));
+      return;
+    }
+    r.headers = rate_limit_headers(*ev, options_.headers);
+    if (ev->allowed) {
+      metrics.record_request(RequestOutcome::admitted);
+    } else {
+      metrics.record_request(RequestOutcome::rejected);
+      r.admitted = false;
+      r.status = 429;
+      r.body = rejection_body(retry_after_seconds(ev->decision.retry_after));
+      r.headers.emplace_back("Content-Type", "application/json");
+    }
+    done(std::move(r));
+  });
+}
+
+MiddlewareResult Middleware::handle_sync(const RequestView& request) {
+  std::promise<MiddlewareResult> promise;
+  auto future = promise.get_future();
+  handle(request, [&promise](MiddlewareResult r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+}  // namespace ratekeeper::http

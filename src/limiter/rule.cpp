@@ -1,0 +1,58 @@
+#include "ratekeeper/limiter/rule.hpp"
+
+#include <algorithm>
+
+namespace ratekeeper::limiter {
+
+bool RuleMatch::matches(std::string_view method, std::string_view request_path) const noexcept {
+  if (!methods.empty() &&
+      std::find(methods.begin(), methods.end(), method) == methods.end()) {
+    return false;
+  }
+  if (!path.empty() && request_path != path) return false;
+  if (!path_prefix.empty() && !request_path.starts_with(path_prefix)) return false;
+  return true;
+}
+
+std::string_view to_string(IdentityKind kind) noexcept {
+  switch (kind) {
+    case IdentityKind::ip: return "ip";
+    case IdentityKind::header: return "header";
+    case IdentityKind::api_key: return "api_key";
+    case IdentityKind::user_or_ip: return "user_or_ip";
+  }
+  return "unknown";
+}
+
+const std::string& Tiers::resolve(std::string_view user_id,
+                                  std::optional<std::string_view> header_value) const {
+  if (trust_header && header_value) {
+    if (auto it = levels.find(*header_value); it != levels.end()) return it->first;
+    return default_tier;
+  }
+  if (!user_id.empty()) {
+    if (auto it = users.find(user_id); it != users.end() && levels.contains(it->second)) {
+      return it->second;
+    }
+  }
+  return default_tier;
+}
+
+const Policy* Tiers::policy(std::string_view tier) const {
+  auto it = levels.find(tier);
+  if (it == levels.end()) it = levels.find(default_tier);
+  return it == levels.end() ? nullptr : &it->second;
+}
+
+Tiers Tiers::seed_defaults() {
+  Tiers t;
+  auto add = [&t](std::string name, double capacity, double rate) {
+    t.levels[name] = Policy{NamedLimit{"bucket", *algorithms::Limit::token_bucket(capacity, rate)}};
+  };
+  add("free", 60, 1);
+  add("pro", 600, 10);
+  add("enterprise", 6000, 100);
+  return t;
+}
+
+}  // namespace ratekeeper::limiter
