@@ -12,6 +12,7 @@ void set_exit_code(int code) { g_exit_code = code; }
 
 void register_commands(CLI::App& app) {
   (void)app;
+  register_serve_command(app);
 }
 
 }  // namespace ratekeeper::server

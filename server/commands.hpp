@@ -12,4 +12,6 @@ void register_commands(CLI::App& app);
 int exit_code();
 void set_exit_code(int code);
 
+void register_serve_command(CLI::App& app);   // server/serve.cpp
+
 }  // namespace ratekeeper::server
