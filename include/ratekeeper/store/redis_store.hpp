@@ -53,7 +53,8 @@ class RedisStore final : public Store {
   };
   struct Call;
   const Script* script(std::string_view name) const noexcept;
-  void send(std::shared_ptr<Call> call, bool retry);
+  void send(Call* call, bool retry);
+  void on_reply(Call* call, Result<redis::Reply> reply);
 
   RedisStoreOptions options_;
   std::vector<Script> scripts_;
