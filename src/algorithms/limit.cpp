@@ -14,9 +14,13 @@ Result<std::int64_t> whole_positive(std::string_view field, double value) {
   if (!std::isfinite(value)) {
     return make_error(ErrorCode::invalid_argument, fmt::format("{} must be finite, got {}", field, value));
   }
-  if (value < 1 || value != std::floor(value) || value > static_cast<double>(kMaxHorizon)) {
+  if (value < 1 || value != std::floor(value)) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("{} must be a whole number >= 1, got {}", field, value));
+  }
+  if (value > static_cast<double>(kMaxHorizon)) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{} must be at most 2^51, got {}", field, value));
   }
   return static_cast<std::int64_t>(value);
 }

@@ -5,6 +5,13 @@
 #include "ratekeeper/limiter/keys.hpp"
 
 namespace ratekeeper::limiter {
+namespace {
+
+// Windows are converted to microseconds; beyond 2^51 µs no limit is valid anyway, and the
+// conversion itself must not overflow.
+constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
+
+}  // namespace
 
 RateLimiter::RateLimiter(store::Store& store, Limit limit, std::string rule, RateLimiterOptions options)
     : store_(&store), limit_(limit), rule_(std::move(rule)), options_(std::move(options)) {}
@@ -31,9 +38,10 @@ Result<TokenBucketRateLimiter> TokenBucketRateLimiter::create(store::Store& stor
 Result<SlidingWindowRateLimiter> SlidingWindowRateLimiter::create(store::Store& store,
                                                                   std::int64_t window_ms, double limit,
                                                                   RateLimiterOptions options) {
-  if (window_ms < 1) {
+  if (window_ms < 1 || window_ms > kMaxHorizon / kMicrosPerMilli) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("window_ms must be >= 1, got {}", window_ms));
+                      fmt::format("window_ms must be between 1 and {}, got {}",
+                                  kMaxHorizon / kMicrosPerMilli, window_ms));
   }
   auto l = Limit::window(algorithms::Algorithm::sliding_window_log, limit, window_ms * kMicrosPerMilli);
   if (!l) return std::unexpected(l.error());
@@ -43,9 +51,10 @@ Result<SlidingWindowRateLimiter> SlidingWindowRateLimiter::create(store::Store& 
 Result<FixedWindowRateLimiter> FixedWindowRateLimiter::create(store::Store& store,
                                                               std::int64_t window_seconds,
                                                               double limit, RateLimiterOptions options) {
-  if (window_seconds < 1) {
+  if (window_seconds < 1 || window_seconds > kMaxHorizon / kMicrosPerSecond) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("window_seconds must be >= 1, got {}", window_seconds));
+                      fmt::format("window_seconds must be between 1 and {}, got {}",
+                                  kMaxHorizon / kMicrosPerSecond, window_seconds));
   }
   auto l = Limit::window(algorithms::Algorithm::fixed_window, limit, window_seconds * kMicrosPerSecond);
   if (!l) return std::unexpected(l.error());

@@ -7,21 +7,40 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "ratekeeper/algorithms/fixed_window.hpp"
+#include "ratekeeper/algorithms/sliding_window_counter.hpp"
+#include "ratekeeper/algorithms/sliding_window_log.hpp"
 #include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/algorithms/token_bucket.hpp"
 
 namespace ratekeeper::store {
 namespace {
 
+std::size_t hash_key(std::string_view key) noexcept { return std::hash<std::string_view>{}(key); }
+
+// Keys carry their hash, so a key is hashed once per check (the shard and the bucket both come
+// from it) and never again while it is stored (rehash, sweep).
+struct StoredKey {
+  std::string text;
+  std::size_t hash;
+};
+struct KeyProbe {
+  std::string_view text;
+  std::size_t hash;
+};
+
 struct KeyHash {
   using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
+  std::size_t operator()(const StoredKey& k) const noexcept { return k.hash; }
+  std::size_t operator()(const KeyProbe& k) const noexcept { return k.hash; }
 };
 
 struct KeyEq {
   using is_transparent = void;
-  bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const noexcept {
+    return a.hash == b.hash && std::string_view(a.text) == std::string_view(b.text);
+  }
 };
 
 struct Entry {
@@ -34,12 +53,44 @@ struct Entry {
 constexpr std::size_t kSweepBuckets = 4;
 constexpr std::size_t kSweepBucketsWhenFull = 256;
 
+// Fewer shards than asked when max_keys is small, so that every shard's share of max_keys
+// stays large enough for the uneven spread of keys over shards not to refuse keys early.
+constexpr std::size_t kMinKeysPerShard = 256;
+
+std::size_t shard_count(const MemoryStoreOptions& options) {
+  std::size_t n = std::bit_ceil(std::max<std::size_t>(1, options.shards));
+  while (n > 1 && options.max_keys / n < kMinKeysPerShard) n /= 2;
+  return n;
+}
+
+// The algorithm's step with arguments already validated by the caller.
+algorithms::Step run_step(const Limit& limit, algorithms::State state, Micros now, std::int64_t cost) {
+  switch (limit.algorithm) {
+    case algorithms::Algorithm::token_bucket:
+      return algorithms::token_bucket::step(limit, std::move(state), now, cost);
+    case algorithms::Algorithm::sliding_window_log:
+      return algorithms::sliding_window_log::step(limit, std::move(state), now, cost);
+    case algorithms::Algorithm::sliding_window_counter:
+      return algorithms::sliding_window_counter::step(limit, std::move(state), now, cost);
+    case algorithms::Algorithm::fixed_window:
+      return algorithms::fixed_window::step(limit, std::move(state), now, cost);
+  }
+  return {};
+}
+
+Result<void> validate_now(Micros now) {
+  if (now < 0) return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", now));
+  return {};
+}
+
 }  // namespace
 
 struct alignas(64) MemoryStore::Shard {
   std::mutex mutex;
-  std::unordered_map<std::string, Entry, KeyHash, KeyEq> map;
+  std::unordered_map<StoredKey, Entry, KeyHash, KeyEq> map;
   std::size_t cursor = 0;
+
+  using Iterator = decltype(map)::iterator;
 
   // Erases expired entries in the next `buckets` buckets. Returns how many were erased.
   std::size_t sweep(Micros now, std::size_t buckets) {
@@ -52,7 +103,7 @@ struct alignas(64) MemoryStore::Shard {
         again = false;
         for (auto it = map.begin(b); it != map.end(b); ++it) {
           if (it->second.expires_at <= now) {
-            map.erase(map.find(it->first));
+            map.erase(map.find(KeyProbe{it->first.text, it->first.hash}));
             ++erased;
             again = true;
             break;
@@ -63,19 +114,20 @@ struct alignas(64) MemoryStore::Shard {
     return erased;
   }
 
-  // The live state of `key` at `now`, or absent.
-  algorithms::State take(std::string_view key, const Limit& limit, Micros now) {
-    auto it = map.find(key);
-    if (it == map.end() || it->second.expires_at <= now || it->second.algorithm != limit.algorithm) {
-      return {};
-    }
-    return std::move(it->second.state);
+  // Whether one more key fits, after reclaiming what has expired nearby. `pending` keys are
+  // already promised to the same check.
+  bool make_room(Micros now, std::size_t pending, std::size_t max_keys,
+                 std::atomic<std::uint64_t>& reclaimed) {
+    reclaimed.fetch_add(sweep(now, kSweepBuckets), std::memory_order_relaxed);
+    if (map.size() + pending < max_keys) return true;
+    reclaimed.fetch_add(sweep(now, kSweepBucketsWhenFull), std::memory_order_relaxed);
+    return map.size() + pending < max_keys;
   }
 };
 
 MemoryStore::MemoryStore(MemoryStoreOptions options)
     : options_(options),
-      shard_mask_(std::bit_ceil(std::max<std::size_t>(1, options.shards)) - 1),
+      shard_mask_(shard_count(options) - 1),
       max_per_shard_(std::max<std::size_t>(1, (options.max_keys + shard_mask_) / (shard_mask_ + 1))),
       shards_(std::make_unique<Shard[]>(shard_mask_ + 1)) {
   if (options_.clock == nullptr) options_.clock = &SystemClock::instance();
@@ -83,10 +135,11 @@ MemoryStore::MemoryStore(MemoryStoreOptions options)
 
 MemoryStore::~MemoryStore() = default;
 
+// The top bits pick the shard; the map uses the full hash for its buckets.
+static std::size_t shard_index(std::size_t hash, std::size_t mask) noexcept { return (hash >> 40) & mask; }
+
 MemoryStore::Shard& MemoryStore::shard_for(std::string_view key, std::size_t* index) const {
-  // The top bits pick the shard; the map uses the full hash for its buckets.
-  const std::size_t h = KeyHash{}(key);
-  const std::size_t i = (h >> 40) & shard_mask_;
+  const std::size_t i = shard_index(hash_key(key), shard_mask_);
   if (index != nullptr) *index = i;
   return shards_[i];
 }
@@ -94,34 +147,32 @@ MemoryStore::Shard& MemoryStore::shard_for(std::string_view key, std::size_t* in
 Result<Decision> MemoryStore::check_one(std::string_view key, const Limit& limit, std::int64_t cost,
                                         std::optional<Micros> now_opt) {
   const Micros now = now_opt ? *now_opt : options_.clock->now();
-  // Validated before the state is taken out of its entry.
   if (auto ok = algorithms::validate_cost(limit, cost); !ok) return std::unexpected(ok.error());
-  if (now < 0) return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", now));
-  Shard& shard = shard_for(key);
+  if (auto ok = validate_now(now); !ok) return std::unexpected(ok.error());
+  const KeyProbe probe{key, hash_key(key)};
+  Shard& shard = shards_[shard_index(probe.hash, shard_mask_)];
   std::lock_guard lock(shard.mutex);
-  auto step = algorithms::step(limit, shard.take(key, limit, now), now, cost);
-  if (!step) return std::unexpected(step.error());
-  auto it = shard.map.find(key);
-  if (step->expires_at == 0) {
-    if (it != shard.map.end()) shard.map.erase(it);
-    return step->decision;
+  auto it = shard.map.find(probe);
+  const bool present = it != shard.map.end();
+  const bool live = present && it->second.expires_at > now && it->second.algorithm == limit.algorithm;
+  algorithms::Step step =
+      run_step(limit, live ? std::move(it->second.state) : algorithms::State{}, now, cost);
+  if (step.expires_at == 0) {
+    if (present) shard.map.erase(it);
+    return step.decision;
   }
-  if (it == shard.map.end()) {
-    reclaimed_.fetch_add(shard.sweep(now, kSweepBuckets), std::memory_order_relaxed);
-    if (shard.map.size() >= max_per_shard_) {
-      reclaimed_.fetch_add(shard.sweep(now, kSweepBucketsWhenFull), std::memory_order_relaxed);
-      if (shard.map.size() >= max_per_shard_) {
-        rejected_full_.fetch_add(1, std::memory_order_relaxed);
-        return make_error(ErrorCode::store_full,
-                          fmt::format("memory store is full ({} keys)", options_.max_keys));
-      }
+  if (!present) {
+    if (!shard.make_room(now, 0, max_per_shard_, reclaimed_)) {
+      rejected_full_.fetch_add(1, std::memory_order_relaxed);
+      return make_error(ErrorCode::store_full,
+                        fmt::format("memory store is full ({} keys)", options_.max_keys));
     }
-    it = shard.map.try_emplace(std::string(key)).first;
+    it = shard.map.try_emplace(StoredKey{std::string(key), probe.hash}).first;
   }
-  it->second.state = std::move(step->state);
-  it->second.expires_at = step->expires_at;
+  it->second.state = std::move(step.state);
+  it->second.expires_at = step.expires_at;
   it->second.algorithm = limit.algorithm;
-  return step->decision;
+  return step.decision;
 }
 
 Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
@@ -132,9 +183,24 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
     if (!d) return std::unexpected(d.error());
     return CheckOutcome{*d, {*d}};
   }
+  // A key named twice in one batch would be checked twice against one state: refuse it.
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (items[j].key == items[i].key) {
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("key '{}' appears twice in one check", items[i].key));
+      }
+    }
+  }
+  std::vector<KeyProbe> probes;
+  std::vector<std::size_t> shard_ids;
+  probes.reserve(items.size());
+  shard_ids.reserve(items.size());
+  for (const CheckItem& item : items) {
+    probes.push_back(KeyProbe{item.key, hash_key(item.key)});
+    shard_ids.push_back(shard_index(probes.back().hash, shard_mask_));
+  }
   // Lock every shard involved, in index order, so batches never deadlock each other.
-  std::vector<std::size_t> shard_ids(items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) shard_for(items[i].key, &shard_ids[i]);
   std::vector<std::size_t> order = shard_ids;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
@@ -145,18 +211,18 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
   std::vector<Limit> limits;
   std::vector<algorithms::State> states;
   std::vector<std::int64_t> costs;
+  std::vector<Shard::Iterator> found;
+  limits.reserve(items.size());
+  states.reserve(items.size());
+  costs.reserve(items.size());
+  found.reserve(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     limits.push_back(items[i].limit);
     costs.push_back(items[i].cost);
-    // A key named twice in one batch is checked against one state: refuse it.
-    for (std::size_t j = 0; j < i; ++j) {
-      if (items[j].key == items[i].key) {
-        return make_error(ErrorCode::invalid_argument,
-                          fmt::format("key '{}' appears twice in one check", items[i].key));
-      }
-    }
-    auto it = shards_[shard_ids[i]].map.find(items[i].key);
-    const bool live = it != shards_[shard_ids[i]].map.end() && it->second.expires_at > now &&
+    auto& map = shards_[shard_ids[i]].map;
+    auto it = map.find(probes[i]);
+    found.push_back(it);
+    const bool live = it != map.end() && it->second.expires_at > now &&
                       it->second.algorithm == items[i].limit.algorithm;
     states.push_back(live ? it->second.state : algorithms::State{});
   }
@@ -165,30 +231,31 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
 
   // Room for the keys this batch would create, before writing any of them.
   if (multi->decision.allowed) {
+    std::vector<std::size_t> pending(order.size(), 0);
     for (std::size_t i = 0; i < items.size(); ++i) {
       Shard& shard = shards_[shard_ids[i]];
-      if (multi->expires_at[i] == 0 || shard.map.contains(items[i].key)) continue;
-      reclaimed_.fetch_add(shard.sweep(now, kSweepBuckets), std::memory_order_relaxed);
-      if (shard.map.size() >= max_per_shard_) {
-        reclaimed_.fetch_add(shard.sweep(now, kSweepBucketsWhenFull), std::memory_order_relaxed);
-        if (shard.map.size() >= max_per_shard_) {
-          rejected_full_.fetch_add(1, std::memory_order_relaxed);
-          return make_error(ErrorCode::store_full,
-                            fmt::format("memory store is full ({} keys)", options_.max_keys));
-        }
+      if (multi->expires_at[i] == 0 || found[i] != shard.map.end()) continue;
+      const auto slot = static_cast<std::size_t>(
+          std::lower_bound(order.begin(), order.end(), shard_ids[i]) - order.begin());
+      if (!shard.make_room(now, pending[slot], max_per_shard_, reclaimed_)) {
+        rejected_full_.fetch_add(1, std::memory_order_relaxed);
+        return make_error(ErrorCode::store_full,
+                          fmt::format("memory store is full ({} keys)", options_.max_keys));
       }
+      ++pending[slot];
     }
   }
+  // The sweep may have erased entries found above: look every key up again.
   for (std::size_t i = 0; i < items.size(); ++i) {
-    Shard& shard = shards_[shard_ids[i]];
-    auto it = shard.map.find(items[i].key);
+    auto& map = shards_[shard_ids[i]].map;
+    auto it = map.find(probes[i]);
     if (multi->expires_at[i] == 0) {
-      if (it != shard.map.end()) shard.map.erase(it);
+      if (it != map.end()) map.erase(it);
       continue;
     }
-    if (it == shard.map.end()) {
+    if (it == map.end()) {
       if (!multi->decision.allowed) continue;  // a denial creates no key
-      it = shard.map.try_emplace(items[i].key).first;
+      it = map.try_emplace(StoredKey{items[i].key, probes[i].hash}).first;
     }
     it->second.state = std::move(multi->states[i]);
     it->second.expires_at = multi->expires_at[i];

@@ -20,7 +20,7 @@ namespace ratekeeper::store {
 
 struct MemoryStoreOptions {
   std::size_t max_keys = 1'000'000;
-  std::size_t shards = 64;                          // rounded up to a power of two
+  std::size_t shards = 64;  // rounded up to a power of two; fewer when max_keys / shards < 256
   const Clock* clock = &SystemClock::instance();  // used when a check carries no `now`
 };
 
