@@ -4,6 +4,8 @@
 
 #include "ratekeeper/redis/url.hpp"
 #include "ratekeeper/store/memory_store.hpp"
+#include "ratekeeper/store/redis_cluster_store.hpp"
+#include "ratekeeper/store/redis_sentinel_store.hpp"
 #include "ratekeeper/store/redis_store.hpp"
 
 namespace ratekeeper::store {
@@ -15,6 +17,14 @@ Result<std::unique_ptr<Store>> open_redis(const StoreOptions& options, const red
                       fmt::format("store url '{}': connect and command timeouts must be > 0", options.url));
   }
   return std::make_unique<RedisStore>(redis_store_options(options, url));
+}
+
+Result<void> check_timeouts(const StoreOptions& options) {
+  if (options.command_timeout <= 0 || options.connect_timeout <= 0) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("store url '{}': connect and command timeouts must be > 0", options.url));
+  }
+  return {};
 }
 
 }  // namespace
@@ -35,7 +45,11 @@ Result<std::unique_ptr<Store>> open_store(const StoreOptions& options) {
       case redis::UrlScheme::redis:
       case redis::UrlScheme::unix_socket: return open_redis(options, *parsed);
       case redis::UrlScheme::cluster:
-      case redis::UrlScheme::sentinel: break;
+        if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
+        return std::make_unique<RedisClusterStore>(redis_cluster_store_options(options, *parsed));
+      case redis::UrlScheme::sentinel:
+        if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
+        return std::make_unique<RedisSentinelStore>(redis_sentinel_store_options(options, *parsed));
     }
   }
   return make_error(ErrorCode::invalid_argument,

@@ -1,0 +1,86 @@
+#pragma once
+// A Redis Cluster client: the slot map from CLUSTER SLOTS, one auto-pipelined Connection per
+// node, and commands routed to the master of a slot.
+//
+// Redirections: MOVED → retry on the named node and refresh the map; ASK → ASKING and the
+// command back to back on the named node, map unchanged; both count against max_redirects
+// (then ErrorCode::redirect). TRYAGAIN, CLUSTERDOWN, LOADING, READONLY and MASTERDOWN mean
+// the command did not run: the map is refreshed (except for TRYAGAIN) and the command is
+// retried with a bounded backoff until its deadline. A command that could not be sent
+// (connection down, breaker open, slot without a master) is retried the same way. A command
+// that was sent and then lost (timeout, connection dropped) may have run, so it is not
+// retried: the caller gets the error. The map is also refreshed periodically by a topology
+// thread, which asks the known nodes (masters, replicas, then the seeds) in turn.
+//
+// Thread-safe. Callbacks run on the client's event-loop threads; they must not block.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratekeeper/redis/connection.hpp"
+#include "ratekeeper/redis/url.hpp"
+
+namespace ratekeeper::redis {
+
+struct ClusterOptions {
+  std::vector<Endpoint> seeds;  // any nodes of the cluster; the rest is discovered
+  // Template of every node connection (credentials, deadlines, breaker); endpoint and db
+  // are replaced (a cluster has only db 0).
+  ConnectionOptions node;
+  int max_redirects = 5;                            // MOVED + ASK per command
+  Micros refresh_interval = 5 * kMicrosPerSecond;   // periodic slot-map refresh
+  Micros min_refresh_gap = 50 * kMicrosPerMilli;    // refreshes asked on errors coalesce
+  Micros retry_min = 1 * kMicrosPerMilli;           // backoff of TRYAGAIN, CLUSTERDOWN, unsent
+  Micros retry_max = 50 * kMicrosPerMilli;
+  int io_threads = 1;
+};
+
+class Cluster {
+ public:
+  // Starts discovering the topology in the background at once.
+  explicit Cluster(ClusterOptions options);
+  // Pending commands fail with unavailable.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Sends `argv` to the master of `slot` (see key_slot()). `argv` must stay valid until
+  // `done` runs. `timeout` 0 means options.node.command_timeout; it covers every retry.
+  void command(std::uint16_t slot, std::span<const std::string_view> argv, ReplyCallback done,
+               Micros timeout = 0);
+
+  // Asks the topology thread to reload the slot map now (coalesced).
+  void refresh();
+
+  // True when every slot has a master in the map and every master's connection is up.
+  bool ready() const;
+  // "ok", or why not ready.
+  std::string status() const;
+  // The masters of the current map, and the master of one slot (none before discovery).
+  std::vector<Endpoint> masters() const;
+  std::optional<Endpoint> master_of(std::uint16_t slot) const;
+
+  struct Stats {
+    std::uint64_t moved = 0;
+    std::uint64_t ask = 0;
+    std::uint64_t tryagain = 0;
+    std::uint64_t clusterdown = 0;
+    std::uint64_t topology_errors = 0;  // READONLY, MASTERDOWN, LOADING
+    std::uint64_t unsent_retries = 0;   // retries of commands that could not be sent
+    std::uint64_t redirect_exhausted = 0;
+    std::uint64_t refreshes = 0;        // slot maps loaded
+    std::uint64_t map_changes = 0;      // loaded maps that differed from the previous one
+  };
+  Stats stats() const noexcept;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ratekeeper::redis

@@ -1,0 +1,46 @@
+#pragma once
+// The distributed store on a Sentinel-managed master: the Lua scripts of lua/*.lua by EVALSHA
+// on the master that redis::Sentinel resolves and follows across failovers (periodic and
+// on-error re-resolution). Scripts are loaded on NOSCRIPT (EVAL once), e.g. on the promoted
+// replica. Every check is one script call on one server: all-or-nothing, as RedisStore.
+// Thread-safe.
+
+#include <atomic>
+#include <memory>
+#include <string_view>
+
+#include "ratekeeper/redis/sentinel.hpp"
+#include "ratekeeper/store/open_store.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store {
+
+struct RedisSentinelStoreOptions {
+  redis::SentinelOptions sentinel;
+};
+
+// StoreOptions + a parsed redis-sentinel:// URL → options. The URL's credentials and db
+// apply to the master, not to the sentinels.
+RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& options, const redis::Url& url);
+
+class RedisSentinelStore final : public Store {
+ public:
+  explicit RedisSentinelStore(RedisSentinelStoreOptions options);
+  ~RedisSentinelStore() override;
+
+  // Store interface. Invalid arguments are answered on the caller's stack, as MemoryStore.
+  void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
+  std::string_view kind() const noexcept override { return "redis-sentinel"; }
+  // Ready iff the master is resolved and its connection is up.
+  StoreHealth health() const override;
+
+  std::uint64_t noscript_reloads() const noexcept { return noscript_reloads_.load(std::memory_order_relaxed); }
+  redis::Sentinel& sentinel() noexcept { return *sentinel_; }
+
+ private:
+  RedisSentinelStoreOptions options_;
+  std::unique_ptr<redis::Sentinel> sentinel_;
+  std::atomic<std::uint64_t> noscript_reloads_{0};
+};
+
+}  // namespace ratekeeper::store

@@ -1,0 +1,301 @@
+#include "ratekeeper/redis/sentinel.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "ratekeeper/redis/event_loop.hpp"
+
+namespace ratekeeper::redis {
+namespace {
+
+thread_local const void* tl_sending = nullptr;
+
+}  // namespace
+
+struct Sentinel::Impl {
+  struct Request {
+    std::span<const std::string_view> argv;
+    ReplyCallback done;
+    Micros deadline = 0;
+    int retries = 0;
+    std::optional<Result<Reply>> sync_result;
+    Error last_error{ErrorCode::timeout, "deadline passed"};
+  };
+  using RequestPtr = std::shared_ptr<Request>;
+
+  explicit Impl(SentinelOptions opts) : options(std::move(opts)) {
+    if (options.retry_min <= 0) options.retry_min = 1;
+    if (options.retry_max < options.retry_min) options.retry_max = options.retry_min;
+    loop = std::make_unique<EventLoop>(std::max(1, options.io_threads));
+    for (const auto& ep : options.sentinels) {
+      ConnectionOptions o = options.sentinel;
+      o.endpoint = ep;
+      sentinels.push_back(std::make_unique<Connection>(*loop, o));
+    }
+    resolver = std::thread([this] { resolver_main(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    if (resolver.joinable()) resolver.join();
+    closing.store(true, std::memory_order_release);
+    for (std::size_t i = 0; i < loop->size(); ++i) {
+      std::promise<void> barrier;
+      auto passed = barrier.get_future();
+      loop->post(i, [&barrier] { barrier.set_value(); });
+      passed.wait();
+    }
+    current.store(nullptr);
+    {
+      std::lock_guard lock(mu);
+      retired.clear();
+      in_use.reset();
+    }
+    sentinels.clear();
+    loop.reset();
+  }
+
+  SentinelOptions options;
+  std::unique_ptr<EventLoop> loop;
+  std::atomic<bool> closing{false};
+  std::vector<std::unique_ptr<Connection>> sentinels;
+  std::atomic<std::shared_ptr<Connection>> current;
+
+  std::thread resolver;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool wanted = true;
+  bool stopping = false;
+  std::optional<Endpoint> master_ep;            // under mu
+  std::shared_ptr<Connection> in_use;           // under mu: the connection in `current`
+  std::vector<std::pair<Micros, std::shared_ptr<Connection>>> retired;  // under mu
+  std::string last_error = "resolving the master";  // under mu
+
+  std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, unsent_retries{0};
+
+  // ---- resolution ----
+
+  void request_resolve() {
+    {
+      std::lock_guard lock(mu);
+      if (wanted) return;
+      wanted = true;
+    }
+    cv.notify_one();
+  }
+
+  void resolver_main() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      cv.wait_for(lock, std::chrono::microseconds(options.poll_interval), [this] { return stopping || wanted; });
+      if (stopping) break;
+      wanted = false;
+      // Connections replaced long ago have nothing in flight any more.
+      const Micros now = steady_micros();
+      std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
+      lock.unlock();
+      std::string error = resolve_once();
+      lock.lock();
+      if (!error.empty()) last_error = std::move(error);
+      cv.wait_for(lock, std::chrono::microseconds(options.min_resolve_gap), [this] { return stopping; });
+    }
+  }
+
+  Micros sync_timeout() const { return std::max<Micros>(options.sentinel.command_timeout, 500 * kMicrosPerMilli); }
+
+  // Asks the sentinels in turn; switches to the answer when it differs and says it is a
+  // master. Returns "" or why the master is not known.
+  std::string resolve_once() {
+    std::string errors;
+    for (auto& s : sentinels) {
+      auto reply = s->command_sync({"SENTINEL", "get-master-addr-by-name", options.master_name}, sync_timeout());
+      std::string why;
+      if (!reply) {
+        why = reply.error().message;
+      } else if (reply->is_error()) {
+        why = reply->str;
+      } else if (!reply->is_array() || reply->elements.size() != 2) {
+        why = fmt::format("no master named '{}'", options.master_name);
+      } else {
+        int port = 0;
+        try {
+          port = std::stoi(reply->elements[1].str);
+        } catch (...) {
+          why = "malformed port " + reply->elements[1].str;
+        }
+        if (why.empty()) {
+          resolutions.fetch_add(1, std::memory_order_relaxed);
+          return adopt(Endpoint{reply->elements[0].str, port, ""});
+        }
+      }
+      if (!errors.empty()) errors += "; ";
+      errors += fmt::format("sentinel {}: {}", s->options().endpoint.to_string(), why);
+    }
+    return errors;
+  }
+
+  std::string adopt(const Endpoint& ep) {
+    {
+      std::lock_guard lock(mu);
+      if (master_ep && *master_ep == ep) return {};
+    }
+    ConnectionOptions o = options.master;
+    o.endpoint = ep;
+    auto conn = std::make_shared<Connection>(*loop, o);
+    auto role = conn->command_sync({"ROLE"}, sync_timeout());
+    if (!role) return fmt::format("master {}: {}", ep.to_string(), role.error().message);
+    if (role->is_error() || !role->is_array() || role->elements.empty() || role->elements[0].str != "master") {
+      // The sentinels may be ahead of the promotion: asked again soon.
+      std::lock_guard lock(mu);
+      wanted = true;
+      return fmt::format("{} is not a master yet (ROLE: {})", ep.to_string(), role->to_string());
+    }
+    std::lock_guard lock(mu);
+    if (master_ep) switches.fetch_add(1, std::memory_order_relaxed);
+    master_ep = ep;
+    if (in_use) retired.emplace_back(steady_micros(), std::move(in_use));
+    in_use = conn;
+    current.store(std::move(conn));
+    last_error.clear();
+    return {};
+  }
+
+  // ---- commands ----
+
+  void finish(const RequestPtr& req, Result<Reply> result) {
+    auto done = std::move(req->done);
+    done(std::move(result));
+  }
+
+  void send(const RequestPtr& req) {
+    if (closing.load(std::memory_order_acquire)) {
+      finish(req, make_error(ErrorCode::unavailable, "redis sentinel client closed"));
+      return;
+    }
+    const Micros now = steady_micros();
+    if (now >= req->deadline) {
+      finish(req, std::unexpected(req->last_error));
+      return;
+    }
+    auto conn = current.load();
+    if (!conn) {
+      request_resolve();
+      std::string why;
+      {
+        std::lock_guard lock(mu);
+        why = last_error;
+      }
+      retry_later(req, Error{ErrorCode::unavailable,
+                             fmt::format("redis sentinel: master '{}' not resolved: {}", options.master_name, why)});
+      return;
+    }
+    tl_sending = req.get();
+    conn->command(
+        req->argv,
+        [this, req](Result<Reply> reply) {
+          if (tl_sending == req.get()) {
+            req->sync_result = std::move(reply);
+            return;
+          }
+          on_reply(req, std::move(reply));
+        },
+        req->deadline - now);
+    tl_sending = nullptr;
+    if (req->sync_result) {
+      auto result = std::move(*req->sync_result);
+      req->sync_result.reset();
+      if (result) {
+        on_reply(req, std::move(result));
+        return;
+      }
+      unsent_retries.fetch_add(1, std::memory_order_relaxed);
+      request_resolve();
+      retry_later(req, std::move(result.error()));
+    }
+  }
+
+  void retry_later(const RequestPtr& req, Error why) {
+    req->last_error = std::move(why);
+    const Micros now = steady_micros();
+    if (now >= req->deadline || closing.load(std::memory_order_acquire)) {
+      finish(req, std::unexpected(req->last_error));
+      return;
+    }
+    const int shift = std::min(req->retries++, 20);
+    const Micros delay = std::min({options.retry_max, options.retry_min << shift, req->deadline - now});
+    loop->post(static_cast<std::size_t>(req->retries), [this, req] { send(req); }, delay);
+  }
+
+  void on_reply(const RequestPtr& req, Result<Reply> reply) {
+    if (closing.load(std::memory_order_acquire)) {
+      finish(req, std::move(reply));
+      return;
+    }
+    if (!reply) {
+      if (reply.error().code != ErrorCode::timeout) request_resolve();
+      finish(req, std::move(reply));
+      return;
+    }
+    if (reply->is_error()) {
+      const std::string_view code = reply->error_code();
+      if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING") {
+        topology_errors.fetch_add(1, std::memory_order_relaxed);
+        request_resolve();
+        retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis sentinel master: {}", reply->str)});
+        return;
+      }
+    }
+    finish(req, std::move(reply));
+  }
+};
+
+Sentinel::Sentinel(SentinelOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
+
+Sentinel::~Sentinel() = default;
+
+void Sentinel::command(std::span<const std::string_view> argv, ReplyCallback done, Micros timeout) {
+  auto req = std::make_shared<Impl::Request>();
+  req->argv = argv;
+  req->done = std::move(done);
+  req->deadline = steady_micros() + (timeout > 0 ? timeout : impl_->options.master.command_timeout);
+  impl_->send(req);
+}
+
+void Sentinel::resolve() { impl_->request_resolve(); }
+
+std::optional<Endpoint> Sentinel::master() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->master_ep;
+}
+
+bool Sentinel::ready() const { return status() == "ok"; }
+
+std::string Sentinel::status() const {
+  auto conn = impl_->current.load();
+  if (!conn) {
+    std::lock_guard lock(impl_->mu);
+    return fmt::format("master '{}' not resolved: {}", impl_->options.master_name, impl_->last_error);
+  }
+  if (conn->state() != ConnectionState::connected || conn->breaker_state() != CircuitBreaker::State::closed) {
+    return conn->status();
+  }
+  return "ok";
+}
+
+Sentinel::Stats Sentinel::stats() const noexcept {
+  const auto& i = *impl_;
+  auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return Stats{r(i.resolutions), r(i.switches), r(i.topology_errors), r(i.unsent_retries)};
+}
+
+}  // namespace ratekeeper::redis

@@ -1,0 +1,59 @@
+#include "ratekeeper/store/redis_sentinel_store.hpp"
+
+#include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/redis/circuit_breaker.hpp"
+#include "ratekeeper/redis/url.hpp"
+#include "script_call.hpp"
+
+namespace ratekeeper::store {
+
+RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& options, const redis::Url& url) {
+  RedisSentinelStoreOptions out;
+  auto& s = out.sentinel;
+  s.sentinels = url.endpoints;
+  s.master_name = url.master;
+  s.master.credentials = url.credentials;
+  s.master.db = url.db;
+  s.master.connect_timeout = options.connect_timeout;
+  s.master.command_timeout = options.command_timeout;
+  s.master.reconnect_min = options.reconnect_min;
+  s.master.reconnect_max = options.reconnect_max;
+  s.master.breaker.failures = options.breaker_failures;
+  s.master.breaker.open_for = options.breaker_open_for;
+  s.sentinel = s.master;
+  s.sentinel.credentials = {};
+  s.sentinel.db = 0;
+  s.io_threads = std::max(1, options.io_threads);
+  return out;
+}
+
+RedisSentinelStore::RedisSentinelStore(RedisSentinelStoreOptions options)
+    : options_(std::move(options)), sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {}
+
+RedisSentinelStore::~RedisSentinelStore() = default;
+
+void RedisSentinelStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
+  if (items.empty()) {
+    done(CheckOutcome{algorithms::combine({}), {}});
+    return;
+  }
+  if (auto ok = detail::validate_check(items, now); !ok) {
+    done(std::unexpected(ok.error()));
+    return;
+  }
+  const Micros deadline = redis::steady_micros() + options_.sentinel.master.command_timeout;
+  auto call = std::make_shared<detail::ScriptCall>(std::move(items), now);
+  detail::run_script(
+      std::move(call), deadline,
+      [this](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
+        sentinel_->command(argv, std::move(cb), timeout);
+      },
+      std::move(done), &noscript_reloads_);
+}
+
+StoreHealth RedisSentinelStore::health() const {
+  auto status = sentinel_->status();
+  return {status == "ok", std::move(status)};
+}
+
+}  // namespace ratekeeper::store

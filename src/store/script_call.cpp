@@ -1,0 +1,198 @@
+#include "script_call.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <charconv>
+
+#include "../redis/sha1.hpp"
+#include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/redis/circuit_breaker.hpp"
+#include "ratekeeper/store/lua_scripts.hpp"
+
+namespace ratekeeper::store::detail {
+namespace {
+
+constexpr std::size_t kDecisionFields = 5;
+constexpr std::size_t kNumberChars = 24;
+
+std::string_view append_number(std::string& buf, std::int64_t v) {
+  char tmp[kNumberChars];
+  auto [end, ec] = std::to_chars(tmp, tmp + sizeof tmp, v);
+  (void)ec;
+  const std::size_t start = buf.size();
+  buf.append(tmp, end);
+  return std::string_view(buf).substr(start);
+}
+
+Result<Decision> to_decision(const redis::Reply* fields) {
+  for (std::size_t i = 0; i < kDecisionFields; ++i) {
+    if (!fields[i].is_integer()) {
+      return make_error(ErrorCode::protocol,
+                        fmt::format("script reply field {} is not an integer: {}", i, fields[i].to_string()));
+    }
+  }
+  Decision d;
+  d.allowed = fields[0].integer == 1;
+  d.limit = fields[1].integer;
+  d.remaining = fields[2].integer;
+  d.retry_after = fields[3].integer;
+  d.reset_after = fields[4].integer;
+  return d;
+}
+
+std::vector<EmbeddedScript> load_scripts() {
+  std::vector<EmbeddedScript> out;
+  for (std::string_view name :
+       {"token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "multi"}) {
+    if (auto source = lua_script(name)) out.push_back({name, *source, redis::detail::sha1_hex(*source)});
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micros> now) {
+  if (now && *now < 0) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", *now));
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto& item = items[i];
+    if (auto ok = algorithms::Limit::make(item.limit.algorithm, item.limit.capacity, item.limit.period); !ok) {
+      return std::unexpected(ok.error());
+    }
+    if (auto ok = algorithms::validate_cost(item.limit, item.cost); !ok) return std::unexpected(ok.error());
+    for (std::size_t j = 0; j < i; ++j) {
+      if (items[j].key == item.key) {
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("key '{}' appears twice in one check", item.key));
+      }
+    }
+  }
+  return {};
+}
+
+const EmbeddedScript* script_for(std::span<const CheckItem> items) noexcept {
+  static const std::vector<EmbeddedScript> scripts = load_scripts();
+  const std::string_view name = items.size() == 1 ? algorithms::to_string(items[0].limit.algorithm) : "multi";
+  for (const auto& s : scripts) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+ScriptCall::ScriptCall(std::vector<CheckItem> items, std::optional<Micros> now)
+    : items_(std::move(items)), now_(now) {}
+
+Result<std::span<const std::string_view>> ScriptCall::argv(bool eval) {
+  const EmbeddedScript* s = script_for(items_);
+  if (s == nullptr) {
+    return make_error(ErrorCode::protocol, fmt::format("lua script for {} item(s) is not embedded", items_.size()));
+  }
+  evaluated_ = evaluated_ || eval;
+  // EVALSHA sha numkeys keys... args... (single.lua: capacity period cost now; multi.lua:
+  // now, then algorithm capacity period cost per key).
+  const std::size_t n = items_.size();
+  numbers_.clear();
+  numbers_.reserve((2 + 4 * n) * kNumberChars);  // no reallocation: views stay valid
+  argv_.clear();
+  argv_.reserve(3 + n + 1 + 4 * n);
+  argv_.push_back(eval ? std::string_view("EVAL") : std::string_view("EVALSHA"));
+  argv_.push_back(eval ? s->source : std::string_view(s->sha));
+  argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(n)));
+  for (const auto& item : items_) argv_.push_back(item.key);
+  const std::int64_t now = now_ ? *now_ : -1;
+  if (n == 1) {
+    const auto& item = items_[0];
+    argv_.push_back(append_number(numbers_, item.limit.capacity));
+    argv_.push_back(append_number(numbers_, item.limit.period));
+    argv_.push_back(append_number(numbers_, item.cost));
+    argv_.push_back(append_number(numbers_, now));
+  } else {
+    argv_.push_back(append_number(numbers_, now));
+    for (const auto& item : items_) {
+      argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(item.limit.algorithm)));
+      argv_.push_back(append_number(numbers_, item.limit.capacity));
+      argv_.push_back(append_number(numbers_, item.limit.period));
+      argv_.push_back(append_number(numbers_, item.cost));
+    }
+  }
+  return std::span<const std::string_view>(argv_);
+}
+
+bool is_noscript(const Result<redis::Reply>& reply) noexcept {
+  return reply && reply->is_error() && reply->error_code() == "NOSCRIPT";
+}
+
+Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items) {
+  if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
+  const std::size_t expected = items == 1 ? kDecisionFields : kDecisionFields * (items + 1);
+  if (!reply.is_array() || reply.elements.size() != expected) {
+    return make_error(ErrorCode::protocol,
+                      fmt::format("script reply: expected {} integers, got {}", expected, reply.to_string()));
+  }
+  CheckOutcome out;
+  auto combined = to_decision(reply.elements.data());
+  if (!combined) return std::unexpected(combined.error());
+  out.decision = *combined;
+  if (items == 1) {
+    out.items.push_back(out.decision);
+    return out;
+  }
+  out.items.reserve(items);
+  for (std::size_t i = 0; i < items; ++i) {
+    auto d = to_decision(reply.elements.data() + kDecisionFields * (i + 1));
+    if (!d) return std::unexpected(d.error());
+    out.items.push_back(*d);
+  }
+  return out;
+}
+
+}  // namespace ratekeeper::store::detail
+
+namespace ratekeeper::store::detail {
+namespace {
+
+struct ScriptRun {
+  std::shared_ptr<ScriptCall> call;
+  Micros deadline = 0;
+  ScriptSender send;
+  CheckCallback done;
+  std::atomic<std::uint64_t>* noscript_reloads = nullptr;
+};
+
+void run_step(std::shared_ptr<ScriptRun> run, bool eval) {
+  auto argv = run->call->argv(eval);
+  if (!argv) {
+    auto done = std::move(run->done);
+    done(std::unexpected(argv.error()));
+    return;
+  }
+  const Micros left = std::max<Micros>(1, run->deadline - redis::steady_micros());
+  // The sender keeps `run` (and so the argument vector) alive until it answers.
+  auto& send = run->send;
+  send(*argv, left, [run](Result<redis::Reply> reply) {
+    if (is_noscript(reply) && !run->call->evaluated()) {
+      if (run->noscript_reloads != nullptr) run->noscript_reloads->fetch_add(1, std::memory_order_relaxed);
+      run_step(run, true);
+      return;
+    }
+    auto done = std::move(run->done);
+    if (!reply) {
+      done(std::unexpected(std::move(reply.error())));
+      return;
+    }
+    done(parse_outcome(*reply, run->call->items().size()));
+  });
+}
+
+}  // namespace
+
+void run_script(std::shared_ptr<ScriptCall> call, Micros deadline, ScriptSender send, CheckCallback done,
+                std::atomic<std::uint64_t>* noscript_reloads) {
+  auto run = std::make_shared<ScriptRun>(ScriptRun{std::move(call), deadline, std::move(send), std::move(done),
+                                                   noscript_reloads});
+  run_step(std::move(run), false);
+}
+
+}  // namespace ratekeeper::store::detail

@@ -1,0 +1,85 @@
+#pragma once
+// One call of the embedded Lua scripts (lua/*.lua) over a batch of check items: argument
+// checks shared by every Redis store, the EVALSHA/EVAL argument vector of the calling
+// convention documented in lua/single.lua and lua/multi.lua, and the parsing of the reply.
+// Internal to the store layer; used by the cluster and sentinel stores. Not thread-safe
+// (one ScriptCall belongs to one check at a time).
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/redis/connection.hpp"
+#include "ratekeeper/redis/reply.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store::detail {
+
+// The checks MemoryStore applies before touching state: now >= 0, each limit valid, each
+// cost within its limit, no key twice.
+Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micros> now);
+
+// An embedded script with the SHA1 Redis knows it by.
+struct EmbeddedScript {
+  std::string_view name;
+  std::string_view source;
+  std::string sha;
+};
+
+// The script that serves `items`: the algorithm's own script for one item, "multi" otherwise.
+// nullptr when it is not embedded.
+const EmbeddedScript* script_for(std::span<const CheckItem> items) noexcept;
+
+// The argument vector of one script call. The views point into `items` (which must outlive
+// the call and not move) and into this object's own buffer.
+class ScriptCall {
+ public:
+  ScriptCall(std::vector<CheckItem> items, std::optional<Micros> now);
+
+  // Builds EVALSHA (or EVAL with the source, after NOSCRIPT). Errors: protocol when the
+  // script is not embedded.
+  Result<std::span<const std::string_view>> argv(bool eval);
+
+  const std::vector<CheckItem>& items() const noexcept { return items_; }
+  std::vector<CheckItem>& items() noexcept { return items_; }
+
+  // True once EVAL was used: a second NOSCRIPT is an error.
+  bool evaluated() const noexcept { return evaluated_; }
+
+ private:
+  std::vector<CheckItem> items_;
+  std::optional<Micros> now_;
+  std::string numbers_;
+  std::vector<std::string_view> argv_;
+  bool evaluated_ = false;
+};
+
+// True when the reply says the server does not know the script (EVALSHA → EVAL).
+bool is_noscript(const Result<redis::Reply>& reply) noexcept;
+
+// A script reply for `items` items → decisions. An error reply is ErrorCode::reply.
+Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items);
+
+}  // namespace ratekeeper::store::detail
+
+namespace ratekeeper::store::detail {
+
+// Sends one command to wherever the store's topology says (a cluster slot's master, the
+// sentinel-resolved master) with the given deadline in microseconds from now.
+using ScriptSender =
+    std::function<void(std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback done)>;
+
+// Runs `call` through `send`: EVALSHA, and after NOSCRIPT (a node that restarted, a promoted
+// replica, SCRIPT FLUSH) EVAL with the source once, which also loads it on that node. The
+// deadline is absolute on the steady clock. `done` is called exactly once.
+void run_script(std::shared_ptr<ScriptCall> call, Micros deadline, ScriptSender send, CheckCallback done,
+                std::atomic<std::uint64_t>* noscript_reloads);
+
+}  // namespace ratekeeper::store::detail
