@@ -32,7 +32,9 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
     return "ip:" + ip->to_string();
   };
   auto header_identity = [&](std::string_view value) -> Result<std::string> {
-    const std::string_view prefix = rule.identity.prefix.empty() ? "user" : rule.identity.prefix;
+    const std::string_view prefix = rule.identity.prefix.empty()
+                                        ? std::string_view("user")
+                                        : std::string_view(rule.identity.prefix);
     if (value.empty()) {
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("{} must not be empty", rule.identity.header));

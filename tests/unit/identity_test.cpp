@@ -1,0 +1,145 @@
+// Client identities: IP normalisation, trusted proxies, X-Forwarded-For, API key hashing.
+
+#include <gtest/gtest.h>
+
+#include "ratekeeper/limiter/identity.hpp"
+
+namespace ratekeeper::limiter {
+namespace {
+
+std::string norm(std::string_view text) {
+  auto r = normalize_ip(text);
+  return r ? *r : "<invalid>";
+}
+
+TEST(NormalizeIp, Ipv4StaysDottedQuad) {
+  EXPECT_EQ(norm("192.0.2.7"), "192.0.2.7");
+  EXPECT_EQ(norm(" 192.0.2.7 "), "192.0.2.7");
+  EXPECT_EQ(norm("192.0.2.7:8080"), "192.0.2.7");
+}
+
+TEST(NormalizeIp, Ipv6BecomesRfc5952CanonicalForm) {
+  EXPECT_EQ(norm("2001:DB8:0:0:0:0:0:1"), "2001:db8::1");
+  EXPECT_EQ(norm("2001:0db8:0000:0000:0001:0000:0000:0001"), "2001:db8::1:0:0:1");
+  EXPECT_EQ(norm("2001:db8:0:1:1:1:1:1"), "2001:db8:0:1:1:1:1:1");  // one zero group: not compressed
+  EXPECT_EQ(norm("0:0:0:0:0:0:0:1"), "::1");
+  EXPECT_EQ(norm("::"), "::");
+  EXPECT_EQ(norm("2001:db8:0:0:1:0:0:0"), "2001:db8:0:0:1::");  // longest run wins
+}
+
+TEST(NormalizeIp, SameAddressSpelledDifferentlyGivesOneIdentity) {
+  EXPECT_EQ(norm("2001:db8::1"), norm("2001:0DB8:0:0::0001"));
+  EXPECT_EQ(norm("[2001:db8::1]:443"), "2001:db8::1");
+  EXPECT_EQ(norm("[2001:db8::1]"), "2001:db8::1");
+  EXPECT_EQ(norm("fe80::1%eth0"), "fe80::1");
+}
+
+TEST(NormalizeIp, Ipv4MappedIpv6BecomesIpv4) {
+  EXPECT_EQ(norm("::ffff:192.0.2.7"), "192.0.2.7");
+  EXPECT_EQ(norm("::FFFF:c000:0207"), "192.0.2.7");
+  EXPECT_EQ(norm("[::ffff:192.0.2.7]:80"), "192.0.2.7");
+}
+
+TEST(NormalizeIp, RejectsWhatIsNotAnAddress) {
+  for (auto bad : {"", "unknown", "192.0.2", "192.0.2.256", "1.2.3.4:http", "2001:db8::g",
+                   "[2001:db8::1", "[::1]x", "192.0.2.7 , 10.0.0.1", "::1::2"}) {
+    EXPECT_FALSE(normalize_ip(bad)) << bad;
+  }
+}
+
+TEST(Cidr, ContainsIpv4AndIpv6Blocks) {
+  auto v4 = Cidr::parse("10.0.0.0/8");
+  ASSERT_TRUE(v4);
+  EXPECT_TRUE(v4->contains(*parse_ip("10.255.1.2")));
+  EXPECT_FALSE(v4->contains(*parse_ip("11.0.0.1")));
+  EXPECT_FALSE(v4->contains(*parse_ip("::a00:1")));
+
+  auto v6 = Cidr::parse("2001:db8::/32");
+  ASSERT_TRUE(v6);
+  EXPECT_TRUE(v6->contains(*parse_ip("2001:db8:ffff::1")));
+  EXPECT_FALSE(v6->contains(*parse_ip("2001:db9::1")));
+
+  auto odd = Cidr::parse("192.168.1.130/25");  // host bits are ignored
+  ASSERT_TRUE(odd);
+  EXPECT_TRUE(odd->contains(*parse_ip("192.168.1.200")));
+  EXPECT_FALSE(odd->contains(*parse_ip("192.168.1.100")));
+
+  auto single = Cidr::parse("192.0.2.1");
+  ASSERT_TRUE(single);
+  EXPECT_EQ(single->prefix_len, 32);
+  EXPECT_TRUE(single->contains(*parse_ip("::ffff:192.0.2.1")));
+  EXPECT_FALSE(single->contains(*parse_ip("192.0.2.2")));
+
+  auto mapped = Cidr::parse("::ffff:10.0.0.0/104");
+  ASSERT_TRUE(mapped);
+  EXPECT_TRUE(mapped->contains(*parse_ip("10.1.2.3")));
+}
+
+TEST(Cidr, RejectsBadBlocks) {
+  for (auto bad : {"10.0.0.0/33", "2001:db8::/129", "10.0.0.0/x", "nope/8", "10.0.0.0/"}) {
+    EXPECT_FALSE(Cidr::parse(bad)) << bad;
+  }
+}
+
+class ClientIp : public ::testing::Test {
+ protected:
+  TrustedProxies proxies = *TrustedProxies::parse({"10.0.0.0/8", "2001:db8:ffff::/48"});
+
+  std::string client(std::string_view peer, std::string_view xff) {
+    auto ip = client_ip(peer, xff, proxies);
+    return ip ? ip->to_string() : "<error>";
+  }
+};
+
+TEST_F(ClientIp, UntrustedPeerIgnoresForwardedFor) {
+  EXPECT_EQ(client("203.0.113.9", "198.51.100.1"), "203.0.113.9");
+  EXPECT_EQ(client("203.0.113.9", ""), "203.0.113.9");
+}
+
+TEST_F(ClientIp, TrustedPeerUsesRightmostUntrustedHop) {
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1"), "198.51.100.1");
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1, 10.0.0.5"), "198.51.100.1");
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1,10.0.0.7, 10.0.0.5"), "198.51.100.1");
+}
+
+TEST_F(ClientIp, ClientBehindTrustedProxyCannotSpoofByPrependingEntries) {
+  // The client sent "X-Forwarded-For: 1.1.1.1, 10.9.9.9"; the proxy appended the real peer.
+  EXPECT_EQ(client("10.0.0.2", "1.1.1.1, 10.9.9.9, 203.0.113.50"), "203.0.113.50");
+  EXPECT_EQ(client("10.0.0.2", "1.1.1.1, 203.0.113.50"), "203.0.113.50");
+}
+
+TEST_F(ClientIp, AllHopsTrustedGivesLeftmost) {
+  EXPECT_EQ(client("10.0.0.2", "10.0.0.9, 10.0.0.5"), "10.0.0.9");
+  EXPECT_EQ(client("10.0.0.2", ""), "10.0.0.2");
+}
+
+TEST_F(ClientIp, GarbageEntryStopsAtTheHopThatReportedIt) {
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1, not-an-ip"), "10.0.0.2");
+  EXPECT_EQ(client("10.0.0.2", "not-an-ip, 10.0.0.5"), "10.0.0.5");
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1, , 10.0.0.5"), "198.51.100.1");  // empty entries skipped
+}
+
+TEST_F(ClientIp, Ipv6ProxiesAndClientsAreNormalised) {
+  EXPECT_EQ(client("2001:db8:ffff::1", "2001:DB8:0::7, 2001:db8:ffff::2"), "2001:db8::7");
+  EXPECT_EQ(client("::ffff:10.0.0.2", "[2001:db8::9]:5555"), "2001:db8::9");
+  EXPECT_EQ(client("10.0.0.2", "::ffff:198.51.100.1"), "198.51.100.1");
+  EXPECT_EQ(client("2001:db8:1::1", "198.51.100.1"), "2001:db8:1::1");  // not a trusted v6 block
+}
+
+TEST_F(ClientIp, BadPeerIsAnError) {
+  auto r = client_ip("garbage", "", proxies);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+}
+
+TEST(ApiKeyIdentity, IsStableHashedAndNeverContainsTheSecret) {
+  const auto a = api_key_identity("sk_live_secret_123");
+  EXPECT_EQ(a, api_key_identity("sk_live_secret_123"));
+  EXPECT_NE(a, api_key_identity("sk_live_secret_124"));
+  EXPECT_TRUE(a.starts_with("key:"));
+  EXPECT_EQ(a.size(), 4u + 16u);
+  EXPECT_EQ(a.find("secret"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ratekeeper::limiter

@@ -1,0 +1,392 @@
+// The Limiter over a MemoryStore with a manual clock: multi-rule and multi-limit
+// all-or-nothing, shadow rules, tiers, per-endpoint buckets, failure policies, decision API.
+
+#include <gtest/gtest.h>
+
+#include "ratekeeper/limiter/keys.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+
+namespace ratekeeper::limiter {
+namespace {
+
+using algorithms::Algorithm;
+using algorithms::Limit;
+
+constexpr Micros kStart = 1'700'000'000LL * kMicrosPerSecond;
+
+Limit bucket(double capacity, double per_second) { return *Limit::token_bucket(capacity, per_second); }
+
+Rule ip_rule(std::string name, Policy limits) {
+  Rule r;
+  r.name = std::move(name);
+  r.limits = std::move(limits);
+  return r;
+}
+
+// A store that cannot answer: what a dead Redis looks like to the limiter.
+class FailingStore final : public store::Store {
+ public:
+  void check(std::vector<store::CheckItem>, std::optional<Micros>, store::CheckCallback done) override {
+    ++calls;
+    done(make_error(ErrorCode::unavailable, "connection refused"));
+  }
+  std::string_view kind() const noexcept override { return "failing"; }
+  store::StoreHealth health() const override { return {false, "connection refused"}; }
+  int calls = 0;
+};
+
+class LimiterTest : public ::testing::Test {
+ protected:
+  ManualClock clock{kStart};
+  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
+  std::vector<std::string> log_lines;
+
+  LimiterConfig config(std::vector<Rule> rules) {
+    LimiterConfig c;
+    c.rules = std::move(rules);
+    c.decision_log.sink = [this](std::string_view line) { log_lines.emplace_back(line); };
+    c.decision_log.clock = &clock;
+    return c;
+  }
+
+  static Application app(const Limiter& l, std::string_view rule, std::string identity) {
+    Application a;
+    a.rule = l.find_rule(rule);
+    a.identity = std::move(identity);
+    return a;
+  }
+
+  // The remaining units of a key without consuming (cost 0 peeks).
+  std::int64_t remaining(const std::string& key, const Limit& limit) {
+    auto d = store.check_one(key, limit, 0);
+    EXPECT_TRUE(d);
+    return d ? d->remaining : -1;
+  }
+};
+
+TEST_F(LimiterTest, MatchesRulesByMethodAndPathInConfigOrder) {
+  Rule exact = ip_rule("exact", {{"", bucket(10, 1)}});
+  exact.match.path = "/api/data";
+  exact.match.methods = {"GET"};
+  Rule prefix = ip_rule("prefix", {{"", bucket(10, 1)}});
+  prefix.match.path_prefix = "/api/";
+  Rule login = ip_rule("login", {{"", bucket(10, 1)}});
+  login.match.path = "/auth/login";
+  login.match.methods = {"POST"};
+  Limiter l(config({exact, prefix, login}), store);
+
+  auto names = [&](std::string_view m, std::string_view p) {
+    std::vector<std::string> out;
+    for (const Rule* r : l.match(m, p)) out.push_back(r->name);
+    return out;
+  };
+  EXPECT_EQ(names("GET", "/api/data"), (std::vector<std::string>{"exact", "prefix"}));
+  EXPECT_EQ(names("POST", "/api/data"), (std::vector<std::string>{"prefix"}));
+  EXPECT_EQ(names("GET", "/api/data/x"), (std::vector<std::string>{"prefix"}));
+  EXPECT_EQ(names("POST", "/auth/login"), (std::vector<std::string>{"login"}));
+  EXPECT_TRUE(names("GET", "/auth/login").empty());
+  EXPECT_TRUE(names("GET", "/apix").empty());
+}
+
+TEST_F(LimiterTest, RequestDeniedByRuleBConsumesNothingFromRuleA) {
+  Limiter l(config({ip_rule("a", {{"", bucket(10, 1)}}), ip_rule("b", {{"", bucket(1, 0.001)}})}),
+            store);
+  auto both = [&] {
+    return l.evaluate_sync({app(l, "a", "ip:192.0.2.7"), app(l, "b", "ip:192.0.2.7")});
+  };
+  auto first = both();
+  ASSERT_TRUE(first);
+  EXPECT_TRUE(first->allowed);
+  const auto key_a = *make_key("ratelimit", "ip:192.0.2.7", "a");
+  EXPECT_EQ(remaining(key_a, bucket(10, 1)), 9);
+
+  for (int i = 0; i < 5; ++i) {
+    auto denied = both();
+    ASSERT_TRUE(denied);
+    EXPECT_FALSE(denied->allowed);
+    ASSERT_EQ(denied->rules.size(), 2u);
+    EXPECT_TRUE(denied->rules[0].decision.allowed);   // a alone would admit
+    EXPECT_FALSE(denied->rules[1].decision.allowed);  // b denies
+  }
+  EXPECT_EQ(remaining(key_a, bucket(10, 1)), 9);  // nothing consumed from a by the denials
+  EXPECT_EQ(l.metrics().decisions(1, Outcome::denied), 5u);
+}
+
+TEST_F(LimiterTest, MultiLimitPolicyUsesOneKeyPerLimitInOneHashTag) {
+  Limiter l(config({ip_rule("api", {{"burst", bucket(2, 10)},
+                                    {"hourly", *Limit::window(Algorithm::sliding_window_counter, 3,
+                                                              3600 * kMicrosPerSecond)}})}),
+            store);
+  auto ev = l.evaluate_sync({app(l, "api", "ip:192.0.2.7")});
+  ASSERT_TRUE(ev);
+  ASSERT_EQ(ev->rules[0].limits.size(), 2u);
+  EXPECT_EQ(ev->rules[0].limits[0].key, "ratelimit:{ip:192.0.2.7}:api:burst");
+  EXPECT_EQ(ev->rules[0].limits[1].key, "ratelimit:{ip:192.0.2.7}:api:hourly");
+  EXPECT_EQ(ev->rules[0].limits[0].policy_name, "api.burst");
+}
+
+TEST_F(LimiterTest, MultiLimitPolicyIsAllOrNothing) {
+  const auto hourly = *Limit::window(Algorithm::sliding_window_counter, 3, 3600 * kMicrosPerSecond);
+  Limiter l(config({ip_rule("api", {{"burst", bucket(2, 10)}, {"hourly", hourly}})}), store);
+  auto once = [&] { return l.evaluate_sync({app(l, "api", "user:1")}); };
+  EXPECT_TRUE(once()->allowed);
+  EXPECT_TRUE(once()->allowed);
+  auto burst_denied = once();  // the burst bucket is empty; the hourly window must not count it
+  EXPECT_FALSE(burst_denied->allowed);
+  EXPECT_EQ(remaining("ratelimit:{user:1}:api:hourly", hourly), 1);
+  clock.advance(kMicrosPerSecond);
+  EXPECT_TRUE(once()->allowed);  // third unit of the hour
+  clock.advance(kMicrosPerSecond);
+  auto hourly_denied = once();
+  EXPECT_FALSE(hourly_denied->allowed);
+  EXPECT_EQ(remaining("ratelimit:{user:1}:api:burst", bucket(2, 10)), 2);  // burst not consumed
+  EXPECT_GT(hourly_denied->decision.retry_after, 1000 * kMicrosPerSecond);  // the hour decides
+}
+
+TEST_F(LimiterTest, ShadowRuleNeverRejectsButCountsAndLogs) {
+  Rule shadow = ip_rule("shadow", {{"", bucket(1, 0.001)}});
+  shadow.shadow = true;
+  Limiter l(config({ip_rule("real", {{"", bucket(100, 1)}}), shadow}), store);
+  for (int i = 0; i < 4; ++i) {
+    auto ev = l.evaluate_sync({app(l, "real", "ip:192.0.2.7"), app(l, "shadow", "ip:192.0.2.7")});
+    ASSERT_TRUE(ev);
+    EXPECT_TRUE(ev->allowed);
+    ASSERT_EQ(ev->rules.size(), 1u);  // headers come from enforcing rules only
+  }
+  EXPECT_EQ(l.metrics().decisions(1, Outcome::allowed), 1u);
+  EXPECT_EQ(l.metrics().decisions(1, Outcome::shadow_denied), 3u);
+  EXPECT_EQ(l.metrics().decisions(0, Outcome::allowed), 4u);
+  int shadow_lines = 0;
+  for (const auto& line : log_lines) {
+    if (line.find("\"shadow\":true") != std::string::npos) ++shadow_lines;
+  }
+  EXPECT_EQ(shadow_lines, 3);
+}
+
+TEST_F(LimiterTest, ShadowDenialDoesNotBlockRealRules) {
+  Rule shadow = ip_rule("shadow", {{"", bucket(1, 0.001)}});
+  shadow.shadow = true;
+  Limiter l(config({ip_rule("real", {{"", bucket(3, 0.001)}}), shadow}), store);
+  int allowed = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto ev = l.evaluate_sync({app(l, "real", "ip:1.2.3.4"), app(l, "shadow", "ip:1.2.3.4")});
+    allowed += ev->allowed ? 1 : 0;
+  }
+  EXPECT_EQ(allowed, 3);  // exactly the real rule's capacity
+}
+
+TEST_F(LimiterTest, CheckApiAnswersShadowRulesAllowed) {
+  Rule shadow = ip_rule("shadow", {{"", bucket(1, 0.001)}});
+  shadow.shadow = true;
+  Limiter l(config({shadow}), store);
+  ASSERT_TRUE(l.check_sync("shadow", "ip:1.2.3.4", 1)->decision.allowed);
+  auto v = l.check_sync("shadow", "ip:1.2.3.4", 1);
+  ASSERT_TRUE(v);
+  EXPECT_TRUE(v->decision.allowed);
+  EXPECT_EQ(l.metrics().decisions(0, Outcome::shadow_denied), 1u);
+}
+
+TEST_F(LimiterTest, CheckApiReportsExactRetryAndResetTimes) {
+  Limiter l(config({ip_rule("api", {{"", bucket(2, 0.5)}})}), store);  // one token every 2 s
+  auto a = l.check_sync("api", "user:7", 1);
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->decision.allowed);
+  EXPECT_EQ(a->decision.limit, 2);
+  EXPECT_EQ(a->decision.remaining, 1);
+  EXPECT_EQ(a->decision.reset_after, 2 * kMicrosPerSecond);
+  ASSERT_TRUE(l.check_sync("api", "user:7", 1)->decision.allowed);
+  clock.advance(500 * kMicrosPerMilli);
+  auto d = l.check_sync("api", "user:7", 1);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->decision.allowed);
+  EXPECT_EQ(d->decision.retry_after, 1500 * kMicrosPerMilli);
+  EXPECT_FALSE(d->by_failure_policy);
+}
+
+TEST_F(LimiterTest, CheckApiRejectsUnknownRuleAndBadCosts) {
+  Limiter l(config({ip_rule("api", {{"", bucket(5, 1)}})}), store);
+  auto unknown = l.check_sync("nope", "user:1", 1);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(unknown.error().message.find("nope"), std::string::npos);
+
+  auto negative = l.check_sync("api", "user:1", -1);
+  ASSERT_FALSE(negative);
+  EXPECT_EQ(negative.error().code, ErrorCode::invalid_argument);
+
+  auto too_big = l.check_sync("api", "user:1", 6);
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(too_big.error().code, ErrorCode::invalid_argument);
+
+  auto empty_identity = l.check_sync("api", "", 1);
+  ASSERT_FALSE(empty_identity);
+  EXPECT_EQ(empty_identity.error().code, ErrorCode::invalid_argument);
+
+  auto peek = l.check_sync("api", "user:1", 0);  // cost 0 peeks
+  ASSERT_TRUE(peek);
+  EXPECT_EQ(peek->decision.remaining, 5);
+}
+
+TEST_F(LimiterTest, TieredRuleUsesTierLimitsAndUnknownTierFallsBackToDefault) {
+  Rule search;
+  search.name = "search";
+  search.tiered = true;
+  auto c = config({search});
+  c.tiers.users = {{"alice", "pro"}};
+  Limiter l(std::move(c), store);
+
+  auto free_user = l.check_sync("search", "user:bob", 1);
+  ASSERT_TRUE(free_user);
+  EXPECT_EQ(free_user->decision.limit, 60);
+  auto pro = l.check_sync("search", "user:alice", 1);
+  EXPECT_EQ(pro->decision.limit, 600);
+  auto enterprise = l.check_sync("search", "user:carol", 1, "enterprise");
+  EXPECT_EQ(enterprise->decision.limit, 6000);
+  auto unknown = l.check_sync("search", "user:dave", 1, "platinum");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->decision.limit, 60);
+
+  auto ev = l.evaluate_sync({[&] {
+    Application a = app(l, "search", "user:alice");
+    a.tier = "pro";
+    return a;
+  }()});
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->rules[0].tier, "pro");
+  EXPECT_EQ(ev->rules[0].limits[0].key, "ratelimit:{user:alice}:search:pro");
+  EXPECT_EQ(ev->rules[0].limits[0].policy_name, "search.pro");
+}
+
+TEST_F(LimiterTest, FreeTierRefillsOneTokenPerSecond) {
+  Rule search;
+  search.name = "search";
+  search.tiered = true;
+  Limiter l(config({search}), store);
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(l.check_sync("search", "user:x", 1)->decision.allowed);
+  auto denied = l.check_sync("search", "user:x", 1);
+  EXPECT_FALSE(denied->decision.allowed);
+  EXPECT_EQ(denied->decision.retry_after, kMicrosPerSecond);
+  clock.advance(kMicrosPerSecond);
+  EXPECT_TRUE(l.check_sync("search", "user:x", 1)->decision.allowed);
+}
+
+TEST_F(LimiterTest, PerEndpointBucketsAreSeparateSharedBucketsAreNot) {
+  Rule per = ip_rule("per", {{"", bucket(1, 0.001)}});
+  per.bucket = BucketScope::per_endpoint;
+  Rule shared = ip_rule("shared", {{"", bucket(1, 0.001)}});
+  Limiter l(config({per, shared}), store);
+  auto with_path = [&](std::string_view rule, std::string path) {
+    Application a = app(l, rule, "ip:1.2.3.4");
+    a.endpoint = std::move(path);
+    return l.evaluate_sync({a});
+  };
+  auto p1 = with_path("per", "/api/a");
+  EXPECT_TRUE(p1->allowed);
+  EXPECT_EQ(p1->rules[0].limits[0].key, "ratelimit:{ip:1.2.3.4}:per:/api/a");
+  EXPECT_TRUE(with_path("per", "/api/b")->allowed);
+  EXPECT_FALSE(with_path("per", "/api/a")->allowed);
+  EXPECT_TRUE(with_path("shared", "/api/a")->allowed);
+  EXPECT_FALSE(with_path("shared", "/api/b")->allowed);
+}
+
+TEST_F(LimiterTest, IpFallbackUsesItsOwnLimits) {
+  Rule r = ip_rule("api", {{"", bucket(10, 1)}});
+  r.identity.kind = IdentityKind::user_or_ip;
+  r.identity.header = "X-User-ID";
+  r.ip_limits = {{"", bucket(2, 1)}};
+  Limiter l(config({r}), store);
+  EXPECT_EQ(l.check_sync("api", "user:1", 1)->decision.limit, 10);
+  EXPECT_EQ(l.check_sync("api", "ip:192.0.2.1", 1)->decision.limit, 2);
+}
+
+TEST_F(LimiterTest, ConstructorRejectsInvalidRules) {
+  EXPECT_THROW(Limiter(config({ip_rule("a", {})}), store), std::invalid_argument);
+  EXPECT_THROW(Limiter(config({ip_rule("a", {{"", bucket(1, 1)}}), ip_rule("a", {{"", bucket(1, 1)}})}),
+                       store),
+               std::invalid_argument);
+  Rule costly = ip_rule("costly", {{"", bucket(2, 1)}});
+  costly.cost = 3;
+  EXPECT_THROW(Limiter(config({costly}), store), std::invalid_argument);
+  EXPECT_THROW(Limiter(config({ip_rule("bad name", {{"", bucket(1, 1)}})}), store),
+               std::invalid_argument);
+  EXPECT_THROW(Limiter(config({ip_rule("m", {{"x", bucket(1, 1)}, {"x", bucket(2, 1)}})}), store),
+               std::invalid_argument);
+}
+
+class FailurePolicyTest : public LimiterTest {
+ protected:
+  FailingStore failing;
+
+  Rule rule(std::string name, FailureMode mode, Limit limit) {
+    Rule r = ip_rule(std::move(name), {{"", limit}});
+    r.on_store_error = mode;
+    return r;
+  }
+};
+
+TEST_F(FailurePolicyTest, AllowRuleFailsOpenAndIsCounted) {
+  Limiter l(config({rule("open", FailureMode::allow, bucket(5, 1))}), failing, &clock);
+  auto ev = l.evaluate_sync({app(l, "open", "ip:1.2.3.4")});
+  ASSERT_TRUE(ev);
+  EXPECT_TRUE(ev->allowed);
+  EXPECT_TRUE(ev->by_failure_policy);
+  ASSERT_TRUE(ev->store_error);
+  EXPECT_EQ(ev->store_error->code, ErrorCode::unavailable);
+  EXPECT_EQ(l.metrics().decisions(0, Outcome::failure_policy), 1u);
+  EXPECT_EQ(l.metrics().store_errors(ErrorCode::unavailable), 1u);
+}
+
+TEST_F(FailurePolicyTest, DenyRuleFailsClosedWithRetryAfter) {
+  auto c = config({rule("closed", FailureMode::deny, bucket(5, 1))});
+  c.deny_retry_after = 3 * kMicrosPerSecond;
+  Limiter l(std::move(c), failing, &clock);
+  auto v = l.check_sync("closed", "ip:1.2.3.4", 1);
+  ASSERT_TRUE(v);
+  EXPECT_FALSE(v->decision.allowed);
+  EXPECT_TRUE(v->by_failure_policy);
+  EXPECT_EQ(v->decision.retry_after, 3 * kMicrosPerSecond);
+}
+
+TEST_F(FailurePolicyTest, LocalRuleDividesLimitsByInstances) {
+  auto c = config({rule("local", FailureMode::local, bucket(6, 0.001))});
+  c.instances = 3;
+  Limiter l(std::move(c), failing, &clock);
+  int allowed = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto ev = l.evaluate_sync({app(l, "local", "ip:1.2.3.4")});
+    ASSERT_TRUE(ev);
+    EXPECT_TRUE(ev->by_failure_policy);
+    allowed += ev->allowed ? 1 : 0;
+  }
+  EXPECT_EQ(allowed, 2);  // 6 / 3 instances
+}
+
+TEST_F(FailurePolicyTest, DenyingPolicyKeepsLocalRulesFromConsuming) {
+  Limiter l(config({rule("local", FailureMode::local, bucket(2, 0.001)),
+                    rule("closed", FailureMode::deny, bucket(5, 1))}),
+            failing, &clock);
+  for (int i = 0; i < 3; ++i) {
+    auto ev = l.evaluate_sync({app(l, "local", "ip:1.2.3.4"), app(l, "closed", "ip:1.2.3.4")});
+    ASSERT_TRUE(ev);
+    EXPECT_FALSE(ev->allowed);
+  }
+  // The local bucket was only peeked: both units are still there.
+  EXPECT_TRUE(l.evaluate_sync({app(l, "local", "ip:1.2.3.4")})->allowed);
+  EXPECT_TRUE(l.evaluate_sync({app(l, "local", "ip:1.2.3.4")})->allowed);
+  EXPECT_FALSE(l.evaluate_sync({app(l, "local", "ip:1.2.3.4")})->allowed);
+}
+
+TEST_F(FailurePolicyTest, EachRuleAnswersWithItsOwnPolicy) {
+  Limiter l(config({rule("open", FailureMode::allow, bucket(5, 1)),
+                    rule("closed", FailureMode::deny, bucket(5, 1))}),
+            failing, &clock);
+  auto open = l.evaluate_sync({app(l, "open", "ip:1.2.3.4")});
+  EXPECT_TRUE(open->allowed);
+  auto both = l.evaluate_sync({app(l, "open", "ip:1.2.3.4"), app(l, "closed", "ip:1.2.3.4")});
+  EXPECT_FALSE(both->allowed);
+  EXPECT_EQ(failing.calls, 2);  // one store call per request, whatever the number of rules
+}
+
+}  // namespace
+}  // namespace ratekeeper::limiter

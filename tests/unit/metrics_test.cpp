@@ -1,0 +1,214 @@
+// Prometheus exposition of the limiter's metrics, and the rate-limited decision log.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "ratekeeper/http/config.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/limiter/decision_log.hpp"
+#include "ratekeeper/limiter/metrics.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+
+namespace ratekeeper::limiter {
+namespace {
+
+constexpr Micros kStart = 1'700'000'000LL * kMicrosPerSecond;
+
+// The value of one sample line "name{labels} value" in an exposition text; -1 when absent.
+double sample(const std::string& text, const std::string& series) {
+  const auto prefix = series + " ";
+  std::size_t pos = 0;
+  while ((pos = text.find(prefix, pos)) != std::string::npos) {
+    if (pos == 0 || text[pos - 1] == '\n') {
+      return std::stod(text.substr(pos + prefix.size(), text.find('\n', pos) - pos - prefix.size()));
+    }
+    pos += prefix.size();
+  }
+  return -1;
+}
+
+TEST(MetricsTest, RenderedCountersMatchRecordedValues) {
+  Metrics m({"api", "login"});
+  m.record_decision(0, Outcome::allowed);
+  m.record_decision(0, Outcome::allowed);
+  m.record_decision(1, Outcome::denied);
+  m.record_decision(1, Outcome::failure_policy);
+  m.record_near_limit(0);
+  m.record_store_error(ErrorCode::timeout);
+  m.record_store_error(ErrorCode::timeout);
+  m.record_request(RequestOutcome::rejected);
+  const auto text = m.render({true, "ok"}, "memory");
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 2);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 0);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="denied"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="failure_policy"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_near_limit_total{rule="api"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_errors_total{kind="timeout"})"), 2);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_errors_total{kind="unavailable"})"), 0);
+  EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="rejected"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_ready{kind="memory"})"), 1);
+  EXPECT_NE(text.find("# TYPE ratekeeper_decisions_total counter\n"), std::string::npos);
+  EXPECT_EQ(sample(m.render({false, "breaker open"}, "redis"), R"(ratekeeper_store_ready{kind="redis"})"), 0);
+}
+
+TEST(MetricsTest, LatencyHistogramIsCumulative) {
+  Metrics m({"api"});
+  m.record_store_latency(40);       // ≤ 50 µs
+  m.record_store_latency(700);      // ≤ 1 ms
+  m.record_store_latency(3'000'000);  // above every bucket
+  const auto text = m.render({}, "memory");
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_latency_seconds_bucket{le="5e-05"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_latency_seconds_bucket{le="0.0005"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_latency_seconds_bucket{le="0.001"})"), 2);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_latency_seconds_bucket{le="1"})"), 2);
+  EXPECT_EQ(sample(text, R"(ratekeeper_store_latency_seconds_bucket{le="+Inf"})"), 3);
+  EXPECT_EQ(sample(text, "ratekeeper_store_latency_seconds_count"), 3);
+  EXPECT_NEAR(sample(text, "ratekeeper_store_latency_seconds_sum"), 3.00074, 1e-9);
+}
+
+TEST(MetricsTest, EveryLineIsCommentOrWellFormedSample) {
+  Metrics m({"a\"b"});
+  m.record_decision(0, Outcome::allowed);
+  const auto text = m.render({true, "ok"}, "memory");
+  const std::regex line(R"re(^(# (HELP|TYPE) .*|[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? [0-9.e+-]+)$)re");
+  std::size_t start = 0;
+  ASSERT_EQ(text.back(), '\n');
+  while (start < text.size()) {
+    const auto end = text.find('\n', start);
+    const auto l = text.substr(start, end - start);
+    EXPECT_TRUE(std::regex_match(l, line)) << l;
+    start = end + 1;
+  }
+  EXPECT_NE(text.find(R"(rule="a\"b")"), std::string::npos);
+}
+
+TEST(MetricsTest, MiddlewareDecisionsAreCountedPerRuleAndOutcome) {
+  ManualClock clock{kStart};
+  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 1000, .shards = 2, .clock = &clock}};
+  auto config = http::parse_config(R"(
+logging: {decisions: {enabled: false}}
+rules:
+  - name: api
+    match: {path: /api}
+    limits: [{capacity: 10, refill_rate: 1}]
+  - name: watch
+    match: {path_prefix: /}
+    shadow: true
+    limits: [{capacity: 2, refill_rate: 1}]
+)",
+                                   "m.yaml");
+  Limiter limiter(config.limiter, store);
+  http::Middleware mw(limiter, config);
+  http::RequestView v;
+  v.method = "GET";
+  v.path = "/api";
+  v.peer = "192.0.2.1";
+  int admitted = 0, rejected = 0;
+  for (int i = 0; i < 13; ++i) (mw.handle_sync(v).admitted ? admitted : rejected)++;
+  EXPECT_EQ(admitted, 10);
+  EXPECT_EQ(rejected, 3);
+  const auto text = limiter.metrics_text();
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 10);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 3);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="watch",outcome="allowed"})"), 2);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="watch",outcome="shadow_denied"})"), 11);
+  // remaining 0 after the 10th admission: below 10% of 10 once (remaining 0 < 1).
+  EXPECT_EQ(sample(text, R"(ratekeeper_near_limit_total{rule="api"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="admitted"})"), 10);
+  EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="rejected"})"), 3);
+  EXPECT_EQ(sample(text, "ratekeeper_store_latency_seconds_count"), 26);  // 13 real + 13 shadow
+}
+
+class DecisionLogTest : public ::testing::Test {
+ protected:
+  ManualClock clock{kStart};
+  std::vector<std::string> lines;
+
+  DecisionLogOptions options(double per_second, double burst, double sample_rate = 0) {
+    DecisionLogOptions o;
+    o.lines_per_second = per_second;
+    o.burst = burst;
+    o.allow_sample_rate = sample_rate;
+    o.clock = &clock;
+    o.sink = [this](std::string_view l) { lines.emplace_back(l); };
+    return o;
+  }
+
+  static DecisionRecord denial() {
+    DecisionRecord r;
+    r.rule = "login";
+    r.identity = "ip:192.0.2.7";
+    r.key = "ratelimit:{ip:192.0.2.7}:login";
+    r.allowed = false;
+    r.limit = 5;
+    r.remaining = 0;
+    r.retry_after_ms = 1234;
+    r.latency_us = 56;
+    return r;
+  }
+};
+
+TEST_F(DecisionLogTest, DenialLineHasEveryField) {
+  DecisionLog log(options(100, 10));
+  EXPECT_EQ(log.record(denial()), DecisionLog::Written::line);
+  ASSERT_EQ(lines.size(), 1u);
+  auto j = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(j["rule"], "login");
+  EXPECT_EQ(j["identity"], "ip:192.0.2.7");
+  EXPECT_EQ(j["key"], "ratelimit:{ip:192.0.2.7}:login");
+  EXPECT_EQ(j["allowed"], false);
+  EXPECT_EQ(j["remaining"], 0);
+  EXPECT_EQ(j["retry_after_ms"], 1234);
+  EXPECT_EQ(j["latency_us"], 56);
+  EXPECT_FALSE(j.contains("suppressed"));
+}
+
+TEST_F(DecisionLogTest, FloodOfDenialsIsRateLimitedAndSuppressedLinesAreCounted) {
+  DecisionLog log(options(10, 5));  // 5 at once, then one line per 100 ms
+  for (int i = 0; i < 1000; ++i) log.record(denial());
+  EXPECT_EQ(lines.size(), 5u);
+  EXPECT_EQ(log.suppressed_total(), 995u);
+  clock.advance(100 * kMicrosPerMilli);
+  EXPECT_EQ(log.record(denial()), DecisionLog::Written::line);
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(nlohmann::json::parse(lines.back())["suppressed"], 995);
+  clock.advance(100 * kMicrosPerMilli);
+  log.record(denial());
+  EXPECT_FALSE(nlohmann::json::parse(lines.back()).contains("suppressed"));  // reported once
+}
+
+TEST_F(DecisionLogTest, AllowsAreSampled) {
+  DecisionRecord allowed = denial();
+  allowed.allowed = true;
+  {
+    DecisionLog none(options(1000, 1000, 0.0));
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(none.record(allowed), DecisionLog::Written::not_sampled);
+  }
+  {
+    DecisionLog all(options(1000, 1000, 1.0));
+    for (int i = 0; i < 100; ++i) all.record(allowed);
+    EXPECT_EQ(lines.size(), 100u);
+  }
+  lines.clear();
+  DecisionLog some(options(1e6, 1e6, 0.5));
+  for (int i = 0; i < 2000; ++i) some.record(allowed);
+  EXPECT_GT(lines.size(), 700u);  // ~1000; bounds leave room for chance
+  EXPECT_LT(lines.size(), 1300u);
+}
+
+TEST_F(DecisionLogTest, ClientControlledStringsStayValidJson) {
+  DecisionRecord r = denial();
+  r.identity = "user:\"quoted\"\n\xff";
+  DecisionLog log(options(100, 10));
+  log.record(r);
+  ASSERT_EQ(lines.size(), 1u);
+  nlohmann::json parsed;
+  EXPECT_NO_THROW(parsed = nlohmann::json::parse(lines[0]));
+  EXPECT_EQ(parsed["identity"].get<std::string>().substr(0, 13), "user:\"quoted\"");
+  EXPECT_EQ(lines[0].find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ratekeeper::limiter

@@ -1,0 +1,357 @@
+// The HTTP middleware without sockets: rule matching, identities (user → IP fallback, proxies),
+// tiers, the 429 answer and the rate limit headers, over a MemoryStore and a manual clock.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ratekeeper/http/config.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+
+namespace ratekeeper::http {
+namespace {
+
+constexpr Micros kStart = 1'700'000'000LL * kMicrosPerSecond;
+
+const char* kYaml = R"(
+trusted_proxies: [10.0.0.0/8, "2001:db8:ffff::/48"]
+headers: {draft: true, legacy: true}
+logging: {decisions: {enabled: false}}
+tiers:
+  header: X-User-Tier
+  trust_header: true
+  users: {alice: pro}
+  levels:
+    free: [{capacity: 60, refill_rate: 1}]
+    pro: [{capacity: 600, refill_rate: 10}]
+rules:
+  - name: api
+    match: {methods: [GET], path: /api/data}
+    limits: [{algorithm: token_bucket, capacity: 100, refill_rate: 10}]
+  - name: profile
+    match: {path: /api/profile}
+    identity: {type: header, header: X-User-ID, default: anonymous}
+    limits: [{capacity: 5, refill_rate: 1}]
+  - name: account
+    match: {path_prefix: /account/}
+    identity: {type: user_or_ip, header: X-User-ID}
+    limits: [{capacity: 5, refill_rate: 1}]
+    ip_limits: [{capacity: 2, refill_rate: 1}]
+  - name: search
+    match: {path: /api/search}
+    identity: {type: header, header: X-User-ID, default: anonymous}
+    tiered: true
+  - name: slow
+    match: {path: /slow}
+    limits: [{capacity: 1, rate: 1/2500ms}]
+  - name: keyed
+    match: {path: /keyed}
+    identity: {type: api_key, header: X-API-Key}
+    limits: [{capacity: 3, refill_rate: 1}]
+)";
+
+struct Request {
+  std::string method = "GET";
+  std::string path = "/api/data";
+  std::string peer = "192.0.2.7";
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  RequestView view() const {
+    RequestView v;
+    v.method = method;
+    v.path = path;
+    v.peer = peer;
+    for (const auto& [n, val] : headers) v.headers.emplace_back(n, val);
+    return v;
+  }
+};
+
+std::string header(const MiddlewareResult& r, std::string_view name) {
+  for (const auto& [n, v] : r.headers) {
+    if (iequals(n, name)) return v;
+  }
+  return "<absent>";
+}
+
+class MiddlewareTest : public ::testing::Test {
+ protected:
+  ManualClock clock{kStart};
+  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
+  Config config = parse_config(kYaml, "middleware_test.yaml");
+  limiter::Limiter limiter{config.limiter, store};
+  Middleware middleware{limiter, config};
+
+  MiddlewareResult send(const Request& r) { return middleware.handle_sync(r.view()); }
+
+  std::string identity(const Request& r) {
+    auto apps = middleware.applications(r.view());
+    if (!apps) return "<error: " + apps.error().message + ">";
+    if (apps->empty()) return "<none>";
+    return apps->front().identity;
+  }
+};
+
+TEST_F(MiddlewareTest, UnmatchedRequestIsAdmittedWithoutHeaders) {
+  Request r;
+  r.path = "/other";
+  auto res = send(r);
+  EXPECT_TRUE(res.admitted);
+  EXPECT_EQ(res.status, 200);
+  EXPECT_TRUE(res.headers.empty());
+  r.path = "/api/data";
+  r.method = "POST";  // the api rule is GET only
+  EXPECT_TRUE(send(r).headers.empty());
+}
+
+TEST_F(MiddlewareTest, AdmittedResponseCarriesDraftAndLegacyHeaders) {
+  auto res = send(Request{});
+  EXPECT_TRUE(res.admitted);
+  EXPECT_EQ(res.status, 200);
+  EXPECT_TRUE(res.body.empty());
+  EXPECT_EQ(header(res, "RateLimit-Policy"), "\"api\";q=100;w=10");
+  EXPECT_EQ(header(res, "RateLimit"), "\"api\";r=99;t=1");
+  EXPECT_EQ(header(res, "X-RateLimit-Limit"), "100");
+  EXPECT_EQ(header(res, "X-RateLimit-Remaining"), "99");
+  EXPECT_EQ(header(res, "X-RateLimit-Reset"), "1");
+  EXPECT_EQ(header(res, "Retry-After"), "<absent>");
+}
+
+TEST_F(MiddlewareTest, LegacyHeadersOnlyWhenSwitchedOn) {
+  auto c = parse_config(kYaml, "x.yaml");
+  c.headers.legacy = false;
+  Middleware m(limiter, c);
+  auto res = m.handle_sync(Request{}.view());
+  EXPECT_EQ(header(res, "X-RateLimit-Limit"), "<absent>");
+  EXPECT_NE(header(res, "RateLimit"), "<absent>");
+}
+
+TEST_F(MiddlewareTest, DenialIs429WithExactBodyAndRetryAfterRoundedUp) {
+  Request r;
+  r.path = "/slow";  // capacity 1, one token every 2.5 s
+  EXPECT_TRUE(send(r).admitted);
+  auto denied = send(r);
+  EXPECT_FALSE(denied.admitted);
+  EXPECT_EQ(denied.status, 429);
+  EXPECT_EQ(denied.body, R"({"error":"Rate limit exceeded","retryAfter":3})");
+  EXPECT_EQ(header(denied, "Retry-After"), "3");
+  EXPECT_EQ(header(denied, "Content-Type"), "application/json");
+  EXPECT_EQ(header(denied, "RateLimit"), "\"slow\";r=0;t=3");
+
+  clock.advance(1200 * kMicrosPerMilli);  // 1.3 s left
+  auto later = send(r);
+  EXPECT_EQ(later.body, R"({"error":"Rate limit exceeded","retryAfter":2})");
+  EXPECT_EQ(header(later, "Retry-After"), "2");
+
+  clock.advance(1299 * kMicrosPerMilli);  // 1 ms left: still a whole second, never 0
+  EXPECT_EQ(header(send(r), "Retry-After"), "1");
+  clock.advance(1 * kMicrosPerMilli);
+  EXPECT_TRUE(send(r).admitted);
+}
+
+TEST_F(MiddlewareTest, PerIpLimitMatchesTheSeedBucket) {
+  int admitted = 0;
+  for (int i = 0; i < 120; ++i) admitted += send(Request{}).admitted ? 1 : 0;
+  EXPECT_EQ(admitted, 100);
+  Request other;
+  other.peer = "192.0.2.8";
+  EXPECT_TRUE(send(other).admitted);  // another client has its own bucket
+  clock.advance(kMicrosPerSecond);
+  admitted = 0;
+  for (int i = 0; i < 20; ++i) admitted += send(Request{}).admitted ? 1 : 0;
+  EXPECT_EQ(admitted, 10);  // 10 tokens per second
+}
+
+TEST_F(MiddlewareTest, HeaderIdentityUsesDefaultWhenAbsent) {
+  Request r;
+  r.path = "/api/profile";
+  EXPECT_EQ(identity(r), "user:anonymous");
+  r.headers = {{"x-user-id", "123"}};  // header names are case-insensitive
+  EXPECT_EQ(identity(r), "user:123");
+}
+
+TEST_F(MiddlewareTest, UserIdentityFallsBackToIpWithItsOwnLimits) {
+  Request user;
+  user.path = "/account/settings";
+  user.headers = {{"X-User-ID", "123"}};
+  EXPECT_EQ(identity(user), "user:123");
+  Request anon;
+  anon.path = "/account/settings";
+  EXPECT_EQ(identity(anon), "ip:192.0.2.7");
+
+  int user_ok = 0, anon_ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    user_ok += send(user).admitted ? 1 : 0;
+    anon_ok += send(anon).admitted ? 1 : 0;
+  }
+  EXPECT_EQ(user_ok, 5);
+  EXPECT_EQ(anon_ok, 2);
+}
+
+TEST_F(MiddlewareTest, ForwardedForHonouredOnlyFromTrustedProxies) {
+  Request direct;
+  direct.headers = {{"X-Forwarded-For", "198.51.100.1"}};
+  EXPECT_EQ(identity(direct), "ip:192.0.2.7");  // an untrusted peer cannot pick its IP
+
+  Request proxied = direct;
+  proxied.peer = "10.1.2.3";
+  EXPECT_EQ(identity(proxied), "ip:198.51.100.1");
+
+  Request spoofed;
+  spoofed.peer = "10.1.2.3";
+  spoofed.headers = {{"X-Forwarded-For", "1.1.1.1, 10.0.0.1"}, {"x-forwarded-for", "203.0.113.5"}};
+  EXPECT_EQ(identity(spoofed), "ip:203.0.113.5");  // every header line, walked from the right
+
+  Request v6;
+  v6.peer = "2001:db8:ffff::10";
+  v6.headers = {{"X-Forwarded-For", "2001:DB8:0:0::0:42"}};
+  EXPECT_EQ(identity(v6), "ip:2001:db8::42");
+
+  Request mapped;
+  mapped.peer = "::ffff:192.0.2.7";
+  EXPECT_EQ(identity(mapped), "ip:192.0.2.7");
+}
+
+TEST_F(MiddlewareTest, SpoofedForwardedForDoesNotEscapeTheLimit) {
+  Request r;
+  r.path = "/slow";
+  r.peer = "10.0.0.1";
+  r.headers = {{"X-Forwarded-For", "1.1.1.1, 203.0.113.5"}};
+  EXPECT_TRUE(send(r).admitted);
+  r.headers = {{"X-Forwarded-For", "9.9.9.9, 203.0.113.5"}};  // new fake prefix, same real client
+  EXPECT_EQ(send(r).status, 429);
+}
+
+TEST_F(MiddlewareTest, TierFromTrustedHeaderOrUserTableElseDefault) {
+  auto limit_for = [&](Request r) {
+    r.path = "/api/search";
+    auto res = send(r);
+    return header(res, "RateLimit-Policy");
+  };
+  Request free_user;
+  free_user.headers = {{"X-User-ID", "bob"}};
+  EXPECT_EQ(limit_for(free_user), "\"search.free\";q=60;w=60");
+  Request alice;
+  alice.headers = {{"X-User-ID", "alice"}};
+  EXPECT_EQ(limit_for(alice), "\"search.pro\";q=600;w=60");  // no tier header: the users table
+  alice.headers.emplace_back("X-User-Tier", "free");
+  EXPECT_EQ(limit_for(alice), "\"search.free\";q=60;w=60");  // the trusted header decides
+  free_user.headers.emplace_back("X-User-Tier", "pro");
+  EXPECT_EQ(limit_for(free_user), "\"search.pro\";q=600;w=60");
+  Request unknown;
+  unknown.headers = {{"X-User-ID", "carol"}, {"X-User-Tier", "platinum"}};
+  EXPECT_EQ(limit_for(unknown), "\"search.free\";q=60;w=60");
+}
+
+TEST_F(MiddlewareTest, UntrustedTierHeaderIsIgnoredAndUserTableDecides) {
+  auto c = parse_config(kYaml, "x.yaml");
+  c.limiter.tiers.trust_header = false;
+  limiter::Limiter l(c.limiter, store);
+  Middleware m(l, c);
+  Request r;
+  r.path = "/api/search";
+  r.headers = {{"X-User-ID", "bob"}, {"X-User-Tier", "pro"}};
+  EXPECT_EQ(header(m.handle_sync(r.view()), "RateLimit-Policy"), "\"search.free\";q=60;w=60");
+  r.headers = {{"X-User-ID", "alice"}};
+  EXPECT_EQ(header(m.handle_sync(r.view()), "RateLimit-Policy"), "\"search.pro\";q=600;w=60");
+}
+
+TEST_F(MiddlewareTest, ApiKeyIdentityIsHashedAndFallsBackToIp) {
+  Request r;
+  r.path = "/keyed";
+  r.headers = {{"X-API-Key", "sk_secret"}};
+  const auto id = identity(r);
+  EXPECT_TRUE(id.starts_with("key:"));
+  EXPECT_EQ(id.find("sk_secret"), std::string::npos);
+  r.headers.clear();
+  EXPECT_EQ(identity(r), "ip:192.0.2.7");
+}
+
+TEST_F(MiddlewareTest, OversizedUserIdIsABadRequest) {
+  Request r;
+  r.path = "/api/profile";
+  r.headers = {{"X-User-ID", std::string(1000, 'a')}};
+  auto res = send(r);
+  EXPECT_FALSE(res.admitted);
+  EXPECT_EQ(res.status, 400);
+  auto body = nlohmann::json::parse(res.body);
+  EXPECT_EQ(body["error"], "Bad request");
+  EXPECT_EQ(limiter.metrics().requests(limiter::RequestOutcome::bad_request), 1u);
+}
+
+TEST_F(MiddlewareTest, IdentityWithBracesCannotBreakTheHashTag) {
+  Request r;
+  r.path = "/api/profile";
+  r.headers = {{"X-User-ID", "x}:other{y"}};
+  auto apps = middleware.applications(r.view());
+  ASSERT_TRUE(apps);
+  auto ev = limiter.evaluate_sync(*apps);
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->rules[0].limits[0].key, "ratelimit:{user:x%7D:other%7By}:profile");
+}
+
+TEST_F(MiddlewareTest, CallbackMayOutliveTheRequestView) {
+  std::optional<MiddlewareResult> got;
+  {
+    Request r;
+    r.path = "/slow";
+    middleware.handle(r.view(), [&](MiddlewareResult res) { got = std::move(res); });
+  }
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(got->admitted);
+}
+
+TEST(RequestViewTest, SplitsTargetAndLooksUpHeadersCaseInsensitively) {
+  auto [path, query] = RequestView::split_target("/api/search?q=x&y=1");
+  EXPECT_EQ(path, "/api/search");
+  EXPECT_EQ(query, "q=x&y=1");
+  EXPECT_EQ(RequestView::split_target("/a").second, "");
+  RequestView v;
+  v.headers = {{"X-Forwarded-For", "a"}, {"Host", "h"}, {"x-forwarded-for", "b"}};
+  EXPECT_EQ(v.header("HOST").value_or(""), "h");
+  EXPECT_FALSE(v.header("Missing"));
+  EXPECT_EQ(v.header_list("X-FORWARDED-FOR"), "a, b");
+}
+
+TEST(HeadersTest, RetryAfterRoundsUpToWholeSecondsAndIsAtLeastOne) {
+  EXPECT_EQ(retry_after_seconds(0), 1);
+  EXPECT_EQ(retry_after_seconds(1), 1);
+  EXPECT_EQ(retry_after_seconds(kMicrosPerSecond), 1);
+  EXPECT_EQ(retry_after_seconds(kMicrosPerSecond + 1), 2);
+  EXPECT_EQ(retry_after_seconds(59 * kMicrosPerSecond + 500'000), 60);
+  EXPECT_EQ(rejection_body(7), R"({"error":"Rate limit exceeded","retryAfter":7})");
+}
+
+TEST(HeadersTest, MultiLimitRulesListEveryLimit) {
+  limiter::Evaluation ev;
+  limiter::RuleOutcome rule;
+  limiter::LimitOutcome burst;
+  burst.policy_name = "api.burst";
+  burst.limit = *algorithms::Limit::token_bucket(10, 10);
+  burst.decision = {true, 10, 7, 0, 300'000};
+  limiter::LimitOutcome hourly;
+  hourly.policy_name = "api.hourly";
+  hourly.limit = *algorithms::Limit::window(algorithms::Algorithm::fixed_window, 1000,
+                                            3600 * kMicrosPerSecond);
+  hourly.decision = {true, 1000, 990, 0, 1800 * kMicrosPerSecond};
+  rule.limits = {burst, hourly};
+  ev.rules = {rule};
+  EXPECT_EQ(ratelimit_policy_field(ev), "\"api.burst\";q=10;w=1, \"api.hourly\";q=1000;w=3600");
+  EXPECT_EQ(ratelimit_field(ev), "\"api.burst\";r=7;t=1, \"api.hourly\";r=990;t=1800");
+}
+
+TEST(HeadersTest, VerdictJsonHasTheDecisionApiFields) {
+  limiter::Verdict v;
+  v.decision = {false, 10, 0, 1'500'001, 9'000'000};
+  v.by_failure_policy = false;
+  auto j = nlohmann::json::parse(verdict_json(v));
+  EXPECT_EQ(j["allowed"], false);
+  EXPECT_EQ(j["limit"], 10);
+  EXPECT_EQ(j["remaining"], 0);
+  EXPECT_EQ(j["retry_after_ms"], 1501);
+  EXPECT_EQ(j["reset_after_ms"], 9000);
+  EXPECT_EQ(j["by_failure_policy"], false);
+}
+
+}  // namespace
+}  // namespace ratekeeper::http
