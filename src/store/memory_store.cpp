@@ -261,19 +261,24 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
   std::vector<Limit> limits;
   std::vector<algorithms::State> states;
   std::vector<std::int64_t> costs;
-  std::vector<Shard::Iterator> found;
+  std::vector<bool> present;
   limits.reserve(items.size());
   states.reserve(items.size());
   costs.reserve(items.size());
-  found.reserve(items.size());
+  present.reserve(items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     limits.push_back(items[i].limit);
     costs.push_back(items[i].cost);
     auto& map = shards_[shard_ids[i]].map;
     auto it = map.find(probes[i]);
-    found.push_back(it);
-    const bool live = it != map.end() && it->second.expires_at > now &&
-                      it->second.algorithm == items[i].limit.algorithm;
+    if (it != map.end() && it->second.expires_at <= now) {
+      // Expired: gone now, so that no sweep below can take it from under this check.
+      map.erase(it);
+      reclaimed_.fetch_add(1, std::memory_order_relaxed);
+      it = map.end();
+    }
+    present.push_back(it != map.end());
+    const bool live = it != map.end() && it->second.algorithm == items[i].limit.algorithm;
     states.push_back(live ? it->second.state : algorithms::State{});
   }
   auto multi = algorithms::step_all(limits, std::move(states), now, costs);
@@ -284,7 +289,7 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
     std::vector<std::size_t> pending(order.size(), 0);
     for (std::size_t i = 0; i < items.size(); ++i) {
       Shard& shard = shards_[shard_ids[i]];
-      if (multi->expires_at[i] == 0 || found[i] != shard.map.end()) continue;
+      if (multi->expires_at[i] == 0 || present[i]) continue;
       const auto slot = static_cast<std::size_t>(
           std::lower_bound(order.begin(), order.end(), shard_ids[i]) - order.begin());
       if (!shard.make_room(now, pending[slot], max_per_shard_, reclaimed_)) {
@@ -295,7 +300,7 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
       ++pending[slot];
     }
   }
-  // The sweep may have erased entries found above: look every key up again.
+  // Insertions may rehash: look every key up again.
   for (std::size_t i = 0; i < items.size(); ++i) {
     auto& map = shards_[shard_ids[i]].map;
     auto it = map.find(probes[i]);

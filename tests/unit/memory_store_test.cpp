@@ -227,6 +227,26 @@ TEST(MemoryStore, ABatchThatDoesNotFitCreatesNoKey) {
   EXPECT_EQ(store.stats().keys, 100u);
 }
 
+TEST(MemoryStore, AFullStoreTakesBatchesAgainOnceKeysHaveExpired) {
+  ManualClock clock(kT0);
+  MemoryStore store(MemoryStoreOptions{.max_keys = 100, .clock = &clock});
+  const Limit limit = make_limit(Algorithm::token_bucket, 2, kMicrosPerSecond);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(must_check(store, user_key(i), limit, 1).allowed);
+  auto refused = store.check_batch(items_for({user_key(0), user_key(500)}, limit));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::store_full);
+
+  clock.advance(2 * kMicrosPerSecond);
+  auto fits = store.check_batch(items_for({user_key(0), user_key(500), user_key(501)}, limit));
+  ASSERT_TRUE(fits) << fits.error().message;
+  EXPECT_TRUE(fits->decision.allowed);
+  EXPECT_EQ(fits->decision.remaining, 1);
+  const auto stats = store.stats();
+  EXPECT_LE(stats.keys, 100u);
+  // 100 keys, then user_key(0) again once expired, 500 and 501.
+  EXPECT_EQ(stats.keys + stats.reclaimed, 103u);
+}
+
 TEST(MemoryStore, ABatchMixesAlgorithmsAndCosts) {
   MemoryStore store;
   const std::vector<CheckItem> items{
