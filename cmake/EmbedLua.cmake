@@ -1,9 +1,21 @@
-# Embeds lua/*.lua into the library as string constants, looked up by file stem.
+# Builds the Redis scripts from lua/*.lua and embeds them into the library as string
+# constants (store/lua_scripts.hpp). Redis cannot include files, so each script is the
+# concatenation of its parts, listed in EmbedLuaScript.cmake. The assembled scripts are
+# also written to <output dir>/lua/<name>.lua, for redis-cli and the benchmarks.
 function(ratekeeper_embed_lua output)
   set(inputs ${ARGN})
+  # A ';' would split the argument on the command line: the script splits on '|'.
+  string(REPLACE ";" "|" input_arg "${inputs}")
+  get_filename_component(dir ${output} DIRECTORY)
+  set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi)
+  set(outputs ${output})
+  foreach(name IN LISTS scripts)
+    list(APPEND outputs ${dir}/lua/${name}.lua)
+  endforeach()
   add_custom_command(
-    OUTPUT ${output}
-    COMMAND ${CMAKE_COMMAND} -DOUTPUT=${output} "-DINPUTS=${inputs}" -P ${PROJECT_SOURCE_DIR}/cmake/EmbedLuaScript.cmake
+    OUTPUT ${outputs}
+    COMMAND ${CMAKE_COMMAND} -DOUTPUT=${output} "-DINPUTS=${input_arg}" -P ${PROJECT_SOURCE_DIR}/cmake/EmbedLuaScript.cmake
     DEPENDS ${inputs} ${PROJECT_SOURCE_DIR}/cmake/EmbedLuaScript.cmake
-    COMMENT "Embedding Lua scripts")
+    COMMENT "Embedding Lua scripts"
+    VERBATIM)
 endfunction()

@@ -1,0 +1,73 @@
+-- Entry of the multi-key script: several limits checked at one instant and consumed from
+-- all of them or from none, as algorithms::step_all. KEYS = k1..kN; ARGV = {now_us, then per
+-- key: algorithm, capacity, period_us, cost}, algorithm 0 token bucket, 1 sliding window
+-- log, 2 sliding window counter, 3 fixed window (enum algorithms::Algorithm). Returns the
+-- combined decision, then each key's decision, 5 integers each.
+local STEPS = {
+  [0] = token_bucket,
+  [1] = sliding_window_log,
+  [2] = sliding_window_counter,
+  [3] = fixed_window,
+}
+
+-- As algorithms::combine. Allowed: the limit with the fewest remaining units, the largest
+-- reset_after. Denied: the limit that frees up last gives limit, remaining and retry_after;
+-- reset_after is the largest.
+local function combine(items)
+  if #items == 0 then return {1, 0, 0, 0, 0} end
+  local allowed = true
+  for _, d in ipairs(items) do allowed = allowed and d[1] == 1 end
+  local binding = items[1]
+  for _, d in ipairs(items) do
+    if (allowed and d[3] < binding[3]) or (not allowed and d[4] > binding[4]) then binding = d end
+  end
+  local out = {allowed and 1 or 0, binding[2], binding[3], binding[4], binding[5]}
+  for _, d in ipairs(items) do out[5] = math.max(out[5], d[5]) end
+  return out
+end
+
+local function run_multi()
+  local n = #KEYS
+  if #ARGV ~= 1 + 4 * n then
+    fail('expected now_us, then algorithm, capacity, period_us, cost per key')
+  end
+  -- Every argument is checked before anything is read or written.
+  local limits = {}
+  local seen = {}
+  for i = 1, n do
+    local base = 1 + 4 * (i - 1)
+    local step = STEPS[tonumber(ARGV[base + 1])]
+    if step == nil then fail('unknown algorithm ' .. tostring(ARGV[base + 1])) end
+    local capacity, period, cost = limit_args(ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
+    if seen[KEYS[i]] then fail("key '" .. KEYS[i] .. "' appears twice in one check") end
+    seen[KEYS[i]] = true
+    limits[i] = {step = step, capacity = capacity, period = period, cost = cost}
+  end
+  local now = resolve_now(ARGV[1])
+
+  local items, stores = {}, {}
+  local allowed = true
+  for i = 1, n do
+    local l = limits[i]
+    items[i], stores[i] = l.step(KEYS[i], l.capacity, l.period, l.cost, now)
+    allowed = allowed and items[i][1] == 1
+  end
+  if not allowed then
+    -- Nothing is consumed: the limits that would have admitted report their state as a peek.
+    for i = 1, n do
+      if items[i][1] == 1 then
+        local l = limits[i]
+        items[i], stores[i] = l.step(KEYS[i], l.capacity, l.period, 0, now)
+      end
+    end
+  end
+  for i = 1, n do
+    if stores[i] then stores[i]() end
+  end
+
+  local out = combine(items)
+  for i = 1, n do
+    for j = 1, 5 do out[#out + 1] = items[i][j] end
+  end
+  return out
+end

@@ -1,0 +1,92 @@
+-- ratekeeper: shared by every script. Lua numbers are doubles: every value stays below 2^53
+-- (Limit::make bounds capacity × period by 2^51), so integer arithmetic here is exact, and
+-- a quotient of two integers rounds the same way as in C++ through cdiv.
+
+local MAX_EXACT = 2 ^ 53
+local MAX_HORIZON = 2 ^ 51
+
+local function fail(message)
+  error({err = 'ERR ratekeeper: ' .. message})
+end
+
+-- C++ integer division: the quotient truncated toward zero.
+local function cdiv(a, b)
+  local q = a / b
+  if q < 0 then return math.ceil(q) end
+  return math.floor(q)
+end
+
+-- Decimal text of an integer, without the exponent or rounding of Lua's own conversion.
+local function str(n)
+  return string.format('%d', n)
+end
+
+local function integer_arg(text, field)
+  local n = tonumber(text)
+  if n == nil or n ~= math.floor(n) or n <= -MAX_EXACT or n >= MAX_EXACT then
+    fail(field .. ' must be an integer, got ' .. tostring(text))
+  end
+  return n
+end
+
+-- One limit's arguments, checked as Limit::make and validate_cost check them.
+local function limit_args(capacity_text, period_text, cost_text)
+  local capacity = integer_arg(capacity_text, 'capacity')
+  local period = integer_arg(period_text, 'period')
+  local cost = integer_arg(cost_text, 'cost')
+  if capacity < 1 then fail('capacity must be >= 1, got ' .. str(capacity)) end
+  if period < 1 then fail('period must be >= 1 microsecond, got ' .. str(period)) end
+  if capacity > MAX_HORIZON / period then
+    fail('capacity x period must stay below 2^51 microseconds')
+  end
+  if cost < 0 then fail('cost must be >= 0, got ' .. str(cost)) end
+  if cost > capacity then
+    fail('cost ' .. str(cost) .. ' exceeds capacity ' .. str(capacity) .. ': it can never be admitted')
+  end
+  return capacity, period, cost
+end
+
+-- The instant of this call: the argument, or the server's clock when it is -1. Key
+-- lifetimes follow the same clock: absolute (PXAT) on the server clock, relative (PX) to
+-- an explicit `now`, which need not be the server's.
+local clock = {now = 0, server = false}
+
+local function resolve_now(text)
+  local now = integer_arg(text, 'now')
+  if now == -1 then
+    local t = redis.call('TIME')
+    clock.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock.server = true
+  elseif now < 0 then
+    fail('now must be >= 0, or -1 for the server clock, got ' .. str(now))
+  else
+    clock.now = now
+    clock.server = false
+  end
+  return clock.now
+end
+
+-- SET options that keep a key until `expires_at` (µs, > now), rounded up to the
+-- millisecond: a key never expires while its state still counts.
+local function expiry(expires_at)
+  if clock.server then return 'PXAT', str(math.ceil(expires_at / 1000)) end
+  return 'PX', str(math.ceil((expires_at - clock.now) / 1000))
+end
+
+-- The same for a key written by other commands than SET.
+local function expire(key, expires_at)
+  local option, ms = expiry(expires_at)
+  redis.call(option == 'PXAT' and 'PEXPIREAT' or 'PEXPIRE', key, ms)
+end
+
+-- A string key's value (false when it is absent or holds another type), and whether the
+-- key exists at all.
+local function read_string(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then return false, true end
+  return value, value ~= false
+end
+
+-- A step returns the decision {allowed (1/0), limit, remaining, retry_after, reset_after}
+-- and, when the state to store differs from the stored one, a function that stores it.
+-- Until that function runs nothing is written, apart from forgetting expired entries.

@@ -1,0 +1,57 @@
+-- Sliding window counter, line by line as src/algorithms/sliding_window_counter.cpp. The key
+-- is a string "<window start µs>:<current count>:<previous count>" that expires when the
+-- window that could still count ends.
+local function sliding_window_counter(key, limit, window, cost, now)
+  local value, exists = read_string(key)
+  local t, current, previous = 0, 0, 0
+  if value then
+    local a, b, c = string.match(value, '^(%d+):(%d+):(%d+)$')
+    if a then t, current, previous = tonumber(a), tonumber(b), tonumber(c) end
+  end
+
+  local aligned = cdiv(now, window) * window
+  local rolled = false
+  if t < aligned then
+    previous = t + window == aligned and current or 0
+    current = 0
+    t = aligned
+    rolled = true
+  end
+  local elapsed = math.min(math.max(now - t, 0), window)
+  local weight = window - elapsed
+  local budget = limit * window - previous * weight  -- in units of 1/window
+
+  local allowed = (current + cost) * window <= budget
+  local retry_after = 0
+  if allowed then
+    current = current + cost
+  elseif current + cost <= limit then
+    -- Wait inside this window until the previous window's weight has decayed enough.
+    local lag = math.max(0, t - now)
+    retry_after = lag + weight - cdiv((limit - current - cost) * window, previous)
+  else
+    -- Wait for the next window, then until this window's count has decayed enough.
+    local next_window = t + window - now
+    retry_after = next_window + math.max(0, window - cdiv((limit - cost) * window, current))
+  end
+  local remaining = math.max(0, cdiv(budget - current * window, window))
+  local expires_at = 0
+  if current > 0 then
+    expires_at = t + 2 * window
+  elseif previous > 0 then
+    expires_at = t + window
+  end
+  local reset_after = expires_at > 0 and expires_at - now or 0
+
+  local store
+  local state = str(t) .. ':' .. str(current) .. ':' .. str(previous)
+  if allowed and cost > 0 then
+    store = function() redis.call('SET', key, state, expiry(expires_at)) end
+  elseif expires_at == 0 then
+    if exists then store = function() redis.call('DEL', key) end end
+  elseif rolled then
+    -- The same expiry as before: rolling over moves the count, not the end of its window.
+    store = function() redis.call('SET', key, state, 'KEEPTTL') end
+  end
+  return {allowed and 1 or 0, limit, remaining, retry_after, reset_after}, store
+end

@@ -1,0 +1,442 @@
+// The Redis scripts (lua/*.lua, embedded in the library) against a real redis-server: the
+// same decisions as algorithms::step / step_all, the same state lifetimes as Step::expires_at,
+// and the storage each algorithm promises.
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/store/lua_scripts.hpp"
+#include "support/redis_server.hpp"
+#include "support/script_runner.hpp"
+
+namespace ratekeeper {
+namespace {
+
+using algorithms::Algorithm;
+using algorithms::Decision;
+using algorithms::Limit;
+using algorithms::State;
+using testing::RedisConnection;
+using testing::RedisReply;
+using testing::ScriptRunner;
+
+constexpr Algorithm kAlgorithms[] = {Algorithm::token_bucket, Algorithm::sliding_window_log,
+                                     Algorithm::sliding_window_counter, Algorithm::fixed_window};
+
+// One redis-server and one connection for the whole file; every test uses keys of its own.
+testing::RedisServer& server() {
+  static testing::RedisServer s;
+  return s;
+}
+
+RedisConnection& connection() {
+  static RedisConnection c(server().host(), server().port());
+  return c;
+}
+
+ScriptRunner& runner() {
+  static ScriptRunner r(connection());
+  return r;
+}
+
+std::string fresh_key(const std::string& what) {
+  static std::atomic<int> next{0};
+  return "test:{" + what + ":" + std::to_string(next++) + "}";
+}
+
+Limit make_limit(Algorithm a, std::int64_t capacity, Micros period) {
+  auto l = Limit::make(a, capacity, period);
+  if (!l) throw std::runtime_error(l.error().message);
+  return *l;
+}
+
+Micros ceil_ms(Micros us) { return (us + kMicrosPerMilli - 1) / kMicrosPerMilli; }
+
+// What a store keeps between two steps: the stepped state, or nothing once it is absent.
+State stored(const algorithms::Step& s) { return s.expires_at == 0 ? State{} : s.state; }
+
+// The outcome of one script call made inside MULTI, bracketed by the server's clock, with
+// each key's absolute expiry (PEXPIRETIME: -2 absent, -1 none) read right after it. Then
+// each key is made persistent: Redis's wall clock must not expire a key whose state still
+// counts at the simulated `now` of the next step. (Inside MULTI no key expires between the
+// script and PERSIST.)
+struct Observed {
+  std::vector<std::int64_t> reply;
+  std::int64_t before_ms = 0;  // server clock before and after the script
+  std::int64_t after_ms = 0;
+  std::vector<long long> expire_time_ms;
+};
+
+Observed run_observed(const std::string& script, const std::vector<std::string>& keys,
+                      const std::vector<std::string>& args) {
+  std::vector<std::vector<std::string>> commands{{"MULTI"}, {"TIME"}};
+  std::vector<std::string> eval{"EVALSHA", runner().sha(script), std::to_string(keys.size())};
+  eval.insert(eval.end(), keys.begin(), keys.end());
+  eval.insert(eval.end(), args.begin(), args.end());
+  commands.push_back(std::move(eval));
+  commands.push_back({"TIME"});
+  for (const auto& k : keys) commands.push_back({"PEXPIRETIME", k});
+  for (const auto& k : keys) commands.push_back({"PERSIST", k});
+  commands.push_back({"EXEC"});
+  auto replies = connection().pipeline(commands);
+  const RedisReply& exec = replies.back();
+  if (exec.type != RedisReply::Type::array) throw std::runtime_error("EXEC failed: " + exec.text);
+  auto ms = [](const RedisReply& time) {
+    return std::stoll(time.elements.at(0).text) * 1000 + std::stoll(time.elements.at(1).text) / 1000;
+  };
+  Observed out;
+  out.before_ms = ms(exec.elements.at(0));
+  out.reply = testing::integers(exec.elements.at(1));
+  out.after_ms = ms(exec.elements.at(2));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out.expire_time_ms.push_back(exec.elements.at(3 + i).integer);
+  }
+  return out;
+}
+
+// The key's lifetime after a step: deleted when the state is absent; otherwise, when the
+// step consumed, expiring at expires_at rounded up to the millisecond (as a TTL from the
+// script's instant, which lies between before_ms and after_ms); otherwise untouched (the
+// key was persistent before the step).
+void check_lifetime(const Observed& o, std::size_t i, Micros now, Micros expires_at, bool consumed) {
+  const long long at = o.expire_time_ms[i];
+  if (expires_at == 0) {
+    RC_ASSERT(at == -2);
+  } else if (consumed) {
+    const Micros ttl = ceil_ms(expires_at - now);
+    RC_ASSERT(at - ttl >= o.before_ms);
+    RC_ASSERT(at - ttl <= o.after_ms);
+  } else {
+    RC_ASSERT(at == -1);
+  }
+}
+
+// Limits whose numbers exercise both small windows (many roll-overs, W = 1 µs) and large
+// realistic ones.
+rc::Gen<Limit> gen_limit(Algorithm a) {
+  return rc::gen::map(
+      rc::gen::tuple(rc::gen::weightedOneOf<std::int64_t>({{4, rc::gen::inRange<std::int64_t>(1, 8)},
+                                                           {1, rc::gen::inRange<std::int64_t>(1, 600)}}),
+                     rc::gen::weightedOneOf<Micros>({{3, rc::gen::inRange<Micros>(1, 40)},
+                                                     {2, rc::gen::inRange<Micros>(1'000, 5'000'000)},
+                                                     {1, rc::gen::inRange<Micros>(1, 3'600'000'000)}})),
+      [a](std::tuple<std::int64_t, Micros> t) {
+        return make_limit(a, std::get<0>(t), std::get<1>(t));
+      });
+}
+
+rc::Gen<Algorithm> gen_algorithm() {
+  return rc::gen::element(Algorithm::token_bucket, Algorithm::sliding_window_log,
+                          Algorithm::sliding_window_counter, Algorithm::fixed_window);
+}
+
+// A starting instant: near zero, or near today's clock in µs.
+rc::Gen<Micros> gen_start() {
+  return rc::gen::weightedOneOf<Micros>(
+      {{1, rc::gen::inRange<Micros>(0, 100)},
+       {3, rc::gen::inRange<Micros>(1'700'000'000'000'000, 1'700'000'100'000'000)}});
+}
+
+// The next instant: mostly forward within a few horizons, sometimes the same microsecond,
+// sometimes backwards (never below 0).
+Micros next_now(Micros now, Micros horizon) {
+  const Micros step = *rc::gen::weightedOneOf<Micros>(
+      {{6, rc::gen::inRange<Micros>(0, horizon / 4 + 2)},
+       {3, rc::gen::inRange<Micros>(0, 2 * horizon + 2)},
+       {2, rc::gen::just<Micros>(0)},
+       {1, rc::gen::inRange<Micros>(-horizon - 1, 0)}});
+  return std::max<Micros>(0, now + step);
+}
+
+void differential_single(Algorithm a) {
+  const Limit limit = *gen_limit(a);
+  const std::string key = fresh_key("diff");
+  Micros now = *gen_start();
+  const int steps = *rc::gen::inRange(1, 40);
+  State state;
+  for (int i = 0; i < steps; ++i) {
+    const std::int64_t cost = *rc::gen::weightedOneOf<std::int64_t>(
+        {{4, rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(limit.capacity, 3) + 1)},
+         {1, rc::gen::just<std::int64_t>(0)},
+         {2, rc::gen::inRange<std::int64_t>(0, limit.capacity + 1)}});
+    auto expected = algorithms::step(limit, state, now, cost);
+    RC_ASSERT(expected.has_value());
+    const Observed o = run_observed(std::string(to_string(a)), {key},
+                                    testing::single_args(limit, cost, now));
+    RC_ASSERT(o.reply.size() == 5u);
+    RC_ASSERT(testing::decision_at(o.reply, 0) == expected->decision);
+    check_lifetime(o, 0, now, expected->expires_at, expected->decision.allowed && cost > 0);
+    state = stored(*expected);
+    now = next_now(now, limit.horizon());
+  }
+}
+
+RC_GTEST_PROP(LuaScripts, TokenBucketDecidesAsTheCppAlgorithm, ()) {
+  differential_single(Algorithm::token_bucket);
+}
+
+RC_GTEST_PROP(LuaScripts, SlidingWindowLogDecidesAsTheCppAlgorithm, ()) {
+  differential_single(Algorithm::sliding_window_log);
+}
+
+RC_GTEST_PROP(LuaScripts, SlidingWindowCounterDecidesAsTheCppAlgorithm, ()) {
+  differential_single(Algorithm::sliding_window_counter);
+}
+
+RC_GTEST_PROP(LuaScripts, FixedWindowDecidesAsTheCppAlgorithm, ()) {
+  differential_single(Algorithm::fixed_window);
+}
+
+RC_GTEST_PROP(LuaScripts, MultiDecidesAsStepAll, ()) {
+  const int n = *rc::gen::inRange(2, 4);
+  std::vector<Limit> limits;
+  std::vector<std::string> keys;
+  const std::string tag = fresh_key("multi");
+  Micros horizon = 1;
+  for (int i = 0; i < n; ++i) {
+    limits.push_back(*gen_limit(*gen_algorithm()));
+    keys.push_back(tag + ":" + std::to_string(i));
+    horizon = std::max(horizon, limits.back().horizon());
+  }
+  std::vector<State> states(n);
+  Micros now = *gen_start();
+  const int steps = *rc::gen::inRange(1, 30);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::int64_t> costs;
+    for (const Limit& l : limits) {
+      costs.push_back(*rc::gen::weightedOneOf<std::int64_t>(
+          {{4, rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(l.capacity, 2) + 1)},
+           {1, rc::gen::inRange<std::int64_t>(0, l.capacity + 1)}}));
+    }
+    auto expected = algorithms::step_all(limits, states, now, costs);
+    RC_ASSERT(expected.has_value());
+    const Observed o = run_observed("multi", keys, testing::multi_args(limits, costs, now));
+    RC_ASSERT(o.reply.size() == 5u * (n + 1));
+    RC_ASSERT(testing::decision_at(o.reply, 0) == expected->decision);
+    for (int i = 0; i < n; ++i) {
+      RC_ASSERT(testing::decision_at(o.reply, 5 * (i + 1)) == expected->items[i]);
+      check_lifetime(o, i, now, expected->expires_at[i], expected->decision.allowed && costs[i] > 0);
+      states[i] = expected->expires_at[i] == 0 ? State{} : expected->states[i];
+    }
+    now = next_now(now, horizon);
+  }
+}
+
+TEST(LuaScripts, EmbedsTheFiveScriptsAndEachLoads) {
+  std::set<std::string> names;
+  for (const auto& s : store::lua_scripts()) {
+    names.emplace(s.name);
+    const RedisReply r = connection().command({"SCRIPT", "LOAD", std::string(s.source)});
+    EXPECT_EQ(r.type, RedisReply::Type::string) << s.name << ": " << r.text;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
+                                          "sliding_window_counter", "fixed_window", "multi"}));
+}
+
+// PTTL right after a first admitted request, for each key type, equals the C++ expires_at −
+// now rounded up to the millisecond; and the key is deleted by the step that makes the
+// state absent.
+TEST(LuaScripts, KeyLivesExactlyUntilItsStateIsAbsent) {
+  const Micros now = 1'700'000'000'123'457;  // not on a millisecond
+  for (Algorithm a : kAlgorithms) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const Limit limit = make_limit(a, 3, 2'500'333);
+    const std::string key = fresh_key("ttl");
+    auto first = algorithms::step(limit, {}, now, 2);
+    ASSERT_TRUE(first);
+    const std::int64_t before = connection().server_time_us() / 1000;
+    EXPECT_EQ(runner().check(key, limit, 2, now), first->decision);
+    const std::int64_t after = connection().server_time_us() / 1000;
+    const long long pttl = connection().integer({"PTTL", key});
+    const long long expire_time = connection().integer({"PEXPIRETIME", key});
+    const Micros ttl = ceil_ms(first->expires_at - now);
+    EXPECT_LE(pttl, ttl);
+    EXPECT_GE(expire_time - ttl, before);
+    EXPECT_LE(expire_time - ttl, after);
+
+    // The first instant at which the state is absent: a peek there deletes the key.
+    auto peek = algorithms::step(limit, first->state, first->expires_at, 0);
+    ASSERT_TRUE(peek);
+    EXPECT_EQ(peek->expires_at, 0);
+    EXPECT_EQ(runner().check(key, limit, 0, first->expires_at), peek->decision);
+    EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+  }
+}
+
+// On the server's clock the expiry is absolute: expires_at rounded up to the millisecond.
+TEST(LuaScripts, ServerClockExpiryIsExpiresAtRoundedUpToTheMillisecond) {
+  for (Algorithm a : kAlgorithms) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const Limit limit = make_limit(a, 4, 1'000'777);
+    const std::string key = fresh_key("ttl-server");
+    const std::int64_t before = connection().server_time_us();
+    const Decision d = runner().check(key, limit, 1, std::nullopt);
+    const std::int64_t after = connection().server_time_us();
+    ASSERT_TRUE(d.allowed);
+    // reset_after is expires_at − now for a state holding one admitted unit.
+    const long long expire_time = connection().integer({"PEXPIRETIME", key});
+    EXPECT_GE(expire_time, ceil_ms(before + d.reset_after));
+    EXPECT_LE(expire_time, ceil_ms(after + d.reset_after));
+  }
+}
+
+TEST(LuaScripts, ServerClockTokenBucketAdmitsCapacityThenDenies) {
+  const Limit limit = make_limit(Algorithm::token_bucket, 5, 60'000'000);  // one token a minute
+  const std::string key = fresh_key("time");
+  for (int i = 0; i < 5; ++i) {
+    const Decision d = runner().check(key, limit, 1, std::nullopt);
+    EXPECT_TRUE(d.allowed) << "request " << i;
+    EXPECT_EQ(d.remaining, 4 - i);
+  }
+  const Decision denied = runner().check(key, limit, 1, std::nullopt);
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.remaining, 0);
+  EXPECT_GT(denied.retry_after, 0);
+  EXPECT_LE(denied.retry_after, 60'000'000);
+}
+
+TEST(LuaScripts, SlidingLogMembersAreUniqueForManyUnitsAtOneMicrosecond) {
+  const Limit limit = make_limit(Algorithm::sliding_window_log, 5'000, 60'000'000);
+  const std::string key = fresh_key("log");
+  const Micros now = 1'700'000'000'000'000;
+  std::int64_t admitted = 0;
+  // Several calls at the same microsecond, some above one ZADD batch, one through "multi",
+  // and a few at the next microsecond.
+  for (std::int64_t cost : {1, 300, 1'000, 7, 1}) {
+    ASSERT_TRUE(runner().check(key, limit, cost, now).allowed);
+    admitted += cost;
+  }
+  const std::int64_t multi_cost = 42;
+  auto all = runner().check_all({key}, std::span(&limit, 1), std::span(&multi_cost, 1), now);
+  ASSERT_TRUE(all[0].allowed);
+  admitted += multi_cost;
+  for (std::int64_t cost : {2, 3}) {
+    ASSERT_TRUE(runner().check(key, limit, cost, now + 1).allowed);
+    admitted += cost;
+  }
+  EXPECT_EQ(connection().integer({"ZCARD", key}), admitted);
+  const RedisReply members = connection().command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+  ASSERT_EQ(members.elements.size(), static_cast<std::size_t>(2 * admitted));
+  std::set<std::string> unique;
+  for (std::size_t i = 0; i < members.elements.size(); i += 2) {
+    const std::string& member = members.elements[i].text;
+    unique.insert(member);
+    // "<time>:<k>", time equal to the score.
+    EXPECT_EQ(member.substr(0, member.find(':')), members.elements[i + 1].text);
+  }
+  EXPECT_EQ(unique.size(), static_cast<std::size_t>(admitted));
+  const Decision d = runner().check(key, limit, 0, now + 1);
+  EXPECT_EQ(d.remaining, limit.capacity - admitted);
+}
+
+// The raw content of a key: its type, value and expiry.
+std::string raw_state(const std::string& key) {
+  const std::string type = connection().command({"TYPE", key}).text;
+  std::string out = type + " expires " + std::to_string(connection().integer({"PEXPIRETIME", key}));
+  if (type == "string") {
+    out += " " + connection().command({"GET", key}).text;
+  } else if (type == "zset") {
+    for (const auto& e : connection().command({"ZRANGE", key, "0", "-1", "WITHSCORES"}).elements) {
+      out += " " + e.text;
+    }
+  }
+  return out;
+}
+
+TEST(LuaScripts, MultiDenialConsumesNothingFromTheOtherLimits) {
+  const Micros now = 1'700'000'000'000'000;
+  const std::string tag = fresh_key("multi-deny");
+  const std::vector<std::string> keys{tag + ":tb", tag + ":log", tag + ":swc", tag + ":fw"};
+  const std::vector<Limit> limits{make_limit(Algorithm::token_bucket, 10, 1'000'000),
+                                  make_limit(Algorithm::sliding_window_log, 10, 60'000'000),
+                                  make_limit(Algorithm::sliding_window_counter, 10, 60'000'000),
+                                  make_limit(Algorithm::fixed_window, 2, 60'000'000)};
+  // Some use of every limit; the fixed window is then full.
+  const std::vector<std::int64_t> first{3, 3, 3, 2};
+  auto warm = runner().check_all(keys, limits, first, now);
+  ASSERT_TRUE(warm[0].allowed);
+  std::vector<State> states(limits.size());
+  auto expected_warm = algorithms::step_all(limits, states, now, first);
+  ASSERT_TRUE(expected_warm);
+  for (std::size_t i = 0; i < limits.size(); ++i) states[i] = expected_warm->states[i];
+
+  std::map<std::string, std::string> before;
+  for (const auto& k : keys) before[k] = raw_state(k);
+
+  const std::vector<std::int64_t> costs{1, 1, 1, 1};
+  auto denied = runner().check_all(keys, limits, costs, now + 10);
+  EXPECT_FALSE(denied[0].allowed);
+  EXPECT_FALSE(denied[4].allowed);
+  for (const auto& k : keys) EXPECT_EQ(raw_state(k), before[k]) << k;
+
+  // The limits that would have admitted report a peek: their state, nothing consumed.
+  for (std::size_t i = 0; i < 3; ++i) {
+    auto peek = algorithms::step(limits[i], states[i], now + 10, 0);
+    ASSERT_TRUE(peek);
+    EXPECT_TRUE(denied[i + 1].allowed);
+    EXPECT_EQ(denied[i + 1], peek->decision) << keys[i];
+  }
+  auto expected = algorithms::step_all(limits, states, now + 10, costs);
+  ASSERT_TRUE(expected);
+  EXPECT_EQ(denied[0], expected->decision);
+}
+
+TEST(LuaScripts, KeyOfAnotherAlgorithmCountsAsAbsent) {
+  const Micros now = 1'700'000'000'000'000;
+  for (Algorithm writer : kAlgorithms) {
+    for (Algorithm reader : kAlgorithms) {
+      if (writer == reader) continue;
+      const std::string key = fresh_key("mixed");
+      ASSERT_TRUE(runner().check(key, make_limit(writer, 5, 1'000'000), 5, now).allowed);
+      const Limit limit = make_limit(reader, 5, 1'000'000);
+      auto fresh = algorithms::step(limit, {}, now, 5);
+      ASSERT_TRUE(fresh);
+      EXPECT_EQ(runner().check(key, limit, 5, now), fresh->decision)
+          << to_string(writer) << " then " << to_string(reader);
+    }
+  }
+}
+
+TEST(LuaScripts, InvalidArgumentsAreErrors) {
+  const std::string key = fresh_key("invalid");
+  auto error = [&](const std::string& script, std::vector<std::string> keys,
+                   std::vector<std::string> args) {
+    const RedisReply r = runner().run(script, keys, args);
+    EXPECT_TRUE(r.is_error()) << script;
+    return r.text;
+  };
+  EXPECT_NE(error("token_bucket", {key}, {"5", "1000", "6", "0"}).find("exceeds capacity"),
+            std::string::npos);
+  EXPECT_NE(error("fixed_window", {key}, {"5", "1000", "-1", "0"}).find("cost"), std::string::npos);
+  EXPECT_NE(error("sliding_window_log", {key}, {"0", "1000", "0", "0"}).find("capacity"),
+            std::string::npos);
+  EXPECT_NE(error("sliding_window_counter", {key}, {"5", "0", "1", "0"}).find("period"),
+            std::string::npos);
+  EXPECT_NE(error("token_bucket", {key}, {"5", "1000", "1", "-2"}).find("now"), std::string::npos);
+  EXPECT_NE(error("token_bucket", {key}, {"5", "1000", "1.5", "0"}).find("integer"),
+            std::string::npos);
+  EXPECT_NE(error("token_bucket", {key}, {"5", "1000", "1"}).find("arguments"), std::string::npos);
+  EXPECT_NE(error("multi", {key, key}, {"0", "0", "5", "1000", "1", "3", "5", "1000", "1"})
+                .find("twice"),
+            std::string::npos);
+  EXPECT_NE(error("multi", {key}, {"0", "7", "5", "1000", "1"}).find("algorithm"), std::string::npos);
+  EXPECT_NE(error("multi", {key}, {"0", "0", "5", "1000"}).find("expected"), std::string::npos);
+  EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+}
+
+TEST(LuaScripts, MultiOfNoKeysAdmits) {
+  const auto reply = runner().run_integers("multi", {}, {"0"});
+  EXPECT_EQ(reply, (std::vector<std::int64_t>{1, 0, 0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace ratekeeper

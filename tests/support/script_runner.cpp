@@ -1,0 +1,214 @@
+#include "support/script_runner.hpp"
+
+#include <fmt/format.h>
+#include <hiredis/hiredis.h>
+
+#include <stdexcept>
+
+#include "ratekeeper/store/lua_scripts.hpp"
+
+namespace ratekeeper::testing {
+namespace {
+
+RedisReply convert(const redisReply* r) {
+  RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+      out.type = RedisReply::Type::integer;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_STRING:
+      out.type = RedisReply::Type::string;
+      out.text.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = RedisReply::Type::status;
+      out.text.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = RedisReply::Type::error;
+      out.text.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = RedisReply::Type::array;
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+      break;
+    default: break;
+  }
+  return out;
+}
+
+std::string algorithm_code(algorithms::Algorithm a) {
+  return std::to_string(static_cast<int>(a));
+}
+
+}  // namespace
+
+RedisConnection::RedisConnection(const std::string& host, int port) {
+  timeval tv{5, 0};
+  context_ = redisConnectWithTimeout(host.c_str(), port, tv);
+  if (context_ == nullptr || context_->err != 0) {
+    const std::string why = context_ != nullptr ? context_->errstr : "out of memory";
+    if (context_ != nullptr) redisFree(context_);
+    throw std::runtime_error(fmt::format("cannot connect to redis on {}:{}: {}", host, port, why));
+  }
+  redisSetTimeout(context_, tv);
+}
+
+RedisConnection::~RedisConnection() { redisFree(context_); }
+
+RedisReply RedisConnection::command(const std::vector<std::string>& argv) {
+  std::vector<const char*> ptrs;
+  std::vector<std::size_t> lens;
+  for (const auto& a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(context_, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
+  if (r == nullptr) throw std::runtime_error(fmt::format("redis connection error: {}", context_->errstr));
+  RedisReply out = convert(r);
+  freeReplyObject(r);
+  return out;
+}
+
+std::vector<RedisReply> RedisConnection::pipeline(
+    const std::vector<std::vector<std::string>>& commands) {
+  for (const auto& argv : commands) {
+    std::vector<const char*> ptrs;
+    std::vector<std::size_t> lens;
+    for (const auto& a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+        REDIS_OK) {
+      throw std::runtime_error(fmt::format("redis connection error: {}", context_->errstr));
+    }
+  }
+  std::vector<RedisReply> out;
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* reply = nullptr;
+    if (redisGetReply(context_, &reply) != REDIS_OK || reply == nullptr) {
+      throw std::runtime_error(fmt::format("redis connection error: {}", context_->errstr));
+    }
+    out.push_back(convert(static_cast<redisReply*>(reply)));
+    freeReplyObject(reply);
+  }
+  return out;
+}
+
+long long RedisConnection::integer(const std::vector<std::string>& argv) {
+  RedisReply r = command(argv);
+  if (r.type != RedisReply::Type::integer) {
+    throw std::runtime_error(fmt::format("{}: expected an integer reply, got '{}'", argv.at(0), r.text));
+  }
+  return r.integer;
+}
+
+std::int64_t RedisConnection::server_time_us() {
+  RedisReply r = command({"TIME"});
+  if (r.type != RedisReply::Type::array || r.elements.size() != 2) {
+    throw std::runtime_error("TIME: unexpected reply");
+  }
+  return std::stoll(r.elements[0].text) * 1'000'000 + std::stoll(r.elements[1].text);
+}
+
+std::string ScriptRunner::sha(std::string_view script) {
+  const std::string name(script);
+  if (auto it = sha_.find(name); it != sha_.end()) return it->second;
+  auto source = store::lua_script(name);
+  if (!source) throw std::runtime_error(fmt::format("no embedded script named '{}'", name));
+  RedisReply loaded = connection_.command({"SCRIPT", "LOAD", std::string(*source)});
+  if (loaded.type != RedisReply::Type::string) {
+    throw std::runtime_error(fmt::format("SCRIPT LOAD {}: {}", name, loaded.text));
+  }
+  return sha_.emplace(name, loaded.text).first->second;
+}
+
+RedisReply ScriptRunner::run(std::string_view script, const std::vector<std::string>& keys,
+                             const std::vector<std::string>& args) {
+  const std::string name(script);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<std::string> argv{"EVALSHA", sha(name), std::to_string(keys.size())};
+    argv.insert(argv.end(), keys.begin(), keys.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    RedisReply r = connection_.command(argv);
+    if (r.is_error() && r.text.starts_with("NOSCRIPT")) {
+      sha_.erase(name);
+      continue;
+    }
+    return r;
+  }
+  throw std::runtime_error(fmt::format("script {} is not loaded after SCRIPT LOAD", name));
+}
+
+std::vector<std::int64_t> ScriptRunner::run_integers(std::string_view script,
+                                                     const std::vector<std::string>& keys,
+                                                     const std::vector<std::string>& args) {
+  return integers(run(script, keys, args));
+}
+
+algorithms::Decision ScriptRunner::check(const std::string& key, const algorithms::Limit& limit,
+                                         std::int64_t cost, std::optional<std::int64_t> now) {
+  auto reply = run_integers(algorithms::to_string(limit.algorithm), {key}, single_args(limit, cost, now));
+  if (reply.size() != 5) throw std::runtime_error("single-key script: expected 5 integers");
+  return decision_at(reply, 0);
+}
+
+std::vector<algorithms::Decision> ScriptRunner::check_all(const std::vector<std::string>& keys,
+                                                          std::span<const algorithms::Limit> limits,
+                                                          std::span<const std::int64_t> costs,
+                                                          std::optional<std::int64_t> now) {
+  auto reply = run_integers("multi", keys, multi_args(limits, costs, now));
+  if (reply.size() != 5 * (keys.size() + 1)) throw std::runtime_error("multi: unexpected reply length");
+  std::vector<algorithms::Decision> out;
+  for (std::size_t i = 0; i <= keys.size(); ++i) out.push_back(decision_at(reply, 5 * i));
+  return out;
+}
+
+std::vector<std::string> single_args(const algorithms::Limit& limit, std::int64_t cost,
+                                     std::optional<std::int64_t> now) {
+  return {std::to_string(limit.capacity), std::to_string(limit.period), std::to_string(cost),
+          std::to_string(now.value_or(-1))};
+}
+
+std::vector<std::string> multi_args(std::span<const algorithms::Limit> limits,
+                                    std::span<const std::int64_t> costs,
+                                    std::optional<std::int64_t> now) {
+  std::vector<std::string> args{std::to_string(now.value_or(-1))};
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    args.push_back(algorithm_code(limits[i].algorithm));
+    args.push_back(std::to_string(limits[i].capacity));
+    args.push_back(std::to_string(limits[i].period));
+    args.push_back(std::to_string(costs[i]));
+  }
+  return args;
+}
+
+std::vector<std::int64_t> integers(const RedisReply& reply) {
+  if (reply.type != RedisReply::Type::array) {
+    throw std::runtime_error(fmt::format("expected an array of integers, got '{}'", reply.text));
+  }
+  std::vector<std::int64_t> out;
+  for (const auto& e : reply.elements) {
+    if (e.type != RedisReply::Type::integer) {
+      throw std::runtime_error("expected an array of integers, got another element");
+    }
+    out.push_back(e.integer);
+  }
+  return out;
+}
+
+algorithms::Decision decision_at(std::span<const std::int64_t> reply, std::size_t offset) {
+  if (reply.size() < offset + 5) throw std::runtime_error("script reply too short for a decision");
+  return algorithms::Decision{
+      .allowed = reply[offset] == 1,
+      .limit = reply[offset + 1],
+      .remaining = reply[offset + 2],
+      .retry_after = reply[offset + 3],
+      .reset_after = reply[offset + 4],
+  };
+}
+
+}  // namespace ratekeeper::testing
