@@ -118,6 +118,7 @@ class Api {
       : limiter_(limiter), middleware_(middleware), metrics_enabled_(metrics_enabled) {}
 
   void handle(ServerRequest request, Responder respond) {
+    spdlog::debug("{} {} from {}", request.method, request.target, request.peer_address);
     const std::string_view path = request.path();
     const std::string_view method = request.method;
     if (path == "/api/data") {
@@ -352,11 +353,9 @@ int serve(const ServeArgs& args) {
                  args.config.c_str(), e.what());
     return 2;
   }
-  if (auto level = spdlog::level::from_str(config.logging.level); level != spdlog::level::off ||
-                                                                   config.logging.level == "off") {
-    spdlog::set_level(level);
-  }
-  spdlog::flush_on(spdlog::level::info);
+  const auto level = spdlog::level::from_str(config.logging.level);
+  spdlog::set_level(level);
+  spdlog::flush_on(std::min(level, spdlog::level::info));
 
   if (!args.listen.empty()) {
     auto parsed = parse_listen(args.listen);

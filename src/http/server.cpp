@@ -138,7 +138,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void shutdown() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
       self->draining_ = true;
-      if (self->queue_.empty()) self->close();
+      // Idle: nothing queued and no request partly received.
+      const bool receiving = self->reading_ && self->parser_ && self->parser_->got_some();
+      if (self->queue_.empty() && !receiving) self->close();
     });
   }
 

@@ -252,6 +252,20 @@ HttpResponse http_post(int port, std::string target, std::string body, Headers h
   return client.post(std::move(target), std::move(body), std::move(headers));
 }
 
+std::optional<double> metric_value(std::string_view exposition, std::string_view series) {
+  std::size_t pos = 0;
+  while (pos < exposition.size()) {
+    auto eol = exposition.find('\n', pos);
+    if (eol == std::string_view::npos) eol = exposition.size();
+    const auto line = exposition.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ') {
+      return std::stod(std::string(line.substr(series.size() + 1)));
+    }
+  }
+  return std::nullopt;
+}
+
 std::filesystem::path write_temp_file(std::string_view name, std::string_view text) {
   auto path = fresh_dir("file") / std::string(name);
   std::ofstream(path, std::ios::binary) << text;

@@ -110,6 +110,10 @@ struct ProcessResult {
 ProcessResult run_ratekeeper(const std::vector<std::string>& args,
                              std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
+// The value of one series in Prometheus text, e.g.
+// `ratekeeper_decisions_total{rule="api",outcome="allowed"}`; nullopt when absent.
+std::optional<double> metric_value(std::string_view exposition, std::string_view series);
+
 // Writes `text` to a new file in a fresh temporary directory and returns its path.
 std::filesystem::path write_temp_file(std::string_view name, std::string_view text);
 

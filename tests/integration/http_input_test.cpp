@@ -1,0 +1,232 @@
+// End to end: what the server does with hostile or broken input. Spoofed X-Forwarded-For,
+// malformed decision API calls, oversized headers and bodies, unknown paths and methods,
+// pipelined requests, and configuration files that must be refused at start.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "support/http_client.hpp"
+#include "support/redis_server.hpp"
+
+namespace ratekeeper::testing {
+namespace {
+
+using json = nlohmann::json;
+
+std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url = {}) {
+  ServerProcess::Options o;
+  o.config_yaml = std::move(yaml);
+  o.store_url = std::move(store_url);
+  return std::make_unique<ServerProcess>(std::move(o));
+}
+
+constexpr const char* kPerIp = R"(
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: 2
+        refill_rate: 0.001
+)";
+
+TEST(HttpForwardedFor, SpoofedHeaderFromUntrustedPeerIsIgnored) {
+  RedisServer redis;
+  auto server = serve(kPerIp, redis.url());
+  HttpClient client(server->port());
+  // Every request claims another client; the socket peer (127.0.0.1) is charged anyway.
+  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.1"}}).status, 200);
+  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.2"}}).status, 200);
+  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.3"}}).status, 429);
+  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "198.51.100.9, 203.0.113.4"}}).status, 429);
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:127.0.0.1}:api"}), "1");
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:203.0.113.1}:api"}), "0");
+}
+
+TEST(HttpForwardedFor, TrustedProxyForwardsTheClientAddress) {
+  RedisServer redis;
+  auto server = serve(std::string("trusted_proxies: [127.0.0.1/32]\n") + kPerIp, redis.url());
+  HttpClient client(server->port());
+  const Headers one = {{"X-Forwarded-For", "203.0.113.1"}};
+  const Headers two = {{"X-Forwarded-For", "203.0.113.2"}};
+  EXPECT_EQ(client.get("/api/data", one).status, 200);
+  EXPECT_EQ(client.get("/api/data", one).status, 200);
+  EXPECT_EQ(client.get("/api/data", one).status, 429);
+  EXPECT_EQ(client.get("/api/data", two).status, 200);
+  // The walk goes from the right: a client cannot prepend an address to pick its bucket.
+  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.2, 203.0.113.1"}}).status, 429);
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:203.0.113.1}:api"}), "1");
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:127.0.0.1}:api"}), "0");
+}
+
+class HttpBadInput : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = serve(R"(
+http:
+  max_header_bytes: 2048
+  max_body_bytes: 1024
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: 5
+        refill_rate: 0.001
+  - name: search
+    match: {path: /api/search}
+    identity: {type: header, header: X-User-ID}
+    limits:
+      - capacity: 5
+        refill_rate: 0.001
+)").release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static HttpResponse check(std::string body) {
+    return http_post(server_->port(), "/v1/check", std::move(body));
+  }
+  static ServerProcess* server_;
+};
+
+ServerProcess* HttpBadInput::server_ = nullptr;
+
+TEST_F(HttpBadInput, MalformedJsonOnCheckIs400) {
+  for (const char* body : {"{\"rule\":\"api\"", "not json", "", "[1,2]"}) {
+    auto r = check(body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_EQ(json::parse(r.body).at("error"), "Bad request") << r.body;
+  }
+}
+
+TEST_F(HttpBadInput, UnknownRuleOnCheckIs400NamingIt) {
+  auto r = check(R"({"rule":"nope","identity":"ip:192.0.2.1","cost":1})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("nope"), std::string::npos) << r.body;
+}
+
+TEST_F(HttpBadInput, BadCostOnCheckIs400) {
+  for (const char* body : {R"({"rule":"api","identity":"ip:192.0.2.1","cost":-1})",
+                           R"({"rule":"api","identity":"ip:192.0.2.1","cost":1.5})",
+                           R"({"rule":"api","identity":"ip:192.0.2.1","cost":"1"})",
+                           R"({"rule":"api","identity":"ip:192.0.2.1","cost":6})",
+                           R"({"rule":"api","cost":1})"}) {
+    auto r = check(body);
+    EXPECT_EQ(r.status, 400) << body << " → " << r.body;
+  }
+}
+
+TEST_F(HttpBadInput, CheckAnswersTheDecision) {
+  auto first = check(R"({"rule":"api","identity":"user:check-1","cost":4})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto j = json::parse(first.body);
+  EXPECT_EQ(j.at("allowed"), true);
+  EXPECT_EQ(j.at("limit"), 5);
+  EXPECT_EQ(j.at("remaining"), 1);
+  EXPECT_EQ(j.at("retry_after_ms"), 0);
+  EXPECT_GT(j.at("reset_after_ms").get<std::int64_t>(), 0);
+  EXPECT_EQ(j.at("failure_policy"), "allow");
+
+  auto denied = check(R"({"rule":"api","identity":"user:check-1","cost":2})");
+  ASSERT_EQ(denied.status, 429) << denied.body;
+  j = json::parse(denied.body);
+  EXPECT_EQ(j.at("allowed"), false);
+  EXPECT_EQ(j.at("remaining"), 1);
+  EXPECT_GT(j.at("retry_after_ms").get<std::int64_t>(), 0);
+  ASSERT_TRUE(denied.header("Retry-After"));
+}
+
+TEST_F(HttpBadInput, OversizedHeadersAre431) {
+  auto r = http_get(server_->port(), "/api/data", {{"X-Padding", std::string(4096, 'a')}});
+  EXPECT_EQ(r.status, 431);
+  // The server is fine afterwards.
+  EXPECT_EQ(http_get(server_->port(), "/healthz").status, 200);
+}
+
+TEST_F(HttpBadInput, OversizedBodyIs413) {
+  auto r = check(std::string(4096, ' ') + "{}");
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(http_get(server_->port(), "/healthz").status, 200);
+}
+
+TEST_F(HttpBadInput, GarbageRequestLineIs400) {
+  HttpClient client(server_->port());
+  auto r = client.raw("THIS IS NOT HTTP\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+}
+
+TEST_F(HttpBadInput, UnknownPathIs404AndWrongMethodIs405) {
+  HttpClient client(server_->port());
+  EXPECT_EQ(client.get("/nope").status, 404);
+  EXPECT_EQ(client.get("/v1/check").status, 405);
+  auto r = client.post("/api/data", "{}");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("Allow"), "GET");
+  EXPECT_EQ(client.post("/healthz", "").status, 405);
+}
+
+TEST_F(HttpBadInput, PipelinedRequestsAreAnsweredInOrder) {
+  HttpClient client(server_->port());
+  std::vector<HttpRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back({"GET", fmt::format("/api/search?q=p{}", i), {{"X-User-ID", "pipe"}}, {}});
+  }
+  auto responses = client.pipeline(requests);
+  ASSERT_EQ(responses.size(), 8u);
+  int ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (responses[i].status == 200) {
+      ++ok;
+      EXPECT_EQ(json::parse(responses[i].body).at("query"), fmt::format("p{}", i));
+    } else {
+      EXPECT_EQ(responses[i].status, 429);
+    }
+  }
+  EXPECT_EQ(ok, 5);  // the user's capacity, taken in request order
+  EXPECT_EQ(responses[4].status, 200);
+  EXPECT_EQ(responses[5].status, 429);
+}
+
+TEST(HttpConfig, BadConfigurationFailsNamingFileAndField) {
+  const auto path = write_temp_file("bad.yaml", R"(
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: -5
+        refill_rate: 1
+)");
+  auto result = run_ratekeeper({"serve", "--config", path.string(), "--listen", "127.0.0.1:0"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.errors.find(path.string()), std::string::npos) << result.errors;
+  EXPECT_NE(result.errors.find("rules[0].limits[0].capacity"), std::string::npos) << result.errors;
+  EXPECT_EQ(result.output.find("listening on"), std::string::npos) << result.output;
+}
+
+TEST(HttpConfig, UnknownFieldAndMissingFileFail) {
+  const auto path = write_temp_file("typo.yaml", "rulez: []\n");
+  auto typo = run_ratekeeper({"serve", "--config", path.string(), "--listen", "127.0.0.1:0"});
+  EXPECT_NE(typo.exit_code, 0);
+  EXPECT_NE(typo.errors.find("rulez"), std::string::npos) << typo.errors;
+
+  auto missing = run_ratekeeper({"serve", "--config", "/nonexistent/ratekeeper.yaml"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.errors.find("/nonexistent/ratekeeper.yaml"), std::string::npos) << missing.errors;
+}
+
+TEST(HttpConfig, WithoutAStoreItUsesMemoryAndSaysSo) {
+  auto server = serve(kPerIp);
+  EXPECT_NE(server->output().find("memory://"), std::string::npos) << server->output();
+  auto ready = http_get(server->port(), "/readyz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(json::parse(ready.body).at("store"), "memory");
+}
+
+}  // namespace
+}  // namespace ratekeeper::testing

@@ -1,0 +1,95 @@
+// End to end: graceful drain. On SIGTERM the server stops accepting, finishes the request in
+// flight (here one waiting on a paused Redis), closes idle keep-alive connections and exits 0.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "support/http_client.hpp"
+#include "support/redis_server.hpp"
+
+namespace ratekeeper::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool wait_for_output(const ServerProcess& server, const std::string& text,
+                     std::chrono::seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (server.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(HttpLifecycle, SigtermFinishesTheRequestInFlightAndExitsZero) {
+  RedisServer redis;
+  ServerProcess::Options o;
+  // The store deadline keeps the request in flight for a while once Redis stops answering.
+  o.config_yaml = fmt::format(R"(
+logging: {{level: debug}}
+store:
+  url: {}
+  command_timeout: 1500ms
+rules:
+  - name: api
+    match: {{path: /api/data}}
+    on_store_error: allow
+    limits:
+      - capacity: 10
+        refill_rate: 1
+)",
+                              redis.url());
+  ServerProcess server(std::move(o));
+
+  HttpClient idle(server.port());  // a kept-alive connection with nothing to do
+  ASSERT_EQ(idle.get("/api/data").status, 200);
+
+  redis.pause();
+  auto in_flight = std::async(std::launch::async, [port = server.port()] {
+    return http_get(port, "/api/data?in-flight");
+  });
+  // The server has read the request (it logs each one at debug level) and is waiting on Redis.
+  ASSERT_TRUE(wait_for_output(server, "GET /api/data?in-flight", std::chrono::seconds(20)))
+      << server.output();
+
+  const auto signalled = Clock::now();
+  server.signal(SIGTERM);
+  const auto response = in_flight.get();
+  EXPECT_EQ(response.status, 200) << response.body;  // answered by the failure policy
+  EXPECT_EQ(response.body, R"({"data":"success"})");
+  EXPECT_EQ(response.header("Connection"), "close");
+
+  const auto status = server.wait(std::chrono::seconds(20));
+  ASSERT_TRUE(status.has_value()) << "still running:\n" << server.output();
+  EXPECT_EQ(*status, 0) << server.output() << server.errors();
+  // Drained well before the 10 s drain timeout: the idle connection did not hold it up.
+  EXPECT_LT(Clock::now() - signalled, std::chrono::seconds(8));
+  redis.resume();
+
+  // Nothing listens any more.
+  EXPECT_THROW(http_get(server.port(), "/healthz"), std::runtime_error);
+}
+
+TEST(HttpLifecycle, SigintOnAnIdleServerExitsZero) {
+  ServerProcess::Options o;
+  o.config_yaml = "rules: []\n";
+  ServerProcess server(std::move(o));
+  HttpClient idle(server.port());
+  ASSERT_EQ(idle.get("/healthz").status, 200);
+  server.signal(SIGINT);
+  const auto status = server.wait(std::chrono::seconds(20));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0) << server.errors();
+}
+
+}  // namespace
+}  // namespace ratekeeper::testing

@@ -1,0 +1,98 @@
+// End to end: /metrics is valid Prometheus text (exposition format 0.0.4) and its counters
+// match the requests that were sent.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "support/http_client.hpp"
+#include "support/redis_server.hpp"
+
+namespace ratekeeper::testing {
+namespace {
+
+// Every line of the text format: a HELP or TYPE comment, another comment, or a sample
+// `name{label="value",...} value [timestamp]`.
+void expect_exposition_format(const std::string& text) {
+  static const std::regex help(R"(^# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .*$)");
+  static const std::regex type(
+      R"(^# TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|histogram|summary|untyped)$)");
+  static const std::regex sample(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*")(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*")*,?\})? ([-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?Inf|NaN)( -?[0-9]+)?$)");
+  ASSERT_FALSE(text.empty());
+  ASSERT_EQ(text.back(), '\n') << "the exposition ends with a line feed";
+  std::istringstream in(text);
+  std::string line;
+  std::set<std::string> typed;
+  int samples = 0;
+  while (std::getline(in, line)) {
+    if (line.starts_with("# TYPE ")) {
+      EXPECT_TRUE(std::regex_match(line, type)) << line;
+      const auto name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(typed.insert(name).second) << "TYPE given twice for " << name;
+    } else if (line.starts_with("# HELP ")) {
+      EXPECT_TRUE(std::regex_match(line, help)) << line;
+    } else if (line.starts_with("#")) {
+      continue;
+    } else {
+      EXPECT_FALSE(line.empty()) << "no blank lines";
+      EXPECT_TRUE(std::regex_match(line, sample)) << line;
+      ++samples;
+    }
+  }
+  EXPECT_GT(samples, 0);
+}
+
+TEST(HttpMetrics, ExpositionParsesAndCountersMatchRequests) {
+  RedisServer redis;
+  ServerProcess::Options o;
+  o.config_yaml = R"(
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: 5
+        refill_rate: 0.001
+  - name: profile
+    match: {path: /api/profile}
+    identity: {type: header, header: X-User-ID}
+    limits:
+      - capacity: 2
+        refill_rate: 0.001
+)";
+  o.store_url = redis.url();
+  ServerProcess server(std::move(o));
+  HttpClient client(server.port());
+
+  auto metrics = client.get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.header("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  expect_exposition_format(metrics.body);
+  EXPECT_EQ(metric_value(metrics.body, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 0.0);
+
+  for (int i = 0; i < 8; ++i) client.get("/api/data");                           // 5 + 3 denied
+  for (int i = 0; i < 3; ++i) client.get("/api/profile", {{"X-User-ID", "u1"}});  // 2 + 1 denied
+  for (int i = 0; i < 4; ++i) client.get("/api/search?q=x");                     // no rule
+  client.get("/healthz");                                                         // not limited
+
+  metrics = client.get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  expect_exposition_format(metrics.body);
+  const auto& m = metrics.body;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 5.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 3.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="profile",outcome="allowed"})"), 2.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="profile",outcome="denied"})"), 1.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="admitted"})"), 7.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="rejected"})"), 4.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="unmatched"})"), 4.0) << m;
+  EXPECT_EQ(metric_value(m, "ratekeeper_store_latency_seconds_count"), 11.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_store_ready{kind="redis"})"), 1.0) << m;
+}
+
+}  // namespace
+}  // namespace ratekeeper::testing
