@@ -1,0 +1,413 @@
+// RedisStore against a real redis-server running the embedded Lua scripts: every algorithm,
+// multi-limit all-or-nothing, the seed's limiter classes, identical decisions to MemoryStore,
+// script cache loss, restarts, a frozen server, and several instances sharing one bucket.
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "ratekeeper/limiter/failure_policy.hpp"
+#include "ratekeeper/limiter/rate_limiters.hpp"
+#include "ratekeeper/store/lua_scripts.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+#include "ratekeeper/store/open_store.hpp"
+#include "ratekeeper/store/redis_store.hpp"
+#include "support/redis_server.hpp"
+
+namespace ratekeeper::store {
+namespace {
+
+using algorithms::Algorithm;
+using testing::RedisServer;
+using namespace std::chrono_literals;
+
+constexpr Algorithm kAlgorithms[] = {Algorithm::token_bucket, Algorithm::sliding_window_log,
+                                     Algorithm::sliding_window_counter, Algorithm::fixed_window};
+
+StoreOptions options_for(const RedisServer& server) {
+  StoreOptions o;
+  o.url = server.url();
+  o.command_timeout = 2 * kMicrosPerSecond;
+  o.reconnect_min = 10 * kMicrosPerMilli;
+  o.reconnect_max = 100 * kMicrosPerMilli;
+  return o;
+}
+
+std::unique_ptr<Store> open(const StoreOptions& options) {
+  auto store = open_store(options);
+  EXPECT_TRUE(store) << store.error().message;
+  return std::move(*store);
+}
+
+Limit limit(Algorithm a, std::int64_t capacity, Micros period) { return *Limit::make(a, capacity, period); }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <class F>
+bool eventually(F ok, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return ok();
+}
+
+// One server for the tests that do not stop or freeze it; keys are unique per test.
+RedisServer& shared_server() {
+  static RedisServer server;
+  return server;
+}
+
+std::string unique_key(std::string_view what) {
+  static std::atomic<int> n{0};
+  return fmt::format("ratelimit:{{test:{}}}:{}", n.fetch_add(1), what);
+}
+
+TEST(RedisStore, ComputesScriptShaAsRedisDoes) {
+  for (const auto& script : lua_scripts()) {
+    EXPECT_EQ(RedisStore::script_sha1(script.source),
+              shared_server().command({"SCRIPT", "LOAD", std::string(script.source)}))
+        << script.name;
+  }
+  EXPECT_EQ(RedisStore::script_sha1(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  EXPECT_EQ(RedisStore::script_sha1(std::string(1000, 'a')), "291e9a6c66994949b57ba5e650361e98fc36b1ba");
+}
+
+TEST(RedisStore, OpensFromUrlsAndReportsHealth) {
+  auto store = open(options_for(shared_server()));
+  EXPECT_EQ(store->kind(), "redis");
+  ASSERT_TRUE(store->check_sync({{unique_key("health"), limit(Algorithm::fixed_window, 5, kMicrosPerSecond), 1}}));
+  EXPECT_TRUE(store->health().ready) << store->health().detail;
+  EXPECT_EQ(store->health().detail, "ok");
+
+  StoreOptions bad = options_for(shared_server());
+  bad.url = "redis://127.0.0.1:notaport";
+  auto r = open_store(bad);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("port"), std::string::npos) << r.error().message;
+
+  StoreOptions down = options_for(shared_server());
+  down.url = fmt::format("redis://127.0.0.1:{}", testing::free_port());
+  auto unreachable = open(down);
+  auto result = unreachable->check_sync({{"k", limit(Algorithm::fixed_window, 5, kMicrosPerSecond), 1}});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, ErrorCode::unavailable);
+  EXPECT_FALSE(unreachable->health().ready);
+  EXPECT_NE(unreachable->health().detail.find("connect"), std::string::npos) << unreachable->health().detail;
+}
+
+TEST(RedisStore, EveryAlgorithmAdmitsItsCapacityThenDenies) {
+  auto store = open(options_for(shared_server()));
+  const Micros t0 = 1'000'000'000;
+  for (Algorithm a : kAlgorithms) {
+    const std::string key = unique_key(algorithms::to_string(a));
+    const Limit l = limit(a, 3, kMicrosPerSecond);
+    for (int i = 0; i < 3; ++i) {
+      auto r = store->check_sync({{key, l, 1}}, t0 + i);
+      ASSERT_TRUE(r) << algorithms::to_string(a) << ": " << r.error().message;
+      EXPECT_TRUE(r->decision.allowed) << algorithms::to_string(a);
+      EXPECT_EQ(r->decision.limit, 3);
+      EXPECT_EQ(r->decision.remaining, 2 - i);
+    }
+    auto denied = store->check_sync({{key, l, 1}}, t0 + 3);
+    ASSERT_TRUE(denied) << denied.error().message;
+    EXPECT_FALSE(denied->decision.allowed) << algorithms::to_string(a);
+    EXPECT_GT(denied->decision.retry_after, 0);
+    // Cost above capacity can never succeed: an invalid argument, not a denial.
+    auto too_big = store->check_sync({{key, l, 4}}, t0 + 4);
+    ASSERT_FALSE(too_big);
+    EXPECT_EQ(too_big.error().code, ErrorCode::invalid_argument);
+  }
+}
+
+TEST(RedisStore, MultiLimitIsAllOrNothing) {
+  auto store = open(options_for(shared_server()));
+  const Micros t0 = 5'000'000'000;
+  const std::string per_second = unique_key("1s");
+  const std::string per_minute = unique_key("1m");
+  const Limit tight = limit(Algorithm::token_bucket, 2, kMicrosPerSecond);
+  const Limit loose = limit(Algorithm::sliding_window_log, 10, 60 * kMicrosPerSecond);
+  for (int i = 0; i < 2; ++i) {
+    auto r = store->check_sync({{per_second, tight, 1}, {per_minute, loose, 1}}, t0);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(r->decision.allowed);
+    ASSERT_EQ(r->items.size(), 2u);
+  }
+  // The bucket is empty: denied, and the minute window is not charged for it.
+  for (int i = 0; i < 3; ++i) {
+    auto r = store->check_sync({{per_second, tight, 1}, {per_minute, loose, 1}}, t0);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_FALSE(r->decision.allowed);
+    EXPECT_FALSE(r->items[0].allowed);
+  }
+  auto peek = store->check_sync({{per_minute, loose, 0}}, t0);
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 8);
+
+  auto twice = store->check_sync({{per_second, tight, 1}, {per_second, tight, 1}}, t0);
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, ErrorCode::invalid_argument);
+}
+
+TEST(RedisStore, ScriptErrorReplyIsAReplyError) {
+  // A server out of memory refuses scripts that write: an error reply, not a decision.
+  RedisServer server({.args = {"--maxmemory", "1", "--maxmemory-policy", "noeviction"}, .port = 0, .password = ""});
+  auto store = open(options_for(server));
+  auto r = store->check_sync({{unique_key("oom"), limit(Algorithm::token_bucket, 5, kMicrosPerSecond), 1}}, 1'000'000);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::reply);
+  EXPECT_NE(r.error().message.find("OOM"), std::string::npos) << r.error().message;
+}
+
+TEST(RedisStore, SeedLimiterClassesWorkUnchanged) {
+  auto store = open(options_for(shared_server()));
+  const Micros t0 = 7'000'000'000;
+  const std::string prefix = unique_key("seed");
+  auto bucket = limiter::TokenBucketRateLimiter::create(*store, 5, 1.0, {prefix});
+  ASSERT_TRUE(bucket);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(bucket->allow("ip:192.0.2.7", 1, t0)->allowed);
+  auto denied = bucket->allow("ip:192.0.2.7", 1, t0);
+  ASSERT_TRUE(denied) << denied.error().message;
+  EXPECT_FALSE(denied->allowed);
+  EXPECT_EQ(denied->retry_after, kMicrosPerSecond);
+  EXPECT_TRUE(bucket->allow("ip:192.0.2.7", 1, t0 + kMicrosPerSecond)->allowed);
+
+  // The window classes on the server's clock (minute-long windows: no timing dependence).
+  auto sliding = limiter::SlidingWindowRateLimiter::create(*store, 60000, 3, {prefix});
+  auto fixed = limiter::FixedWindowRateLimiter::create(*store, 60, 3, {prefix});
+  ASSERT_TRUE(sliding && fixed);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(sliding->allow("user:1")->allowed);
+    EXPECT_TRUE(fixed->allow("user:1")->allowed);
+  }
+  EXPECT_FALSE(sliding->allow("user:1")->allowed);
+  auto fixed_denied = fixed->allow("user:1");
+  ASSERT_TRUE(fixed_denied) << fixed_denied.error().message;
+  // A fixed window may roll over between calls; then the fourth call opens a new window.
+  EXPECT_TRUE(!fixed_denied->allowed || fixed_denied->remaining == 2);
+
+  limiter::TieredRateLimiter tiers(*store, {prefix});
+  int allowed = 0;
+  for (int i = 0; i < 61; ++i) allowed += tiers.allow("user:2", "free", 1, t0)->allowed;
+  EXPECT_EQ(allowed, 60);
+  EXPECT_TRUE(tiers.allow("user:2", "pro", 1, t0)->allowed);
+}
+
+std::string describe(const Decision& d) {
+  return fmt::format("{{{} limit {} remaining {} retry {} reset {}}}", d.allowed ? "allow" : "deny", d.limit,
+                     d.remaining, d.retry_after, d.reset_after);
+}
+
+std::string describe(const Result<CheckOutcome>& r) {
+  if (!r) return fmt::format("error {}: {}", to_string(r.error().code), r.error().message);
+  std::string out = describe(r->decision);
+  for (const auto& d : r->items) out += " " + describe(d);
+  return out;
+}
+
+// Random sequences at explicit times: RedisStore and MemoryStore answer identically.
+// Redis expires keys on its own clock (PX relative to the explicit `now`), so every time
+// and period here is a multiple of kUnit (10 s): a key then lives at least 10 s of real
+// time, far longer than one sequence takes, and never vanishes while its state counts.
+RC_GTEST_PROP(RedisStoreDifferential, DecisionsEqualMemoryStore, ()) {
+  constexpr Micros kUnit = 10 * kMicrosPerSecond;
+  static auto redis = open(options_for(shared_server()));
+  MemoryStore memory;
+  const int limits = *rc::gen::inRange(1, 4);
+  std::vector<CheckItem> items;
+  for (int i = 0; i < limits; ++i) {
+    const auto a = static_cast<Algorithm>(*rc::gen::inRange(0, 4));
+    const std::int64_t capacity = *rc::gen::inRange<std::int64_t>(1, 12);
+    const Micros period = kUnit * *rc::gen::element<Micros>(1, 2, 3, 7, 60);
+    items.push_back({unique_key(fmt::format("diff{}", i)), limit(a, capacity, period), 1});
+  }
+  const Micros max_period = std::max_element(items.begin(), items.end(), [](auto& x, auto& y) {
+                              return x.limit.horizon() < y.limit.horizon();
+                            })->limit.horizon() / kUnit;
+  Micros now = kUnit * *rc::gen::inRange<Micros>(0, 1'000'000);
+  const int steps = *rc::gen::inRange(1, 40);
+  for (int s = 0; s < steps; ++s) {
+    now += kUnit * *rc::gen::oneOf(rc::gen::just<Micros>(0), rc::gen::inRange<Micros>(0, max_period / 4 + 2),
+                                   rc::gen::inRange<Micros>(0, 2 * max_period + 2));
+    // Sometimes one limit alone (single-key script), sometimes all (multi script).
+    std::vector<CheckItem> batch;
+    if (limits > 1 && *rc::gen::arbitrary<bool>()) {
+      batch = items;
+    } else {
+      batch = {items[static_cast<std::size_t>(*rc::gen::inRange(0, limits))]};
+    }
+    for (auto& item : batch) item.cost = *rc::gen::inRange<std::int64_t>(0, item.limit.capacity + 1);
+    auto expected = memory.check_batch(batch, now);
+    auto actual = redis->check_sync(batch, now);
+    RC_LOG() << "step " << s << " at " << now << ":";
+    for (const auto& item : batch) {
+      RC_LOG() << " " << algorithms::to_string(item.limit.algorithm) << "(" << item.limit.capacity << ", "
+               << item.limit.period << ") cost " << item.cost;
+    }
+    RC_LOG() << "\n  memory: " << describe(expected) << "\n  redis:  " << describe(actual) << "\n";
+    RC_ASSERT(expected.has_value() == actual.has_value());
+    if (!expected) {
+      RC_ASSERT(expected.error().code == actual.error().code);
+      continue;
+    }
+    RC_ASSERT(actual->decision == expected->decision);
+    RC_ASSERT(actual->items == expected->items);
+  }
+}
+
+TEST(RedisStore, ScriptFlushMidTrafficFailsNoRequest) {
+  auto store = open(options_for(shared_server()));
+  auto& redis = dynamic_cast<RedisStore&>(*store);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string single = unique_key("flush");
+      const std::string a = unique_key("flush-a");
+      const std::string b = unique_key("flush-b");
+      const Limit big = limit(Algorithm::token_bucket, 1'000'000, 1);
+      while (!stop.load()) {
+        auto r = t == 0 ? store->check_sync({{single, big, 1}})
+                        : store->check_sync({{a, big, 1}, {b, limit(Algorithm::fixed_window, 1'000'000, kMicrosPerSecond), 1}});
+        if (!r || !r->decision.allowed) failures.fetch_add(1);
+        answered.fetch_add(1);
+      }
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return answered.load() > 20; }));
+  for (int i = 0; i < 5; ++i) {
+    const int before = answered.load();
+    EXPECT_EQ(shared_server().command({"SCRIPT", "FLUSH"}), "OK");
+    ASSERT_TRUE(eventually([&] { return answered.load() > before + 20; }));
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GE(redis.noscript_reloads(), 1u);
+}
+
+TEST(RedisStore, RestartMidTrafficReconnectsAndAppliesTheFailurePolicyWhileDown) {
+  RedisServer server;
+  StoreOptions o = options_for(server);
+  o.command_timeout = 100 * kMicrosPerMilli;
+  o.breaker_open_for = 100 * kMicrosPerMilli;
+  auto store = open(o);
+  limiter::GuardedStore guarded(*store, {limiter::FailureMode::allow});
+  std::atomic<bool> stop{false};
+  std::atomic<int> by_store{0}, by_policy{0}, errors{0};
+  std::atomic<double> slowest{0};
+  std::thread traffic([&] {
+    const std::string key = unique_key("restart");
+    while (!stop.load()) {
+      const auto start = std::chrono::steady_clock::now();
+      auto r = guarded.check_sync({{key, limit(Algorithm::token_bucket, 1'000'000, 1), 1}});
+      const double took = seconds_since(start);
+      if (took > slowest.load()) slowest = took;
+      if (!r) {
+        errors.fetch_add(1);
+      } else {
+        (r->by_failure_policy ? by_policy : by_store).fetch_add(1);
+      }
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return by_store.load() > 10; }));
+  server.stop();
+  ASSERT_TRUE(eventually([&] { return by_policy.load() > 10; }));
+  EXPECT_FALSE(store->health().ready);
+  server.start();
+  const int before = by_store.load();
+  EXPECT_TRUE(eventually([&] { return by_store.load() > before + 10; }));
+  stop = true;
+  traffic.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(guarded.failure_decisions(), static_cast<std::uint64_t>(by_policy.load()));
+  EXPECT_LT(slowest.load(), 1.0);
+  EXPECT_TRUE(eventually([&] { return store->health().ready; })) << store->health().detail;
+}
+
+TEST(RedisStore, FrozenServerAnswersEveryCallWithinItsDeadlineByPolicy) {
+  RedisServer server;
+  StoreOptions o = options_for(server);
+  o.command_timeout = 100 * kMicrosPerMilli;
+  o.breaker_open_for = 200 * kMicrosPerMilli;
+  auto store = open(o);
+  limiter::GuardedStore guarded(*store, {limiter::FailureMode::deny});
+  const Limit l = limit(Algorithm::sliding_window_counter, 1'000'000, kMicrosPerSecond);
+  ASSERT_TRUE(guarded.check_sync({{unique_key("frozen"), l, 1}}));
+  server.pause();
+  std::atomic<int> by_policy{0}, calls{0};
+  std::atomic<double> slowest{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 15; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        auto r = guarded.check_sync({{unique_key("frozen"), l, 1}});
+        const double took = seconds_since(start);
+        if (took > slowest.load()) slowest = took;
+        calls.fetch_add(1);
+        if (r && r->by_failure_policy && !r->decision.allowed) by_policy.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(by_policy.load(), calls.load());
+  EXPECT_LT(slowest.load(), 1.0);
+  EXPECT_FALSE(store->health().ready);
+  server.resume();
+  EXPECT_TRUE(eventually([&] {
+    auto r = guarded.check_sync({{unique_key("frozen"), l, 1}});
+    return r && !r->by_failure_policy && r->decision.allowed;
+  }));
+}
+
+TEST(RedisStore, IndependentInstancesShareOneTokenBucket) {
+  constexpr std::int64_t kCapacity = 20;
+  constexpr double kRate = 50;  // tokens per second
+  const Limit l = limit(Algorithm::token_bucket, kCapacity, static_cast<Micros>(kMicrosPerSecond / kRate));
+  const std::string key = unique_key("shared-bucket");
+  std::vector<std::unique_ptr<Store>> stores;
+  for (int i = 0; i < 3; ++i) {
+    stores.push_back(open(options_for(shared_server())));
+    ASSERT_TRUE(stores.back()->check_sync({{unique_key("warm"), l, 1}}));
+  }
+  std::atomic<std::int64_t> allowed{0};
+  std::atomic<int> errors{0};
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + 1s;
+  std::vector<std::thread> threads;
+  for (auto& store : stores) {
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, s = store.get()] {
+        while (std::chrono::steady_clock::now() < end) {
+          auto r = s->check_sync({{key, l, 1}});  // the server's clock
+          if (!r) {
+            errors.fetch_add(1);
+          } else if (r->decision.allowed) {
+            allowed.fetch_add(1);
+          }
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  const double elapsed = seconds_since(start);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GE(allowed.load(), kCapacity);
+  EXPECT_LE(static_cast<double>(allowed.load()), kCapacity + kRate * elapsed + 2) << "elapsed " << elapsed;
+}
+
+}  // namespace
+}  // namespace ratekeeper::store
