@@ -12,6 +12,8 @@ void set_exit_code(int code) { g_exit_code = code; }
 
 void register_commands(CLI::App& app) {
   (void)app;
+  register_bench_command(app);
+  register_script_command(app);
   register_serve_command(app);
 }
 

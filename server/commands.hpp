@@ -12,6 +12,8 @@ void register_commands(CLI::App& app);
 int exit_code();
 void set_exit_code(int code);
 
+void register_bench_command(CLI::App& app);   // server/bench.cpp
+void register_script_command(CLI::App& app);  // server/script.cpp
 void register_serve_command(CLI::App& app);   // server/serve.cpp
 
 }  // namespace ratekeeper::server

@@ -1,0 +1,417 @@
+// `ratekeeper bench`: drives a store with a fixed number of decisions in flight and reports
+// decisions per second, allowed/denied/error counts and latency percentiles.
+//
+// Every decision goes through Store::check. Exactly `concurrency` decisions are outstanding
+// at any time: each completion issues the next one from its callback. A store that completes
+// on the caller's stack (memory://) is driven by `threads` threads instead, one decision
+// after the other on each; a Redis store's callbacks run on its I/O threads.
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.hpp"
+#include "ratekeeper/algorithms/limit.hpp"
+#include "ratekeeper/limiter/keys.hpp"
+#include "ratekeeper/store/open_store.hpp"
+
+namespace ratekeeper::server {
+namespace {
+
+using algorithms::Algorithm;
+using algorithms::Limit;
+using SteadyClock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string store_url = "memory://";
+  std::string algorithm = "token_bucket";
+  std::int64_t keys = 1000;
+  std::int64_t concurrency = 50;
+  std::int64_t requests = 100'000;
+  double capacity = 100;
+  double rate = 100;
+  double limit = 100;
+  std::int64_t window_ms = 1000;
+  std::int64_t cost = 1;
+  int threads = 1;
+  std::int64_t timeout_ms = 1000;
+  std::uint64_t seed = 1;
+  bool json = false;
+
+  // Whether each limit option was given on the command line.
+  CLI::Option* capacity_opt = nullptr;
+  CLI::Option* rate_opt = nullptr;
+  CLI::Option* limit_opt = nullptr;
+  CLI::Option* window_opt = nullptr;
+};
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+// Outcome of one decision: allowed, denied, or kErrorBase + ErrorCode.
+constexpr std::uint8_t kAllowed = 0;
+constexpr std::uint8_t kDenied = 1;
+constexpr std::uint8_t kErrorBase = 2;
+constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::redirect) + 1;
+
+// One benchmark run. Thread-safe: completions may arrive on any thread. Must outlive every
+// callback it hands to the store (the caller destroys the store first).
+class Run {
+ public:
+  Run(store::Store& store, std::vector<std::string> keys, std::vector<std::uint32_t> key_of_request,
+      Limit limit, std::int64_t cost)
+      : store_(store),
+        keys_(std::move(keys)),
+        key_of_request_(std::move(key_of_request)),
+        limit_(limit),
+        cost_(cost),
+        requests_(static_cast<std::int64_t>(key_of_request_.size())),
+        latency_ns_(key_of_request_.size()),
+        outcome_(key_of_request_.size()) {}
+
+  // Starts one chain of decisions: one outstanding decision, replaced by the next when it
+  // completes, until every request has been issued.
+  void start_chain() { pump(); }
+
+  // Waits until every request has completed, or until none has completed for `stall`.
+  // Returns false on a stall.
+  bool wait(std::chrono::milliseconds stall) {
+    std::unique_lock lock(mutex_);
+    std::int64_t seen = completed_;
+    while (completed_ < requests_) {
+      if (!done_cv_.wait_for(lock, stall, [&] { return completed_ != seen; })) return false;
+      seen = completed_;
+    }
+    return true;
+  }
+
+  std::int64_t completed() const {
+    std::lock_guard lock(mutex_);
+    return completed_;
+  }
+  const std::vector<std::int64_t>& latency_ns() const { return latency_ns_; }
+  const std::vector<std::uint8_t>& outcomes() const { return outcome_; }
+  std::string first_error() const {
+    std::lock_guard lock(mutex_);
+    return first_error_;
+  }
+
+ private:
+  // Issues the next request, trampolined: a completion that runs on the issuing stack does
+  // not recurse into another check() but is counted and issued by the outermost pump().
+  void pump() {
+    thread_local bool active = false;
+    thread_local std::int64_t pending = 0;
+    if (active) {
+      ++pending;
+      return;
+    }
+    active = true;
+    std::int64_t todo = 1;
+    while (todo > 0) {
+      --todo;
+      issue_one();
+      todo += pending;
+      pending = 0;
+    }
+    active = false;
+  }
+
+  void issue_one() {
+    const std::int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= requests_) return;
+    std::vector<store::CheckItem> items;
+    items.push_back(store::CheckItem{keys_[key_of_request_[i]], limit_, cost_});
+    latency_ns_[i] = steady_ns();
+    // Two words of capture: std::function keeps it inline, no allocation.
+    store_.check(std::move(items), std::nullopt,
+                 [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
+  }
+
+  void complete(std::int64_t i, Result<store::CheckOutcome> r) {
+    latency_ns_[i] = steady_ns() - latency_ns_[i];
+    if (r) {
+      outcome_[i] = r->decision.allowed ? kAllowed : kDenied;
+    } else {
+      outcome_[i] = static_cast<std::uint8_t>(kErrorBase + static_cast<std::uint8_t>(r.error().code));
+      if (!has_error_.exchange(true, std::memory_order_relaxed)) {
+        std::lock_guard lock(mutex_);
+        first_error_ = fmt::format("{}: {}", to_string(r.error().code), r.error().message);
+      }
+    }
+    pump();
+    std::lock_guard lock(mutex_);
+    if (++completed_ == requests_ || (completed_ & 0x3ff) == 0) done_cv_.notify_all();
+  }
+
+  store::Store& store_;
+  const std::vector<std::string> keys_;
+  const std::vector<std::uint32_t> key_of_request_;
+  const Limit limit_;
+  const std::int64_t cost_;
+  const std::int64_t requests_;
+  std::vector<std::int64_t> latency_ns_;  // start time while in flight, then the latency
+  std::vector<std::uint8_t> outcome_;
+  std::atomic<std::int64_t> next_{0};
+  std::atomic<bool> has_error_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::int64_t completed_ = 0;  // guarded by mutex_
+  std::string first_error_;     // guarded by mutex_
+};
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "ratekeeper bench: %s\n", message.c_str());
+  return 2;
+}
+
+// Nearest-rank percentile of sorted values.
+std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+Result<Limit> make_limit(const BenchOptions& o, Algorithm algorithm) {
+  const bool bucket_opts = o.capacity_opt->count() > 0 || o.rate_opt->count() > 0;
+  const bool window_opts = o.limit_opt->count() > 0 || o.window_opt->count() > 0;
+  if (algorithm == Algorithm::token_bucket) {
+    if (window_opts) {
+      return make_error(ErrorCode::invalid_argument,
+                        "--limit and --window-ms apply to window algorithms; token_bucket takes "
+                        "--capacity and --rate");
+    }
+    auto l = Limit::token_bucket(o.capacity, o.rate);
+    if (!l) return make_error(ErrorCode::invalid_argument, "--capacity/--rate: " + l.error().message);
+    return l;
+  }
+  if (bucket_opts) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("--capacity and --rate apply to token_bucket; {} takes --limit and "
+                                  "--window-ms",
+                                  o.algorithm));
+  }
+  if (o.window_ms < 1 || o.window_ms > kMaxExact / kMicrosPerMilli) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("--window-ms must be >= 1, got {}", o.window_ms));
+  }
+  auto l = Limit::window(algorithm, o.limit, o.window_ms * kMicrosPerMilli);
+  if (!l) return make_error(ErrorCode::invalid_argument, "--limit/--window-ms: " + l.error().message);
+  return l;
+}
+
+int run_bench(const BenchOptions& o) {
+  if (o.requests < 1) return fail(fmt::format("--requests must be >= 1, got {}", o.requests));
+  if (o.requests > std::int64_t{1} << 31) {
+    return fail(fmt::format("--requests must be at most 2^31, got {}", o.requests));
+  }
+  if (o.concurrency < 1) return fail(fmt::format("--concurrency must be >= 1, got {}", o.concurrency));
+  if (o.keys < 1 || o.keys > std::int64_t{1} << 32) {
+    return fail(fmt::format("--keys must be between 1 and 2^32, got {}", o.keys));
+  }
+  if (o.threads < 1 || o.threads > 256) {
+    return fail(fmt::format("--threads must be between 1 and 256, got {}", o.threads));
+  }
+  if (o.timeout_ms < 1) return fail(fmt::format("--timeout-ms must be >= 1, got {}", o.timeout_ms));
+  auto algorithm = algorithms::parse_algorithm(o.algorithm);
+  if (!algorithm) {
+    return fail(fmt::format("unknown --algorithm '{}' (token_bucket, sliding_window_log, "
+                            "sliding_window_counter, fixed_window)",
+                            o.algorithm));
+  }
+  auto limit = make_limit(o, *algorithm);
+  if (!limit) return fail(limit.error().message);
+  if (auto c = algorithms::validate_cost(*limit, o.cost); !c) return fail("--cost: " + c.error().message);
+
+  store::StoreOptions so;
+  so.url = o.store_url;
+  so.command_timeout = o.timeout_ms * kMicrosPerMilli;
+  so.io_threads = o.threads;
+  so.max_keys = static_cast<std::size_t>(std::max<std::int64_t>(o.keys + 1, 1'000'000));
+  auto opened = store::open_store(so);
+  if (!opened) return fail(fmt::format("--store: {}", opened.error().message));
+  std::unique_ptr<store::Store> store = std::move(*opened);
+  const std::string kind(store->kind());
+  const bool synchronous = kind == "memory";
+
+  // A remote store connects in the background: wait until it can answer, then warm it up
+  // (connection, script cache) on a key outside the measured key space.
+  const auto ready_by = SteadyClock::now() + std::chrono::seconds(5);
+  auto health = store->health();
+  while (!health.ready && SteadyClock::now() < ready_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    health = store->health();
+  }
+  if (!health.ready) return fail(fmt::format("store {} is not ready: {}", o.store_url, health.detail));
+  {
+    std::vector<store::CheckItem> warm;
+    warm.push_back(store::CheckItem{"ratelimit:{bench:warmup}:bench", *limit, 0});
+    auto r = store->check_sync(std::move(warm));
+    if (!r) {
+      return fail(fmt::format("store {} failed the warm-up check: {}: {}", o.store_url,
+                              to_string(r.error().code), r.error().message));
+    }
+  }
+
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(o.keys));
+  for (std::int64_t k = 0; k < o.keys; ++k) {
+    auto key = limiter::make_key(limiter::kDefaultPrefix, fmt::format("bench:{}", k), "bench");
+    if (!key) return fail(key.error().message);
+    keys.push_back(std::move(*key));
+  }
+  std::vector<std::uint32_t> key_of_request(static_cast<std::size_t>(o.requests));
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<std::uint64_t> pick(0, static_cast<std::uint64_t>(o.keys - 1));
+  for (auto& k : key_of_request) k = static_cast<std::uint32_t>(pick(rng));
+
+  auto run = std::make_unique<Run>(*store, std::move(keys), std::move(key_of_request), *limit, o.cost);
+  const std::int64_t chains = std::min(o.concurrency, o.requests);
+  const auto t0 = SteadyClock::now();
+  std::vector<std::thread> drivers;
+  if (synchronous) {
+    // Each check completes before it returns: one chain per thread keeps each thread busy.
+    const std::int64_t threads = std::min<std::int64_t>(o.threads, chains);
+    for (std::int64_t t = 0; t < threads; ++t) drivers.emplace_back([&run] { run->start_chain(); });
+  } else {
+    for (std::int64_t c = 0; c < chains; ++c) run->start_chain();
+  }
+  const auto stall = std::chrono::milliseconds(std::max<std::int64_t>(10'000, 10 * o.timeout_ms));
+  const bool finished = run->wait(stall);
+  const auto t1 = SteadyClock::now();
+  for (auto& d : drivers) d.join();
+  if (!finished) {
+    const auto completed = run->completed();
+    // The run cannot be torn down safely while the store still holds its callbacks.
+    std::fprintf(stderr, "ratekeeper bench: store stopped answering: %lld of %lld decisions completed\n",
+                 static_cast<long long>(completed), static_cast<long long>(o.requests));
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  store.reset();  // joins the store's threads: no callback runs after this
+
+  std::int64_t allowed = 0, denied = 0, errors = 0;
+  std::array<std::int64_t, kErrorCodes> by_code{};
+  for (auto out : run->outcomes()) {
+    if (out == kAllowed) {
+      ++allowed;
+    } else if (out == kDenied) {
+      ++denied;
+    } else {
+      ++errors;
+      const std::size_t code = out - kErrorBase;
+      if (code < by_code.size()) ++by_code[code];
+    }
+  }
+  std::vector<std::int64_t> sorted = run->latency_ns();
+  std::sort(sorted.begin(), sorted.end());
+  const double elapsed_s = std::chrono::duration<double>(t1 - t0).count();
+  const double per_s = static_cast<double>(o.requests) / elapsed_s;
+  auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  const double p50 = us(percentile(sorted, 0.50));
+  const double p99 = us(percentile(sorted, 0.99));
+  const double p999 = us(percentile(sorted, 0.999));
+  const double max = us(sorted.back());
+
+  if (o.json) {
+    nlohmann::json j;
+    j["store"] = o.store_url;
+    j["kind"] = kind;
+    j["algorithm"] = to_string(limit->algorithm);
+    j["capacity"] = limit->capacity;
+    j["period_us"] = limit->period;
+    j["cost"] = o.cost;
+    j["keys"] = o.keys;
+    j["concurrency"] = o.concurrency;
+    j["threads"] = o.threads;
+    j["requests"] = o.requests;
+    j["allowed"] = allowed;
+    j["denied"] = denied;
+    j["errors"] = errors;
+    nlohmann::json codes = nlohmann::json::object();
+    for (std::size_t c = 0; c < by_code.size(); ++c) {
+      if (by_code[c] > 0) codes[std::string(to_string(static_cast<ErrorCode>(c)))] = by_code[c];
+    }
+    j["error_codes"] = codes;
+    if (errors > 0) j["first_error"] = run->first_error();
+    j["elapsed_s"] = elapsed_s;
+    j["decisions_per_s"] = per_s;
+    j["latency_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}, {"max", max}};
+    std::fputs((j.dump() + "\n").c_str(), stdout);
+  } else {
+    std::string text;
+    text += fmt::format("store         {}\n", o.store_url);
+    text += fmt::format("limit         {} capacity={} period={}us cost={}\n",
+                        to_string(limit->algorithm), limit->capacity, limit->period, o.cost);
+    text += fmt::format("load          {} requests over {} keys, concurrency {}, threads {}\n",
+                        o.requests, o.keys, o.concurrency, o.threads);
+    text += fmt::format("elapsed       {:.3f} s\n", elapsed_s);
+    text += fmt::format("throughput    {:.0f} decisions/s\n", per_s);
+    text += fmt::format("allowed       {}\ndenied        {}\nerrors        {}\n", allowed, denied, errors);
+    for (std::size_t c = 0; c < by_code.size(); ++c) {
+      if (by_code[c] > 0) {
+        text += fmt::format("  {:<12}{}\n", to_string(static_cast<ErrorCode>(c)), by_code[c]);
+      }
+    }
+    if (errors > 0) text += fmt::format("first error   {}\n", run->first_error());
+    text += fmt::format("latency (us)  p50 {:.1f}  p99 {:.1f}  p999 {:.1f}  max {:.1f}\n", p50, p99,
+                        p999, max);
+    std::fputs(text.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "bench", "Measure a store: decisions/s, allowed/denied/error counts, latency percentiles");
+  sub->add_option("--store", o->store_url, "Store URL (memory://, redis://host:port, unix:///path)")
+      ->capture_default_str();
+  sub->add_option("--algorithm", o->algorithm,
+                  "token_bucket, sliding_window_log, sliding_window_counter or fixed_window")
+      ->capture_default_str();
+  sub->add_option("--keys", o->keys, "Number of distinct keys, chosen uniformly per request")
+      ->capture_default_str();
+  sub->add_option("--concurrency", o->concurrency, "Decisions in flight at once")->capture_default_str();
+  sub->add_option("--requests", o->requests, "Number of decisions to issue")->capture_default_str();
+  o->capacity_opt =
+      sub->add_option("--capacity", o->capacity, "Token bucket capacity")->capture_default_str();
+  o->rate_opt =
+      sub->add_option("--rate", o->rate, "Token bucket refill, tokens per second")->capture_default_str();
+  o->limit_opt =
+      sub->add_option("--limit", o->limit, "Window algorithms: requests per window")->capture_default_str();
+  o->window_opt = sub->add_option("--window-ms", o->window_ms, "Window algorithms: window length (ms)")
+                      ->capture_default_str();
+  sub->add_option("--cost", o->cost, "Cost of each decision")->capture_default_str();
+  sub->add_option("--threads", o->threads,
+                  "memory://: threads issuing decisions; Redis: the client's I/O threads")
+      ->capture_default_str();
+  sub->add_option("--timeout-ms", o->timeout_ms, "Deadline of each decision (ms)")->capture_default_str();
+  sub->add_option("--seed", o->seed, "Seed of the key choice")->capture_default_str();
+  sub->add_flag("--json", o->json, "Print one JSON line instead of text");
+  sub->callback([o] {
+    const int rc = run_bench(*o);
+    if (rc != 0) set_exit_code(rc);
+  });
+}
+
+}  // namespace ratekeeper::server

@@ -1,0 +1,134 @@
+// `ratekeeper bench` and `ratekeeper script` run as the built executable: the JSON counts of
+// a run add up, a single key admits exactly its capacity, bad arguments fail with a message.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/redis_server.hpp"
+
+namespace {
+
+struct Ran {
+  int status = -1;     // exit status, -1 if the process did not exit normally
+  std::string output;  // stdout and stderr together
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+Ran run_cli(const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(RATEKEEPER_BINARY);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " 2>&1";
+  Ran ran;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return ran;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) ran.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  ran.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return ran;
+}
+
+// Runs `bench ... --json` and returns its one JSON line.
+nlohmann::json run_bench_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "bench");
+  args.push_back("--json");
+  Ran ran = run_cli(args);
+  EXPECT_EQ(ran.status, 0) << ran.output;
+  auto j = nlohmann::json::parse(ran.output, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << ran.output;
+  return j;
+}
+
+void expect_counts_add_up(const nlohmann::json& j, std::int64_t requests) {
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["requests"].get<std::int64_t>(), requests);
+  EXPECT_EQ(j["allowed"].get<std::int64_t>() + j["denied"].get<std::int64_t>() +
+                j["errors"].get<std::int64_t>(),
+            requests);
+  EXPECT_GT(j["decisions_per_s"].get<double>(), 0);
+  const auto& l = j["latency_us"];
+  EXPECT_LE(l["p50"].get<double>(), l["p99"].get<double>());
+  EXPECT_LE(l["p99"].get<double>(), l["p999"].get<double>());
+  EXPECT_LE(l["p999"].get<double>(), l["max"].get<double>());
+}
+
+TEST(BenchCli, MemoryRunCountsAddUpToRequests) {
+  auto j = run_bench_json({"--store", "memory://", "--keys", "50", "--requests", "20000",
+                           "--concurrency", "8", "--capacity", "5", "--rate", "100"});
+  expect_counts_add_up(j, 20000);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0);
+  EXPECT_GT(j["allowed"].get<std::int64_t>(), 0);
+  EXPECT_GT(j["denied"].get<std::int64_t>(), 0);
+  EXPECT_EQ(j["kind"], "memory");
+}
+
+TEST(BenchCli, MemoryOneKeyCapacityTenAllowsExactlyTen) {
+  auto j = run_bench_json({"--store", "memory://", "--keys", "1", "--requests", "5000",
+                           "--capacity", "10", "--rate", "0.000001"});
+  expect_counts_add_up(j, 5000);
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 10);
+  EXPECT_EQ(j["denied"].get<std::int64_t>(), 4990);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0);
+}
+
+TEST(BenchCli, MemoryFourThreadsOneFixedWindowAllowsExactlyItsLimit) {
+  auto j = run_bench_json({"--store", "memory://", "--algorithm", "fixed_window", "--keys", "1",
+                           "--requests", "20000", "--threads", "4", "--concurrency", "4",
+                           "--limit", "10", "--window-ms", "3600000"});
+  expect_counts_add_up(j, 20000);
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 10);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0);
+}
+
+TEST(BenchCli, InvalidArgumentsExitNonZeroWithAMessage) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--requests", "0"}, "--requests must be >= 1"},
+      {{"--concurrency", "0"}, "--concurrency must be >= 1"},
+      {{"--keys", "0"}, "--keys must be between 1"},
+      {{"--algorithm", "leaky"}, "unknown --algorithm 'leaky'"},
+      {{"--limit", "10"}, "--limit and --window-ms apply to window algorithms"},
+      {{"--algorithm", "fixed_window", "--capacity", "10"}, "--capacity and --rate apply to token_bucket"},
+      {{"--capacity", "10", "--cost", "11"}, "exceeds capacity 10"},
+      {{"--rate", "0"}, "refill_rate must be a finite number > 0"},
+      {{"--store", "nosuch://x"}, "unsupported scheme"},
+      {{"--requests", "many"}, "--requests"},
+      {{"--no-such-option"}, "--no-such-option"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"bench"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Ran ran = run_cli(args);
+    EXPECT_NE(ran.status, 0) << c.message;
+    EXPECT_NE(ran.output.find(c.message), std::string::npos)
+        << "expected '" << c.message << "' in: " << ran.output;
+  }
+}
+
+TEST(ScriptCli, UnknownScriptExitsNonZeroNamingIt) {
+  Ran ran = run_cli({"script", "no_such_script"});
+  EXPECT_NE(ran.status, 0);
+  EXPECT_NE(ran.output.find("unknown script 'no_such_script'"), std::string::npos) << ran.output;
+}
+
+}  // namespace
