@@ -155,8 +155,9 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
   auto prepared = std::make_shared<Prepared>();
   for (auto& app : applications) {
     const Rule* rule = app.rule;
-    if (rule == nullptr || rule < config_.rules.data() ||
-        rule >= config_.rules.data() + config_.rules.size()) {
+    const std::less<const Rule*> before;
+    if (rule == nullptr || before(rule, config_.rules.data()) ||
+        !before(rule, config_.rules.data() + config_.rules.size())) {
       return make_error(ErrorCode::invalid_argument, "application without a rule of this limiter");
     }
     PreparedRule pr;

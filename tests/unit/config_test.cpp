@@ -76,7 +76,7 @@ TEST(ConfigTest, ShippedExampleLoadsAndReproducesTheSeed) {
   const auto& exp = find("api_export");
   EXPECT_EQ(exp.limits.size(), 2u);
   EXPECT_EQ(exp.ip_limits.size(), 2u);
-  EXPECT_EQ(exp.bucket, limiter::BucketScope::per_endpoint);
+  EXPECT_EQ(exp.bucket, limiter::BucketScope::shared);
   EXPECT_TRUE(find("api_global_shadow").shadow);
 
   // And a limiter can be built from it.

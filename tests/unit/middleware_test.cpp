@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "ratekeeper/http/config.hpp"
 #include "ratekeeper/http/middleware.hpp"
@@ -299,6 +301,25 @@ TEST_F(MiddlewareTest, CallbackMayOutliveTheRequestView) {
   }
   ASSERT_TRUE(got);
   EXPECT_TRUE(got->admitted);
+}
+
+TEST_F(MiddlewareTest, ConcurrentRequestsAdmitExactlyTheCapacity) {
+  // Time is frozen: the bucket of 100 cannot refill, so exactly 100 of 400 get through.
+  std::atomic<int> admitted{0}, rejected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        auto res = send(Request{});
+        (res.admitted ? admitted : rejected).fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(admitted.load(), 100);
+  EXPECT_EQ(rejected.load(), 300);
+  EXPECT_EQ(limiter.metrics().decisions(0, limiter::Outcome::allowed), 100u);
+  EXPECT_EQ(limiter.metrics().decisions(0, limiter::Outcome::denied), 300u);
 }
 
 TEST(RequestViewTest, SplitsTargetAndLooksUpHeadersCaseInsensitively) {
