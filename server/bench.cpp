@@ -49,6 +49,7 @@ struct BenchOptions {
   std::int64_t cost = 1;
   int threads = 1;
   std::int64_t timeout_ms = 1000;
+  std::int64_t ready_timeout_ms = 5000;
   std::uint64_t seed = 1;
   bool json = false;
 
@@ -230,6 +231,9 @@ int run_bench(const BenchOptions& o) {
     return fail(fmt::format("--threads must be between 1 and 256, got {}", o.threads));
   }
   if (o.timeout_ms < 1) return fail(fmt::format("--timeout-ms must be >= 1, got {}", o.timeout_ms));
+  if (o.ready_timeout_ms < 0) {
+    return fail(fmt::format("--ready-timeout-ms must be >= 0, got {}", o.ready_timeout_ms));
+  }
   auto algorithm = algorithms::parse_algorithm(o.algorithm);
   if (!algorithm) {
     return fail(fmt::format("unknown --algorithm '{}' (token_bucket, sliding_window_log, "
@@ -253,13 +257,16 @@ int run_bench(const BenchOptions& o) {
 
   // A remote store connects in the background: wait until it can answer, then warm it up
   // (connection, script cache) on a key outside the measured key space.
-  const auto ready_by = SteadyClock::now() + std::chrono::seconds(5);
+  const auto ready_by = SteadyClock::now() + std::chrono::milliseconds(o.ready_timeout_ms);
   auto health = store->health();
   while (!health.ready && SteadyClock::now() < ready_by) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     health = store->health();
   }
-  if (!health.ready) return fail(fmt::format("store {} is not ready: {}", o.store_url, health.detail));
+  if (!health.ready) {
+    return fail(fmt::format("store {} is not ready after {} ms: {}", o.store_url, o.ready_timeout_ms,
+                            health.detail));
+  }
   {
     std::vector<store::CheckItem> warm;
     warm.push_back(store::CheckItem{"ratelimit:{bench:warmup}:bench", *limit, 0});
@@ -406,6 +413,9 @@ void register_bench_command(CLI::App& app) {
                   "memory://: threads issuing decisions; Redis: the client's I/O threads")
       ->capture_default_str();
   sub->add_option("--timeout-ms", o->timeout_ms, "Deadline of each decision (ms)")->capture_default_str();
+  sub->add_option("--ready-timeout-ms", o->ready_timeout_ms,
+                  "How long to wait for a remote store to become ready (ms)")
+      ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the key choice")->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON line instead of text");
   sub->callback([o] {

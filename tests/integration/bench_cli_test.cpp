@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -123,6 +126,89 @@ TEST(BenchCli, InvalidArgumentsExitNonZeroWithAMessage) {
     EXPECT_NE(ran.output.find(c.message), std::string::npos)
         << "expected '" << c.message << "' in: " << ran.output;
   }
+}
+
+// One redis-server for the Redis runs of this file; each test uses its own key space by
+// flushing first.
+class BenchCliRedis : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ratekeeper::testing::RedisServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(server_->command({"FLUSHALL"}), "OK"); }
+
+  static ratekeeper::testing::RedisServer* server_;
+};
+ratekeeper::testing::RedisServer* BenchCliRedis::server_ = nullptr;
+
+TEST_F(BenchCliRedis, RedisRunCountsAddUpToRequests) {
+  auto j = run_bench_json({"--store", server_->url(), "--keys", "50", "--requests", "5000",
+                           "--concurrency", "16", "--capacity", "5", "--rate", "1"});
+  expect_counts_add_up(j, 5000);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+  EXPECT_EQ(j["kind"], "redis");
+  // Every key received at least one request and so exists in Redis (5000 draws over 50 keys).
+  EXPECT_EQ(server_->command({"EVAL", "return #redis.call('KEYS', 'ratelimit:{bench:*}:bench')", "0"}),
+            "50");
+}
+
+TEST_F(BenchCliRedis, RedisOneKeyCapacityTenAllowsExactlyTen) {
+  auto j = run_bench_json({"--store", server_->url(), "--keys", "1", "--requests", "2000",
+                           "--concurrency", "32", "--capacity", "10", "--rate", "0.000001"});
+  expect_counts_add_up(j, 2000);
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 10);
+  EXPECT_EQ(j["denied"].get<std::int64_t>(), 1990);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+}
+
+TEST_F(BenchCliRedis, RedisOneSlidingWindowLogKeyAllowsExactlyItsLimit) {
+  auto j = run_bench_json({"--store", server_->url(), "--algorithm", "sliding_window_log", "--keys",
+                           "1", "--requests", "1000", "--concurrency", "20", "--limit", "10",
+                           "--window-ms", "3600000"});
+  expect_counts_add_up(j, 1000);
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 10);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+}
+
+TEST(BenchCli, UnixSocketRunAllowsExactlyCapacity) {
+  const auto socket = std::filesystem::temp_directory_path() /
+                      ("ratekeeper-bench-" + std::to_string(::getpid()) + ".sock");
+  ratekeeper::testing::RedisServer server({.args = {"--unixsocket", socket.string()},
+                                           .port = 0,
+                                           .password = {}});
+  auto j = run_bench_json({"--store", "unix://" + socket.string(), "--keys", "1", "--requests",
+                           "500", "--concurrency", "8", "--capacity", "10", "--rate", "0.000001"});
+  expect_counts_add_up(j, 500);
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 10);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+}
+
+TEST(BenchCli, UnreachableRedisExitsNonZeroSayingNotReady) {
+  const int port = ratekeeper::testing::free_port();
+  Ran ran = run_cli({"bench", "--store", "redis://127.0.0.1:" + std::to_string(port),
+                     "--ready-timeout-ms", "300"});
+  EXPECT_NE(ran.status, 0);
+  EXPECT_NE(ran.output.find("is not ready after 300 ms"), std::string::npos) << ran.output;
+}
+
+TEST_F(BenchCliRedis, TokenBucketScriptLoadsIntoRedisAndAdmits) {
+  Ran ran = run_cli({"script", "token_bucket"});
+  ASSERT_EQ(ran.status, 0) << ran.output;
+  const std::string sha = server_->command({"SCRIPT", "LOAD", ran.output});
+  ASSERT_EQ(sha.size(), 40u) << sha;
+  // The argument layout bench/redis_baseline.sh gives redis-benchmark:
+  // KEYS[1], capacity, period_us, cost, now_us (-1: the server's clock).
+  const std::string reply =
+      server_->command({"EVALSHA", sha, "1", "ratelimit:{bench:1}:bench", "10", "1000", "1", "-1"});
+  EXPECT_EQ(reply.substr(0, reply.find('\n')), "1") << reply;  // allowed
+}
+
+TEST(ScriptCli, ListNamesTheTokenBucketScript) {
+  Ran ran = run_cli({"script", "--list"});
+  EXPECT_EQ(ran.status, 0);
+  EXPECT_NE(ran.output.find("token_bucket\n"), std::string::npos) << ran.output;
 }
 
 TEST(ScriptCli, UnknownScriptExitsNonZeroNamingIt) {
