@@ -14,6 +14,8 @@
 #   ratekeeper memory://   the embedded store, for scale
 # "cmds/read" is the number of script calls (EVALSHA, EVAL) per read from a client socket on
 # the server during the run (INFO commandstats / total_reads_processed): the effective pipelining.
+# CPU columns: user + system CPU of the client process (/usr/bin/time) and of redis-server
+# (INFO cpu) during the run, divided by the number of decisions.
 set -euo pipefail
 
 requests=200000
@@ -47,7 +49,7 @@ for v in requests concurrency pipeline keys capacity repeat threads; do
 done
 [[ $rate =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "redis_baseline.sh: --rate must be a positive number, got '$rate'" >&2; exit 2; }
 [[ -x $ratekeeper ]] || { echo "redis_baseline.sh: no executable at '$ratekeeper' (set RATEKEEPER)" >&2; exit 2; }
-for tool in redis-server redis-cli redis-benchmark python3; do
+for tool in redis-server redis-cli redis-benchmark python3 bc /usr/bin/time; do
   command -v "$tool" >/dev/null || { echo "redis_baseline.sh: $tool not found" >&2; exit 2; }
 done
 
@@ -97,45 +99,64 @@ cmds_per_read() {
 }
 error_replies() { stat total_error_replies; }
 
-results="$workdir/results.tsv"  # name, rps, p50_us, p99_us, p999_us, cmds_per_read
+results="$workdir/results.tsv"  # name rps p50_us p99_us p999_us cmds_per_read client_cpu server_cpu
+
+# CPU seconds (user + system) the server has used so far.
+server_cpu() {
+  cli INFO cpu | tr -d '\r' | sed -n 's/^used_cpu_\(user\|sys\):\([0-9.]*\)$/\2/p' | paste -sd+ | bc
+}
+# Microseconds of CPU per decision: seconds / requests.
+per_decision() { python3 -c "print(f'{float($1) * 1e6 / $requests:.2f}')"; }
+# Runs a command under /usr/bin/time; its user + system CPU seconds go to $workdir/cpu.
+timed() { /usr/bin/time -f '%U+%S' -o "$workdir/cpu" "$@"; }
+client_cpu() { bc <"$workdir/cpu"; }
 
 run_redis_benchmark() {
   reset_server
-  local out thread_args=()
+  local out thread_args=() cpu0
   ((threads == 1)) || thread_args=(--threads "$threads")
-  out=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$concurrency" -P "$pipeline" -n "$requests" \
-    -r "$keys" "${thread_args[@]}" --csv \
+  cpu0=$(server_cpu)
+  out=$(timed redis-benchmark -h 127.0.0.1 -p "$port" -c "$concurrency" -P "$pipeline" \
+    -n "$requests" -r "$keys" "${thread_args[@]}" --csv \
     EVALSHA "$sha" 1 'ratelimit:{bench:__rand_int__}:bench' "$capacity" "$period_us" 1 -1)
-  local errors
+  local server client errors
+  server=$(per_decision "$(server_cpu) - $cpu0")
+  client=$(per_decision "$(client_cpu)")
   errors=$(error_replies)
   [[ $errors == 0 ]] || { echo "redis_baseline.sh: redis-benchmark got $errors error replies" >&2; exit 1; }
   # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
   local line
   line=$(printf '%s\n' "$out" | tail -n 1)
-  python3 - "$line" "$(cmds_per_read)" >>"$results" <<'EOF'
+  python3 - "$line" "$(cmds_per_read)" "$client" "$server" >>"$results" <<'EOF'
 import csv, sys
 row = next(csv.reader([sys.argv[1]]))
 rps, p50, p99 = float(row[1]), float(row[4]) * 1000, float(row[6]) * 1000
-print(f"redis-benchmark\t{rps:.0f}\t{p50}\t{p99}\t-\t{sys.argv[2]}")
+print(f"redis-benchmark\t{rps:.0f}\t{p50}\t{p99}\t-\t{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}")
 EOF
 }
 
 run_ratekeeper() {  # name store concurrency
   local name=$1 store=$2 c=$3
   reset_server
-  local out
-  out=$("$ratekeeper" bench --store "$store" --algorithm token_bucket --keys "$keys" \
+  local out cpu0
+  cpu0=$(server_cpu)
+  out=$(timed "$ratekeeper" bench --store "$store" --algorithm token_bucket --keys "$keys" \
     --concurrency "$c" --requests "$requests" --capacity "$capacity" --rate "$rate" \
     --threads "$threads" --json)
-  local per_read=-
-  [[ $store == memory://* ]] || per_read=$(cmds_per_read)
-  python3 - "$out" "$name" "$per_read" >>"$results" <<'EOF'
+  local per_read=- server=- client
+  client=$(per_decision "$(client_cpu)")
+  if [[ $store != memory://* ]]; then
+    per_read=$(cmds_per_read)
+    server=$(per_decision "$(server_cpu) - $cpu0")
+  fi
+  python3 - "$out" "$name" "$per_read" "$client" "$server" >>"$results" <<'EOF'
 import json, sys
 j = json.loads(sys.argv[1])
 if j["errors"]:
     sys.exit(f"redis_baseline.sh: {sys.argv[2]}: {j['errors']} errors: {j.get('first_error')}")
 l = j["latency_us"]
-print(f"{sys.argv[2]}\t{j['decisions_per_s']:.0f}\t{l['p50']}\t{l['p99']}\t{l['p999']}\t{sys.argv[3]}")
+print(f"{sys.argv[2]}\t{j['decisions_per_s']:.0f}\t{l['p50']}\t{l['p99']}\t{l['p999']}\t{sys.argv[3]}"
+      f"\t{sys.argv[4]}\t{sys.argv[5]}")
 EOF
 }
 
@@ -172,16 +193,17 @@ def fmt(v, digits=0):
     return f"{v:,.1f}" if digits == 0 and v < 10 else f"{v:,.{digits}f}"
 
 print()
-print(f"| {'client':<26} | {'decisions/s (median)':>20} | {'runs':<26} | {'p50 us':>7} | {'p99 us':>7} | {'p999 us':>7} | {'cmds/read':>9} |")
-print(f"|{'-' * 28}|{'-' * 22}:|{'-' * 28}|{'-' * 8}:|{'-' * 8}:|{'-' * 8}:|{'-' * 10}:|")
+print("| client | decisions/s (median) | runs | p50 us | p99 us | p999 us | cmds/read "
+      "| client CPU us/decision | server CPU us/decision |")
+print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
 for name, runs in rows.items():
     label = name
     if name == "redis-benchmark":
         label = f"redis-benchmark -c {sys.argv[2]} -P {sys.argv[3]}"
     each = ", ".join(f"{float(r[0]):,.0f}" for r in runs)
-    print(f"| {label:<26} | {fmt(median(r[0] for r in runs)):>20} | {each:<26} | "
-          f"{fmt(median(r[1] for r in runs)):>7} | {fmt(median(r[2] for r in runs)):>7} | "
-          f"{fmt(median(r[3] for r in runs)):>7} | {fmt(median(r[4] for r in runs), 1):>9} |")
+    cols = [fmt(median(r[0] for r in runs)), each] + [fmt(median(r[i] for r in runs)) for i in (1, 2, 3)]
+    cols += [fmt(median(r[i] for r in runs), 1 if i == 4 else 2) for i in (4, 5, 6)]
+    print(f"| {label} | " + " | ".join(cols) + " |")
 print()
 base = median(r[0] for r in rows["redis-benchmark"])
 for name in rows:
