@@ -1,9 +1,16 @@
 -- Sliding window log, line by line as src/algorithms/sliding_window_log.cpp. The key is a
--- sorted set with one member per admitted unit of cost, scored by its time in µs. Members
--- are "<time>:<k>", k = 0, 1, ... per time: entries leave the set a whole score at a time,
--- so the entries at one time are always k = 0 .. ZCOUNT-1 and a new one takes k = ZCOUNT.
+-- sorted set with one member per admitted unit of cost, scored by its time in µs. The k-th
+-- entry at one time (k = 0, 1, ...) is unique: entries leave the set a whole score at a
+-- time, so the entries at one time are always k = 0 .. ZCOUNT-1 and a new one takes
+-- k = ZCOUNT. The member is "<time><k, 3 digits>" while k < 1000, a number below 2^63 that
+-- Redis stores as an 8-byte integer, and "<time>:<k>" beyond.
 -- The key expires when its newest entry leaves the window.
 local ZADD_BATCH = 256
+
+local function log_member(at, k)
+  if k < 1000 then return at .. string.format('%03d', k) end
+  return at .. ':' .. str(k)
+end
 
 local function sliding_window_log(key, limit, window, cost, now)
   -- The window is (now − W, now]: an entry stamped ts stops counting at ts + W.
@@ -41,7 +48,7 @@ local function sliding_window_log(key, limit, window, cost, now)
         local args = {}
         for _ = 1, math.min(ZADD_BATCH, cost - added) do
           args[#args + 1] = at
-          args[#args + 1] = at .. ':' .. str(k + added)
+          args[#args + 1] = log_member(at, k + added)
           added = added + 1
         end
         redis.call('ZADD', key, unpack(args))
