@@ -1,5 +1,6 @@
-// `ratekeeper script NAME`: prints one of the embedded Lua scripts (lua/*.lua), e.g. for
-// `redis-cli -x SCRIPT LOAD` or redis-benchmark; `--list` prints their names.
+// `ratekeeper script NAME`: prints one of the embedded Redis scripts (built from lua/*.lua,
+// exactly as RedisStore sends them), e.g. for `redis-cli -x SCRIPT LOAD` or redis-benchmark;
+// `--list` prints their names.
 
 #include <CLI/CLI.hpp>
 
@@ -54,7 +55,7 @@ int run_script(const ScriptOptions& o) {
 void register_script_command(CLI::App& app) {
   auto o = std::make_shared<ScriptOptions>();
   CLI::App* sub = app.add_subcommand("script", "Print an embedded Lua script (e.g. token_bucket)");
-  sub->add_option("name", o->name, "Script name: the stem of its lua/*.lua file");
+  sub->add_option("name", o->name, "Script name, e.g. token_bucket (see --list)");
   sub->add_flag("--list", o->list, "Print the names of the embedded scripts");
   sub->callback([o] {
     const int rc = run_script(*o);
