@@ -1,0 +1,365 @@
+// RedisClusterStore against real 3-master clusters with one replica each: keys spread over
+// every master, per-node script loading, checks spanning slots, a slot migrated under
+// traffic (ASK and MOVED), and a master killed under traffic (automatic failover).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "ratekeeper/redis/key_slot.hpp"
+#include "ratekeeper/store/open_store.hpp"
+#include "ratekeeper/store/redis_cluster_store.hpp"
+#include "support/http_client.hpp"
+#include "support/redis_cluster.hpp"
+
+namespace ratekeeper::store {
+namespace {
+
+using algorithms::Algorithm;
+using testing::RedisCluster;
+using testing::RedisServer;
+using namespace std::chrono_literals;
+
+template <class F>
+bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return ok();
+}
+
+std::unique_ptr<RedisClusterStore> open_cluster(const std::string& url, Micros command_timeout,
+                                                bool reject_cross_slot = false) {
+  StoreOptions o;
+  o.url = url;
+  o.command_timeout = command_timeout;
+  o.reconnect_min = 10 * kMicrosPerMilli;
+  o.reconnect_max = 200 * kMicrosPerMilli;
+  auto parsed = redis::parse_url(url);
+  EXPECT_TRUE(parsed) << parsed.error().message;
+  auto options = redis_cluster_store_options(o, *parsed);
+  options.reject_cross_slot = reject_cross_slot;
+  auto store = std::make_unique<RedisClusterStore>(options);
+  EXPECT_TRUE(eventually([&] { return store->health().ready; })) << store->health().detail;
+  return store;
+}
+
+// Never denies in these tests: capacity 10^9, refilled every microsecond.
+algorithms::Limit big_limit() {
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 1'000'000'000, 1);
+  EXPECT_TRUE(limit) << limit.error().message;
+  return *limit;
+}
+
+std::string unique(std::string_view what) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return fmt::format("{}-{}-{}", info->name(), ::getpid(), what);
+}
+
+TEST(RedisClusterStore, OpenStoreBuildsItFromTheUrl) {
+  StoreOptions o;
+  o.url = testing::shared_cluster().url();
+  auto store = open_store(o);
+  ASSERT_TRUE(store) << store.error().message;
+  EXPECT_EQ((*store)->kind(), "redis-cluster");
+  ASSERT_TRUE(eventually([&] { return (*store)->health().ready; })) << (*store)->health().detail;
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 1, kMicrosPerSecond);
+  auto r = (*store)->check_sync({{fmt::format("t:{{{}}}:r", unique("id")), *limit, 1}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->decision.allowed);
+}
+
+TEST(RedisClusterStore, KeysOfManyIdentitiesSpreadOverEveryMaster) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto masters = cluster.masters();
+  ASSERT_EQ(masters.size(), 3u);
+  std::vector<long long> before;
+  for (auto* m : masters) before.push_back(std::stoll(testing::command_on(m->port(), {"DBSIZE"})));
+  auto limit = algorithms::Limit::make(Algorithm::sliding_window_counter, 10, 60 * kMicrosPerSecond);
+  for (int i = 0; i < 300; ++i) {
+    auto r = store->check_sync({{fmt::format("spread:{{ip:{}-{}}}:api", unique("ip"), i), *limit, 1}});
+    ASSERT_TRUE(r) << r.error().message;
+  }
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    EXPECT_GT(std::stoll(testing::command_on(masters[i]->port(), {"DBSIZE"})), before[i])
+        << "master 127.0.0.1:" << masters[i]->port();
+  }
+  EXPECT_EQ(store->cluster().masters().size(), 3u);
+}
+
+TEST(RedisClusterStore, ScriptsAreLoadedAgainOnEveryNodeAfterAFlush) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto limit = algorithms::Limit::make(Algorithm::fixed_window, 5, kMicrosPerSecond);
+  auto check_many = [&](std::string_view round) {
+    for (int i = 0; i < 60; ++i) {
+      auto r = store->check_sync({{fmt::format("flush:{{{}-{}}}:r", unique(round), i), *limit, 1}});
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_TRUE(r->decision.allowed);
+    }
+  };
+  check_many("a");
+  for (auto* m : cluster.masters()) testing::command_on(m->port(), {"SCRIPT", "FLUSH"});
+  const auto reloads = store->stats().noscript_reloads;
+  check_many("b");
+  EXPECT_GE(store->stats().noscript_reloads, reloads + 3) << "one reload per master at least";
+}
+
+TEST(RedisClusterStore, ChecksSpanningSlotsAreSplitPerSlotOrRejectedWhenAsked) {
+  auto& cluster = testing::shared_cluster();
+  const auto ip = fmt::format("span:{{ip-{}}}:global", unique("x"));
+  const auto user = fmt::format("span:{{user-{}}}:api", unique("x"));
+  ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
+  auto tight = algorithms::Limit::make(Algorithm::fixed_window, 1, 60 * kMicrosPerSecond);
+  auto loose = algorithms::Limit::make(Algorithm::fixed_window, 100, 60 * kMicrosPerSecond);
+
+  auto strict = open_cluster(cluster.url(), 2 * kMicrosPerSecond, /*reject_cross_slot=*/true);
+  auto rejected = strict->check_sync({{ip, *loose, 1}, {user, *tight, 1}});
+  ASSERT_FALSE(rejected);
+  EXPECT_EQ(rejected.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(rejected.error().message.find("keys span slots"), std::string::npos);
+
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto first = store->check_sync({{ip, *loose, 1}, {user, *tight, 1}});
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  auto second = store->check_sync({{ip, *loose, 1}, {user, *tight, 1}});
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->decision.allowed);
+  ASSERT_EQ(second->items.size(), 2u);
+  EXPECT_TRUE(second->items[0].allowed);
+  EXPECT_FALSE(second->items[1].allowed);
+  // No refund across slots: the IP's window was charged by the denied check.
+  auto peek = store->check_sync({{ip, *loose, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 98);
+  EXPECT_EQ(store->stats().cross_slot_checks, 2u);
+  EXPECT_EQ(store->stats().cross_slot_partial, 1u);
+}
+
+TEST(RedisClusterStore, ServeOnTheClusterAdmitsExactlyCapacityOfAConcurrentBurst) {
+  auto& cluster = testing::shared_cluster();
+  testing::ServerProcess::Options o;
+  // A rule name of its own: the shared cluster may hold this IP's keys of other tests.
+  o.config_yaml = fmt::format(R"(
+store:
+  url: {}
+  command_timeout: 2s
+rules:
+  - name: burst{}
+    match: {{path_prefix: /api/}}
+    limits:
+      - capacity: 100
+        refill_rate: 0.001
+)",
+                              cluster.url(), ::getpid());
+  o.store_url = cluster.url();
+  o.threads = 4;
+  testing::ServerProcess server(o);
+  constexpr int kRequests = 200;
+  std::mutex mu;
+  std::vector<int> statuses;
+  std::latch start(kRequests);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kRequests; ++t) {
+    threads.emplace_back([&] {
+      testing::HttpClient client(server.port());
+      start.arrive_and_wait();
+      const int status = client.get("/api/data").status;
+      std::lock_guard lock(mu);
+      statuses.push_back(status);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 200), 100);
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 429), 100);
+}
+
+TEST(RedisClusterStore, ASlotMigratedUnderTrafficLosesNoRequestAndUsesAskThenMoved) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 3 * kMicrosPerSecond);
+  const std::string tag = unique("migrating");
+  const auto slot = redis::key_slot(fmt::format("{{{}}}", tag));
+  auto& from = cluster.master_of_slot(slot);
+  RedisServer* to = nullptr;
+  for (auto* m : cluster.masters()) {
+    if (m != &from) to = m;
+  }
+  ASSERT_NE(to, nullptr);
+  const auto limit = big_limit();
+  const std::string a = fmt::format("mig:{{{}}}:a", tag);
+  const std::string b = fmt::format("mig:{{{}}}:b", tag);
+  ASSERT_TRUE(store->check_sync({{a, limit, 1}, {b, limit, 1}}));
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> ok{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;
+  auto traffic = [&](int id) {
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      // New keys (created wherever the slot's keys currently are) and the same two keys.
+      auto r = (i % 2 == 0) ? store->check_sync({{fmt::format("mig:{{{}}}:n{}-{}", tag, id, i % 400), limit, 1}})
+                            : store->check_sync({{a, limit, 1}, {b, limit, 1}});
+      if (r) {
+        ok.fetch_add(1);
+      } else {
+        std::lock_guard lock(failures_mu);
+        failures.push_back(r.error().message);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop = true;
+      for (auto& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{stop, threads};
+  for (int t = 0; t < 3; ++t) threads.emplace_back(traffic, t);
+  auto wait_ok = [&](std::uint64_t more) {
+    const auto target = ok.load() + more;
+    return eventually([&] { return ok.load() >= target; });
+  };
+  ASSERT_TRUE(wait_ok(100));
+
+  cluster.begin_migration(slot, from, *to);
+  ASSERT_TRUE(wait_ok(100));
+  const auto moved_keys = cluster.migrate_keys(slot, from, *to);
+  EXPECT_GT(moved_keys, 0u);
+  // Keys now live on the importing node: every access goes through ASK.
+  EXPECT_TRUE(eventually([&] { return store->cluster().stats().ask > 0; }));
+  ASSERT_TRUE(wait_ok(100));
+  cluster.migrate_keys(slot, from, *to);  // anything created on the source meanwhile
+  cluster.finish_migration(slot, *to);
+  // The store's map still names the old owner until it is redirected and refreshes.
+  EXPECT_TRUE(eventually([&] { return store->cluster().stats().moved > 0; }));
+  EXPECT_TRUE(eventually([&] {
+    auto owner = store->cluster().master_of(slot);
+    return owner && owner->port == to->port();
+  }));
+  ASSERT_TRUE(wait_ok(100));
+  stop = true;
+  for (auto& t : threads) t.join();
+  threads.clear();
+
+  const auto stats = store->cluster().stats();
+  std::cout << fmt::format("migration: {} requests ok, {} failed, ASK {}, MOVED {}, TRYAGAIN {}, refreshes {}\n",
+                           ok.load(), failures.size(), stats.ask, stats.moved, stats.tryagain, stats.refreshes);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failed, first: " << failures.front();
+  EXPECT_GT(stats.ask, 0u);
+  EXPECT_GT(stats.moved, 0u);
+  EXPECT_EQ(testing::command_on(from.port(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "0");
+  EXPECT_NE(testing::command_on(to->port(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "0");
+  cluster.wait_ok();
+}
+
+TEST(RedisClusterStore, AKilledMasterIsReplacedByItsReplicaAndTheStoreCarriesOn) {
+  RedisCluster cluster;  // its own: this one loses a master
+  constexpr Micros kDeadline = 100 * kMicrosPerMilli;
+  auto store = open_cluster(cluster.url(), kDeadline);
+  // One identity per master, so that traffic touches every shard.
+  std::vector<std::string> keys;
+  std::vector<int> owners;
+  for (int i = 0; keys.size() < 3 && i < 10000; ++i) {
+    auto k = fmt::format("fo:{{id{}}}:r", i);
+    const int port = cluster.master_of_slot(redis::key_slot(k)).port();
+    if (std::find(owners.begin(), owners.end(), port) == owners.end()) {
+      owners.push_back(port);
+      keys.push_back(k);
+    }
+  }
+  ASSERT_EQ(keys.size(), 3u);
+  const auto victim_key = keys[0];
+  auto& victim = cluster.master_of_slot(redis::key_slot(victim_key));
+  const auto limit = big_limit();
+
+  struct Failure {
+    std::chrono::steady_clock::time_point at;
+    Micros took = 0;
+    Error error;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> ok{0};
+  std::atomic<std::uint64_t> victim_ok_after_kill{0};
+  std::atomic<bool> killed{false};
+  std::mutex mu;
+  std::vector<Failure> failures;
+  Micros slowest = 0;
+  auto traffic = [&] {
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      const auto& k = keys[i % keys.size()];
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = store->check_sync({{k, limit, 1}});
+      const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard lock(mu);
+      slowest = std::max<Micros>(slowest, took);
+      if (r) {
+        ok.fetch_add(1);
+        if (killed.load() && k == victim_key) victim_ok_after_kill.fetch_add(1);
+      } else {
+        failures.push_back({t0, took, r.error()});
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop = true;
+      for (auto& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{stop, threads};
+  for (int t = 0; t < 2; ++t) threads.emplace_back(traffic);
+  ASSERT_TRUE(eventually([&] { return ok.load() >= 200; }));
+
+  const auto kill_at = std::chrono::steady_clock::now();
+  victim.kill();
+  killed = true;
+  // Automatic failover (cluster-node-timeout 1000 ms): the replica takes over the slots.
+  const bool recovered = eventually([&] { return victim_ok_after_kill.load() >= 50; }, 30s);
+  const auto recovered_at = std::chrono::steady_clock::now();
+  stop = true;
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(recovered) << "the victim's keys were never answered again; store: " << store->health().detail
+                         << "; last error: " << (failures.empty() ? "" : failures.back().error.message)
+                         << "; cluster:\n"
+                         << testing::command_on(cluster.masters().front()->port(), {"CLUSTER", "NODES"});
+
+  std::lock_guard lock(mu);
+  double window = 0;
+  if (!failures.empty()) {
+    window = std::chrono::duration<double>(failures.back().at - failures.front().at).count();
+  }
+  std::cout << fmt::format(
+      "failover: {} ok, {} failed over {:.2f} s (kill → recovery {:.2f} s), slowest call {} us, "
+      "store map changes {}, refreshes {}\n",
+      ok.load(), failures.size(), window, std::chrono::duration<double>(recovered_at - kill_at).count(), slowest,
+      store->cluster().stats().map_changes, store->cluster().stats().refreshes);
+  ::testing::Test::RecordProperty("failed_calls", static_cast<int>(failures.size()));
+  for (const auto& f : failures) {
+    EXPECT_TRUE(f.error.is_store_failure()) << f.error.message;
+    // Within the deadline, with a generous margin for a loaded 2-core machine.
+    EXPECT_LE(f.took, kDeadline + 400 * kMicrosPerMilli) << f.error.message;
+  }
+  EXPECT_NE(store->cluster().master_of(redis::key_slot(victim_key))->port, victim.port());
+}
+
+}  // namespace
+}  // namespace ratekeeper::store

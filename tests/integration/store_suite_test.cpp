@@ -1,0 +1,201 @@
+// The same store checks against every distributed topology: a standalone redis-server, a
+// 3-master cluster with replicas, and a Sentinel-managed master. Every algorithm is compared
+// with MemoryStore on the same time sequence; multi-limit checks are atomic; the seed's
+// limiter classes behave as specified.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/limiter/rate_limiters.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+#include "ratekeeper/store/open_store.hpp"
+#include "support/redis_cluster.hpp"
+#include "support/redis_sentinel.hpp"
+#include "support/redis_server.hpp"
+
+namespace ratekeeper::store {
+namespace {
+
+using algorithms::Algorithm;
+using namespace std::chrono_literals;
+
+enum class Topology { standalone, cluster, sentinel };
+
+std::string_view name_of(Topology t) {
+  switch (t) {
+    case Topology::standalone: return "standalone";
+    case Topology::cluster: return "cluster";
+    case Topology::sentinel: return "sentinel";
+  }
+  return "?";
+}
+
+std::string url_of(Topology t) {
+  switch (t) {
+    case Topology::standalone: {
+      static testing::RedisServer server;
+      return server.url();
+    }
+    case Topology::cluster: return testing::shared_cluster().url();
+    case Topology::sentinel: return testing::shared_sentinel_group().url();
+  }
+  return {};
+}
+
+constexpr Micros kT0 = 1'000'000'000'000;  // an explicit `now`, far from 0
+
+class StoreSuite : public ::testing::TestWithParam<Topology> {
+ protected:
+  void SetUp() override {
+    StoreOptions o;
+    o.url = url_of(GetParam());
+    o.command_timeout = 2 * kMicrosPerSecond;  // correctness here, not latency
+    auto opened = open_store(o);
+    ASSERT_TRUE(opened) << opened.error().message;
+    store_ = std::move(*opened);
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (!store_->health().ready && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(store_->health().ready) << store_->health().detail;
+  }
+
+  // A key of its own for this test and topology, under `identity`.
+  std::string key(std::string_view identity, std::string_view rule = "r") const {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return fmt::format("suite:{{{}-{}-{}-{}}}:{}", name_of(GetParam()), info->name(), ::getpid(), identity, rule);
+  }
+
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreSuite, EveryAlgorithmDecidesAsMemoryStoreOnTheSameTimeSequence) {
+  MemoryStore memory;
+  for (auto algorithm : {Algorithm::token_bucket, Algorithm::sliding_window_log, Algorithm::sliding_window_counter,
+                         Algorithm::fixed_window}) {
+    auto limit = algorithms::Limit::make(algorithm, 5, algorithm == Algorithm::token_bucket ? 200'000 : kMicrosPerSecond);
+    ASSERT_TRUE(limit) << limit.error().message;
+    const std::string k = key(algorithms::to_string(algorithm));
+    // Bursts, a peek, costs above one, and gaps shorter and longer than the period.
+    const std::vector<std::pair<Micros, std::int64_t>> steps = {
+        {0, 1},       {0, 1},       {0, 2},       {1, 1},       {2, 1},       {3, 0},
+        {150'000, 1}, {400'000, 3}, {999'999, 1}, {1'000'000, 1}, {1'500'000, 2}, {1'700'000, 5},
+        {4'000'000, 5}, {4'000'001, 1}, {4'000'002, 0}};
+    for (const auto& [dt, cost] : steps) {
+      auto redis = store_->check_sync({{k, *limit, cost}}, kT0 + dt);
+      auto mem = memory.check_sync({{k, *limit, cost}}, kT0 + dt);
+      ASSERT_TRUE(redis) << redis.error().message;
+      ASSERT_TRUE(mem) << mem.error().message;
+      EXPECT_EQ(redis->decision, mem->decision)
+          << algorithms::to_string(algorithm) << " at +" << dt << " cost " << cost;
+    }
+  }
+}
+
+TEST_P(StoreSuite, MultiLimitChecksAreAllOrNothingOnOneSlot) {
+  auto per_second = algorithms::Limit::make(Algorithm::fixed_window, 2, kMicrosPerSecond);
+  auto per_minute = algorithms::Limit::make(Algorithm::token_bucket, 5, 12 * kMicrosPerSecond);
+  ASSERT_TRUE(per_second && per_minute);
+  const auto a = key("user", "search:0");
+  const auto b = key("user", "search:1");
+  auto batch = [&](std::int64_t cost) {
+    return std::vector<CheckItem>{{a, *per_second, cost}, {b, *per_minute, cost}};
+  };
+  for (int i = 0; i < 2; ++i) {
+    auto r = store_->check_sync(batch(1), kT0);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(r->decision.allowed);
+  }
+  // The per-second limit denies: the per-minute bucket must not be charged.
+  auto denied = store_->check_sync(batch(1), kT0 + 10);
+  ASSERT_TRUE(denied) << denied.error().message;
+  EXPECT_FALSE(denied->decision.allowed);
+  ASSERT_EQ(denied->items.size(), 2u);
+  EXPECT_FALSE(denied->items[0].allowed);
+  auto peek = store_->check_sync({{b, *per_minute, 0}}, kT0 + 10);
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 3);
+}
+
+TEST_P(StoreSuite, InvalidArgumentsAreRefusedBeforeTheStoreIsAsked) {
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 3, kMicrosPerSecond);
+  ASSERT_TRUE(limit);
+  auto too_big = store_->check_sync({{key("x"), *limit, 4}}, kT0);
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(too_big.error().code, ErrorCode::invalid_argument);
+  auto twice = store_->check_sync({{key("x"), *limit, 1}, {key("x"), *limit, 1}}, kT0);
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, ErrorCode::invalid_argument);
+}
+
+TEST_P(StoreSuite, ChecksOfSeveralIdentitiesAreAnsweredItemByItem) {
+  auto limit = algorithms::Limit::make(Algorithm::fixed_window, 1, 10 * kMicrosPerSecond);
+  ASSERT_TRUE(limit);
+  const auto ip = key("ip", "global");
+  const auto user = key("user", "api");
+  auto first = store_->check_sync({{ip, *limit, 1}, {user, *limit, 1}}, kT0);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  auto second = store_->check_sync({{ip, *limit, 1}, {user, *limit, 1}}, kT0 + 1);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->decision.allowed);
+  ASSERT_EQ(second->items.size(), 2u);
+  EXPECT_FALSE(second->items[0].allowed);
+  EXPECT_FALSE(second->items[1].allowed);
+}
+
+TEST_P(StoreSuite, SeedLimiterClassesAllowTheirCapacityThenDeny) {
+  limiter::RateLimiterOptions options;
+  options.prefix = key("seed", "p");  // any prefix: the identity carries the hash tag
+  auto bucket = limiter::TokenBucketRateLimiter::create(*store_, 10, 1.0, options);
+  auto sliding = limiter::SlidingWindowRateLimiter::create(*store_, 60000, 10, options);
+  auto fixed = limiter::FixedWindowRateLimiter::create(*store_, 60, 10, options);
+  ASSERT_TRUE(bucket && sliding && fixed);
+  for (const limiter::RateLimiter* l : {static_cast<const limiter::RateLimiter*>(&*bucket),
+                                        static_cast<const limiter::RateLimiter*>(&*sliding),
+                                        static_cast<const limiter::RateLimiter*>(&*fixed)}) {
+    for (int i = 0; i < 10; ++i) {
+      auto d = l->allow("203.0.113.9", 1, kT0 + i);
+      ASSERT_TRUE(d) << d.error().message;
+      EXPECT_TRUE(d->allowed) << l->rule() << " request " << i;
+      EXPECT_EQ(d->remaining, 9 - i) << l->rule();
+    }
+    auto d = l->allow("203.0.113.9", 1, kT0 + 10);
+    ASSERT_TRUE(d) << d.error().message;
+    EXPECT_FALSE(d->allowed) << l->rule();
+    EXPECT_GT(d->retry_after, 0) << l->rule();
+  }
+  limiter::TieredRateLimiter tiers(*store_, options);
+  int allowed = 0;
+  for (int i = 0; i < 70; ++i) {
+    auto d = tiers.allow("user:42", "free", 1, kT0);
+    ASSERT_TRUE(d) << d.error().message;
+    allowed += d->allowed ? 1 : 0;
+  }
+  EXPECT_EQ(allowed, 60);
+}
+
+TEST_P(StoreSuite, ServerClockIsUsedWithoutAnExplicitNow) {
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 2, 60 * kMicrosPerSecond);
+  ASSERT_TRUE(limit);
+  const auto k = key("clock");
+  EXPECT_TRUE(store_->check_sync({{k, *limit, 1}})->decision.allowed);
+  EXPECT_TRUE(store_->check_sync({{k, *limit, 1}})->decision.allowed);
+  auto third = store_->check_sync({{k, *limit, 1}});
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_FALSE(third->decision.allowed);
+  EXPECT_GT(third->decision.retry_after, 50 * kMicrosPerSecond);
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,
+                         ::testing::Values(Topology::standalone, Topology::cluster, Topology::sentinel),
+                         [](const ::testing::TestParamInfo<Topology>& info) {
+                           return std::string(name_of(info.param));
+                         });
+
+}  // namespace
+}  // namespace ratekeeper::store
