@@ -1,0 +1,165 @@
+// RedisSentinelStore against a real Sentinel deployment (1 master, 1 replica, 3 sentinels):
+// the store finds the master by name and follows it when the master is killed and the
+// sentinels promote the replica.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "ratekeeper/store/open_store.hpp"
+#include "ratekeeper/store/redis_sentinel_store.hpp"
+#include "support/redis_sentinel.hpp"
+
+namespace ratekeeper::store {
+namespace {
+
+using algorithms::Algorithm;
+using namespace std::chrono_literals;
+
+template <class F>
+bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return ok();
+}
+
+std::unique_ptr<Store> open(const std::string& url, Micros command_timeout) {
+  StoreOptions o;
+  o.url = url;
+  o.command_timeout = command_timeout;
+  o.reconnect_min = 10 * kMicrosPerMilli;
+  o.reconnect_max = 200 * kMicrosPerMilli;
+  auto store = open_store(o);
+  EXPECT_TRUE(store) << store.error().message;
+  EXPECT_TRUE(eventually([&] { return (*store)->health().ready; })) << (*store)->health().detail;
+  return std::move(*store);
+}
+
+TEST(RedisSentinelStore, OpenStoreFindsTheMasterByName) {
+  auto& group = testing::shared_sentinel_group();
+  auto store = open(group.url(), 2 * kMicrosPerSecond);
+  EXPECT_EQ(store->kind(), "redis-sentinel");
+  auto* sentinel_store = dynamic_cast<RedisSentinelStore*>(store.get());
+  ASSERT_NE(sentinel_store, nullptr);
+  ASSERT_TRUE(sentinel_store->sentinel().master());
+  EXPECT_EQ(sentinel_store->sentinel().master()->port, group.master_port());
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 2, kMicrosPerSecond);
+  const auto key = fmt::format("s:{{{}}}:r", ::getpid());
+  EXPECT_TRUE(store->check_sync({{key, *limit, 2}})->decision.allowed);
+  EXPECT_FALSE(store->check_sync({{key, *limit, 1}})->decision.allowed);
+  EXPECT_EQ(group.current_master().command({"EXISTS", key}), "1");
+}
+
+TEST(RedisSentinelStore, AnUnknownMasterNameIsNotReadyAndFailsWithinTheDeadline) {
+  auto& group = testing::shared_sentinel_group();
+  StoreOptions o;
+  o.url = group.url().substr(0, group.url().rfind('/')) + "/no-such-master";
+  o.command_timeout = 100 * kMicrosPerMilli;
+  auto store = open_store(o);
+  ASSERT_TRUE(store) << store.error().message;
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 2, kMicrosPerSecond);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*store)->check_sync({{"s:{x}:r", *limit, 1}});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().is_store_failure());
+  EXPECT_LT(took, 600ms);
+  EXPECT_FALSE((*store)->health().ready);
+  EXPECT_NE((*store)->health().detail.find("no-such-master"), std::string::npos) << (*store)->health().detail;
+}
+
+TEST(RedisSentinelStore, FollowsTheMasterWhenSentinelsPromoteTheReplica) {
+  testing::RedisSentinelGroup group;  // its own: this one loses its master
+  constexpr Micros kDeadline = 100 * kMicrosPerMilli;
+  auto store_ptr = open(group.url(), kDeadline);
+  auto& store = dynamic_cast<RedisSentinelStore&>(*store_ptr);
+  auto& old_master = group.current_master();
+  const int old_port = old_master.port();
+  auto made = algorithms::Limit::make(Algorithm::fixed_window, 100'000, 3600 * kMicrosPerSecond);
+  ASSERT_TRUE(made) << made.error().message;
+  const auto limit = *made;
+  const auto key = fmt::format("s:{{{}}}:failover", ::getpid());
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> killed{false};
+  std::atomic<std::uint64_t> ok{0}, ok_after_switch{0};
+  std::mutex mu;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, Micros>> failures;
+  std::vector<Error> errors;
+  auto traffic = [&] {
+    while (!stop.load()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = store.check_sync({{key, limit, 1}});
+      const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+      if (r) {
+        ok.fetch_add(1);
+        auto m = store.sentinel().master();
+        if (killed.load() && m && m->port != old_port) ok_after_switch.fetch_add(1);
+      } else {
+        std::lock_guard lock(mu);
+        failures.emplace_back(t0, took);
+        errors.push_back(r.error());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop = true;
+      for (auto& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{stop, threads};
+  auto last_error = [&] {
+    std::lock_guard lock(mu);
+    return errors.empty() ? std::string("none") : fmt::format("{} errors, last: {}", errors.size(), errors.back().message);
+  };
+  for (int t = 0; t < 2; ++t) threads.emplace_back(traffic);
+  ASSERT_TRUE(eventually([&] { return ok.load() >= 200; })) << ok.load() << " ok; " << last_error();
+  const auto kill_at = std::chrono::steady_clock::now();
+  old_master.kill();
+  killed = true;
+  const bool recovered = eventually([&] { return ok_after_switch.load() >= 100; }, 40s);
+  const auto recovered_at = std::chrono::steady_clock::now();
+  stop = true;
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(recovered) << "the store never answered from a new master; " << store.health().detail << "; "
+                         << last_error();
+
+  std::lock_guard lock(mu);
+  double window = 0;
+  if (!failures.empty()) window = std::chrono::duration<double>(failures.back().first - failures.front().first).count();
+  Micros slowest = 0;
+  for (const auto& f : failures) slowest = std::max(slowest, f.second);
+  std::cout << fmt::format("sentinel failover: {} ok, {} failed over {:.2f} s (kill → recovery {:.2f} s), "
+                           "slowest failed call {} us, switches {}, NOSCRIPT reloads {}\n",
+                           ok.load(), failures.size(), window,
+                           std::chrono::duration<double>(recovered_at - kill_at).count(), slowest,
+                           store.sentinel().stats().switches, store.noscript_reloads());
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    EXPECT_TRUE(errors[i].is_store_failure()) << errors[i].message;
+    EXPECT_LE(failures[i].second, kDeadline + 400 * kMicrosPerMilli) << errors[i].message;
+  }
+  EXPECT_GE(store.sentinel().stats().switches, 1u);
+  EXPECT_EQ(store.sentinel().master()->port, group.master_port());
+  EXPECT_NE(store.sentinel().master()->port, old_port);
+  // The promoted replica had the state: the counter carried on rather than starting over.
+  auto peek = store.check_sync({{key, limit, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_LT(peek->decision.remaining, 100'000 - 100);
+}
+
+}  // namespace
+}  // namespace ratekeeper::store
