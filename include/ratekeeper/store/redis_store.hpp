@@ -46,18 +46,11 @@ class RedisStore final : public Store {
   redis::Connection& connection(std::size_t index = 0) { return *connections_.at(index); }
 
  private:
-  struct Script {
-    std::string name;
-    std::string source;
-    std::string sha;
-  };
   struct Call;
-  const Script* script(std::string_view name) const noexcept;
   void send(Call* call, bool retry);
   void on_reply(Call* call, Result<redis::Reply> reply);
 
   RedisStoreOptions options_;
-  std::vector<Script> scripts_;
   std::unique_ptr<redis::EventLoop> loop_;
   std::vector<std::unique_ptr<redis::Connection>> connections_;
   std::atomic<std::size_t> next_{0};
