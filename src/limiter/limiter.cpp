@@ -76,6 +76,7 @@ struct Limiter::Prepared {
   std::vector<PreparedRule> enforcing;
   std::vector<PreparedRule> shadow;
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
+  std::size_t item_count = 0;           // items.size() before they were handed to the store
 };
 
 Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
@@ -261,7 +262,7 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
 }
 
 Result<std::vector<Decision>> Limiter::fall_back(Prepared& prepared, const Error& error) {
-  std::vector<Decision> decisions(prepared.items.size());
+  std::vector<Decision> decisions(prepared.item_count);
   const bool any_deny = std::any_of(prepared.enforcing.begin(), prepared.enforcing.end(),
                                     [](const auto& r) { return r.mode == FailureMode::deny; });
   // Items of each mode, with their positions in the batch.
@@ -269,9 +270,10 @@ Result<std::vector<Decision>> Limiter::fall_back(Prepared& prepared, const Error
   std::vector<std::size_t> local_pos;
   std::size_t pos = 0;
   for (auto& pr : prepared.enforcing) {
-    std::vector<store::CheckItem> items(prepared.items.begin() + static_cast<std::ptrdiff_t>(pos),
-                                        prepared.items.begin() +
-                                            static_cast<std::ptrdiff_t>(pos + pr.outcome.limits.size()));
+    // The batch went to the store; the rule's items are rebuilt from its outcome.
+    std::vector<store::CheckItem> items;
+    items.reserve(pr.outcome.limits.size());
+    for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
     pr.outcome.by_failure_policy = true;
     if (pr.mode == FailureMode::local) {
       for (std::size_t i = 0; i < items.size(); ++i) {
@@ -314,7 +316,7 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
     ev.by_failure_policy = true;
     ev.store_error = outcome.error();
   }
-  if (decisions.size() != prepared.items.size()) {
+  if (decisions.size() != prepared.item_count) {
     return make_error(ErrorCode::protocol, "store answered a different number of decisions");
   }
   std::size_t pos = 0;
@@ -379,7 +381,8 @@ void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback
   std::optional<Micros> now;
   if (clock_ != nullptr) now = clock_->now();
   const Micros t0 = steady_micros();
-  auto items = p->items;
+  p->item_count = p->items.size();
+  auto items = std::move(p->items);
   store_->check(std::move(items), now,
                 [this, p, t0, done = std::move(done)](Result<store::CheckOutcome> r) {
                   const Micros latency = steady_micros() - t0;
