@@ -276,9 +276,13 @@ TEST(LuaScripts, KeyLivesExactlyUntilItsStateIsAbsent) {
 TEST(LuaScripts, ServerClockExpiryIsExpiresAtRoundedUpToTheMillisecond) {
   for (Algorithm a : kAlgorithms) {
     SCOPED_TRACE(std::string(to_string(a)));
-    const Limit limit = make_limit(a, 4, 1'000'777);
-    const std::string key = fresh_key("ttl-server");
     const std::int64_t before = connection().server_time_us();
+    // A window long enough that the key outlives the checks below (the fixed window's key
+    // lives until its window ends, and the window is aligned on the server's clock).
+    Micros period = 3'600'000'777;
+    while (period - before % period < 60'000'000) period += 1'000'003;
+    const Limit limit = make_limit(a, 4, period);
+    const std::string key = fresh_key("ttl-server");
     const Decision d = runner().check(key, limit, 1, std::nullopt);
     const std::int64_t after = connection().server_time_us();
     ASSERT_TRUE(d.allowed);
@@ -359,7 +363,7 @@ TEST(LuaScripts, MultiDenialConsumesNothingFromTheOtherLimits) {
   const Micros now = 1'700'000'000'000'000;
   const std::string tag = fresh_key("multi-deny");
   const std::vector<std::string> keys{tag + ":tb", tag + ":log", tag + ":swc", tag + ":fw"};
-  const std::vector<Limit> limits{make_limit(Algorithm::token_bucket, 10, 1'000'000),
+  const std::vector<Limit> limits{make_limit(Algorithm::token_bucket, 10, 60'000'000),
                                   make_limit(Algorithm::sliding_window_log, 10, 60'000'000),
                                   make_limit(Algorithm::sliding_window_counter, 10, 60'000'000),
                                   make_limit(Algorithm::fixed_window, 2, 60'000'000)};

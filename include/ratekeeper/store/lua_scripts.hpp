@@ -1,5 +1,11 @@
 #pragma once
-// The Lua scripts of lua/*.lua, embedded at build time.
+// The Redis scripts, assembled from lua/*.lua and embedded at build time. Each script is
+// self-contained. Single-key scripts "token_bucket", "sliding_window_log",
+// "sliding_window_counter", "fixed_window": KEYS[1] = key, ARGV = {capacity, period_us, cost,
+// now_us}, now_us -1 = the server's clock (TIME); reply {allowed 1/0, limit, remaining,
+// retry_after_us, reset_after_us}. "multi": KEYS = k1..kN, ARGV = {now_us, then per key:
+// algorithm (enum algorithms::Algorithm), capacity, period_us, cost}; reply: the combined
+// decision, then one per key, 5 integers each, as algorithms::step_all.
 
 #include <optional>
 #include <span>
@@ -8,7 +14,7 @@
 namespace ratekeeper::store {
 
 struct LuaScript {
-  std::string_view name;  // file stem: "token_bucket", "multi", ...
+  std::string_view name;  // "token_bucket", ..., "multi"
   std::string_view source;
 };
 
