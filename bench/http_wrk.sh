@@ -2,7 +2,10 @@
 # What the limiter costs over HTTP: wrk against GET /api/data on `ratekeeper serve`, once
 # through the limiter (Redis store, capacity so large that every request is admitted) and
 # once with limiting switched off (no rules), same threads, connections and duration, one
-# after the other in the same run. Prints req/s and p50/p99 latency of both and the ratio.
+# after the other in the same run. Prints req/s and p50/p99 latency of both and the ratio,
+# and the CPU time per request of the server and of redis-server (what the limiter costs
+# on a machine where wrk, the server and Redis share the cores). A third run, limited on
+# memory://, separates the limiter's own cost from the Redis round trip (SKIP_MEMORY=1: skip).
 #
 #   bench/http_wrk.sh [path/to/ratekeeper]
 #   WRK_THREADS=1 WRK_CONNECTIONS=32 WRK_DURATION=10s SERVER_THREADS=1 bench/http_wrk.sh
@@ -61,11 +64,17 @@ rules:
 YAML
 printf 'logging: {level: warn}\nrules: []\n' >"$work/unlimited.yaml"
 
-# Runs wrk against a fresh server with configuration $1; sets rps, p50, p99, codes.
+redis_cpu() {
+  redis-cli -u "$store_url" info cpu 2>/dev/null |
+    awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'
+}
+
+# Runs wrk against a fresh server with configuration $1 and store $2; sets rps, p50, p99,
+# server_us and redis_us (CPU time per request of the server process and of redis-server).
 measure() {
-  local config=$1 port
+  local config=$1 store=$2 port r0 r1 ticks requests
   port=$(free_port 18000)
-  "$binary" serve --config "$config" --store "$store_url" --listen "127.0.0.1:$port" \
+  "$binary" serve --config "$config" --store "$store" --listen "127.0.0.1:$port" \
     --threads "$server_threads" >"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 100); do
@@ -74,31 +83,44 @@ measure() {
   done
   # Warm up connections, scripts and caches, then measure.
   wrk -t"$wrk_threads" -c"$wrk_connections" -d2s "http://127.0.0.1:$port/api/data" >/dev/null
+  local t0 t1
+  t0=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+  r0=$(redis_cpu)
   wrk -t"$wrk_threads" -c"$wrk_connections" -d"$wrk_duration" --latency \
     "http://127.0.0.1:$port/api/data" >"$work/wrk.txt"
-  codes=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/data")
+  r1=$(redis_cpu)
+  t1=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
   kill -TERM "$server_pid"
   wait "$server_pid" || true
   server_pid=""
-  rps=$(awk '/^Requests\/sec:/ {print $2}' "$work/wrk.txt")
-  p50=$(awk '$1 == "50%" {print $2}' "$work/wrk.txt")
-  p99=$(awk '$1 == "99%" {print $2}' "$work/wrk.txt")
   if grep -q "Non-2xx" "$work/wrk.txt"; then
     echo "unexpected non-2xx responses:" >&2
     cat "$work/wrk.txt" >&2
     exit 1
   fi
+  rps=$(awk '/^Requests\/sec:/ {print $2}' "$work/wrk.txt")
+  p50=$(awk '$1 == "50%" {print $2}' "$work/wrk.txt")
+  p99=$(awk '$1 == "99%" {print $2}' "$work/wrk.txt")
+  requests=$(awk '/requests in/ {print $1}' "$work/wrk.txt")
+  ticks=$(getconf CLK_TCK)
+  server_us=$(awk -v a="$t0" -v b="$t1" -v n="$requests" -v hz="$ticks" \
+    'BEGIN {printf "%.1f", (b - a) / hz * 1e6 / n}')
+  redis_us=$(awk -v a="$r0" -v b="$r1" -v n="$requests" 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')
 }
 
-echo "wrk -t$wrk_threads -c$wrk_connections -d$wrk_duration, server --threads $server_threads, store $store_url, $(nproc) cores"
-measure "$work/limited.yaml"
-limited_rps=$rps limited_p50=$p50 limited_p99=$p99 limited_code=$codes
-measure "$work/unlimited.yaml"
-plain_rps=$rps plain_p50=$p50 plain_p99=$p99
+row() { printf '%-30s %10s %10s %10s %14s %13s\n' "$@"; }
 
-printf '%-26s %12s %10s %10s\n' "" "req/s" "p50" "p99"
-printf '%-26s %12s %10s %10s\n' "limited (redis, 1 rule)" "$limited_rps" "$limited_p50" "$limited_p99"
-printf '%-26s %12s %10s %10s\n' "unlimited (no rules)" "$plain_rps" "$plain_p50" "$plain_p99"
+echo "wrk -t$wrk_threads -c$wrk_connections -d$wrk_duration, server --threads $server_threads, store $store_url, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+row "" "req/s" "p50" "p99" "server us/req" "redis us/req"
+measure "$work/limited.yaml" "$store_url"
+limited_rps=$rps
+row "limited (redis, 1 rule)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
+measure "$work/unlimited.yaml" "$store_url"
+plain_rps=$rps
+row "unlimited (no rules)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
+if [ -z "${SKIP_MEMORY:-}" ]; then
+  measure "$work/limited.yaml" "memory://"
+  row "limited (memory://, 1 rule)" "$rps" "$p50" "$p99" "$server_us" "-"
+fi
 awk -v a="$limited_rps" -v b="$plain_rps" 'BEGIN {
-  printf "limited / unlimited throughput: %.3f (limiter cost %.1f%%)\n", a / b, (1 - a / b) * 100 }'
-[ "$limited_code" = 200 ] || echo "warning: the limited server answered $limited_code after the run" >&2
+  printf "limited (redis) / unlimited throughput: %.3f (limiter cost %.1f%%)\n", a / b, (1 - a / b) * 100 }'

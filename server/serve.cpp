@@ -1,6 +1,6 @@
 // `ratekeeper serve`: the HTTP server. The seed's demo API (/api/data, /api/profile,
-// /api/search, /auth/login) behind the rate-limiting middleware, the decision API
-// (POST /v1/check) for other services, and /healthz, /readyz, /metrics.
+// /api/search, /api/export/<name>, /auth/login) behind the rate-limiting middleware, the
+// decision API (POST /v1/check) for other services, and /healthz, /readyz, /metrics.
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -109,7 +109,7 @@ std::optional<std::pair<std::string, std::uint16_t>> parse_listen(std::string_vi
   return std::pair{host, static_cast<std::uint16_t>(value)};
 }
 
-enum class Endpoint { data, profile, search, login };
+enum class Endpoint { data, profile, search, export_, login };
 
 // The routes of the server. Thread-safe: it holds only thread-safe parts.
 class Api {
@@ -135,6 +135,10 @@ class Api {
       if (method != "GET") return respond(not_allowed("GET"));
       return limited(request, Endpoint::search, query_param(request.query(), "q").value_or(""),
                      std::move(respond));
+    }
+    if (path.starts_with("/api/export/") && path.size() > 12) {
+      if (method != "GET") return respond(not_allowed("GET"));
+      return limited(request, Endpoint::export_, url_decode(path.substr(12)), std::move(respond));
     }
     if (path == "/auth/login") {
       if (method != "POST") return respond(not_allowed("POST"));
@@ -220,6 +224,8 @@ class Api {
         }
         return json_response(200, json{{"query", arg}, {"results", std::move(results)}}.dump());
       }
+      case Endpoint::export_:
+        return json_response(200, json{{"export", arg}, {"status", "ready"}}.dump());
       case Endpoint::login:
         return login(arg);
     }

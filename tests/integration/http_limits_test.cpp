@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
 #include <latch>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -260,6 +263,34 @@ rules:
       << metrics;
   EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="denied"})"), 0.0)
       << metrics;
+}
+
+TEST_F(HttpLimits, ShippedConfigurationLimitsTheDemoApi) {
+  std::ifstream in(std::string(RATEKEEPER_SOURCE_DIR) + "/config/ratekeeper.yaml");
+  ASSERT_TRUE(in);
+  std::stringstream yaml;
+  yaml << in.rdbuf();
+  auto server = serve(yaml.str());
+  HttpClient client(server->port());
+
+  // /api/data: the seed's bucket, capacity 100 refilled at 10/s, per IP.
+  const auto start = std::chrono::steady_clock::now();
+  int ok = 0, limited = 0;
+  for (int i = 0; i < 150; ++i) {
+    const int status = client.get("/api/data").status;
+    ok += status == 200;
+    limited += status == 429;
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(ok + limited, 150);
+  EXPECT_GE(ok, 100);
+  EXPECT_LE(ok, 100 + static_cast<int>(elapsed * 10) + 1) << elapsed << " s";
+  EXPECT_GE(limited, 1);
+
+  auto exported = client.get("/api/export/report.csv", {{"X-User-ID", "alice"}});
+  EXPECT_EQ(exported.status, 200) << exported.body;
+  EXPECT_EQ(json::parse(exported.body).at("export"), "report.csv");
+  EXPECT_NE(exported.header("RateLimit-Policy").value_or("").find("api_export"), std::string::npos);
 }
 
 }  // namespace
