@@ -374,7 +374,7 @@ int run_bench(const BenchOptions& o) {
     text += fmt::format("allowed       {}\ndenied        {}\nerrors        {}\n", allowed, denied, errors);
     for (std::size_t c = 0; c < by_code.size(); ++c) {
       if (by_code[c] > 0) {
-        text += fmt::format("  {:<12}{}\n", to_string(static_cast<ErrorCode>(c)), by_code[c]);
+        text += fmt::format("  {:<14}{}\n", to_string(static_cast<ErrorCode>(c)), by_code[c]);
       }
     }
     if (errors > 0) text += fmt::format("first error   {}\n", run->first_error());
