@@ -40,13 +40,20 @@ std::optional<Micros> parse_duration(std::string_view text) {
   auto unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   double scale = 0;
-  if (unit.empty() || unit == "s") scale = 1e6;
-  else if (unit == "us") scale = 1;
-  else if (unit == "ms") scale = 1e3;
-  else if (unit == "m" || unit == "min") scale = 60e6;
-  else if (unit == "h") scale = 3600e6;
-  else if (unit == "d") scale = 86400e6;
-  else return std::nullopt;
+  if (unit.empty() || unit == "s")
+    scale = 1e6;
+  else if (unit == "us")
+    scale = 1;
+  else if (unit == "ms")
+    scale = 1e3;
+  else if (unit == "m" || unit == "min")
+    scale = 60e6;
+  else if (unit == "h")
+    scale = 3600e6;
+  else if (unit == "d")
+    scale = 86400e6;
+  else
+    return std::nullopt;
   const double us = std::round(value * scale);
   if (us > static_cast<double>(kMaxExact)) return std::nullopt;
   return static_cast<Micros>(us);
@@ -57,8 +64,8 @@ namespace {
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
   });
 }
 
@@ -109,7 +116,8 @@ class Reader {
     } catch (const std::exception&) {
       fail(path, fmt::format("must be an integer, got '{}'", text));
     }
-    if (v < min || v > max) fail(path, fmt::format("must be between {} and {}, got {}", min, max, v));
+    if (v < min || v > max)
+      fail(path, fmt::format("must be between {} and {}, got {}", min, max, v));
     return v;
   }
 
@@ -191,7 +199,8 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
       r.fail(Reader::field(path, "name"), "must be 1-64 characters of A-Z a-z 0-9 _ - .");
     }
   } else if (name_required) {
-    r.fail(Reader::field(path, "name"), "required field missing (a policy of several limits names each)");
+    r.fail(Reader::field(path, "name"),
+           "required field missing (a policy of several limits names each)");
   }
   auto algorithm = algorithms::Algorithm::token_bucket;
   if (node["algorithm"]) {
@@ -210,7 +219,8 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
   std::string blame;  // field blamed for an invalid limit
   if (algorithm == algorithms::Algorithm::token_bucket) {
     for (auto f : {"limit", "window"}) {
-      if (node[f]) r.fail(Reader::field(path, f), "not a token_bucket field (capacity, refill_rate, rate)");
+      if (node[f])
+        r.fail(Reader::field(path, f), "not a token_bucket field (capacity, refill_rate, rate)");
     }
     if (has_rate && node["refill_rate"]) {
       r.fail(Reader::field(path, "refill_rate"), "give either rate or refill_rate, not both");
@@ -226,7 +236,8 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
       refill = r.number(node["refill_rate"], Reader::field(path, "refill_rate"));
       blame = Reader::field(path, "refill_rate");
     } else {
-      r.fail(Reader::field(path, "rate"), "required field missing (rate, or capacity and refill_rate)");
+      r.fail(Reader::field(path, "rate"),
+             "required field missing (rate, or capacity and refill_rate)");
     }
     if (node["capacity"]) {
       capacity = r.number(node["capacity"], Reader::field(path, "capacity"));
@@ -251,7 +262,8 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
       blame = Reader::field(path, "rate");
     } else {
       if (!node["limit"]) r.fail(Reader::field(path, "limit"), "required field missing (or rate)");
-      if (!node["window"]) r.fail(Reader::field(path, "window"), "required field missing (or rate)");
+      if (!node["window"])
+        r.fail(Reader::field(path, "window"), "required field missing (or rate)");
       count = r.number(node["limit"], Reader::field(path, "limit"));
       window = r.duration(node["window"], Reader::field(path, "window"), 1);
       blame = Reader::field(path, "limit");
@@ -324,10 +336,12 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
   if (node["url"]) s.url = r.string(node["url"], Reader::field(path, "url"));
   if (s.url.empty()) r.fail(Reader::field(path, "url"), "must not be empty");
   if (node["connect_timeout"]) {
-    s.connect_timeout = r.duration(node["connect_timeout"], Reader::field(path, "connect_timeout"), 1);
+    s.connect_timeout =
+        r.duration(node["connect_timeout"], Reader::field(path, "connect_timeout"), 1);
   }
   if (node["command_timeout"]) {
-    s.command_timeout = r.duration(node["command_timeout"], Reader::field(path, "command_timeout"), 1);
+    s.command_timeout =
+        r.duration(node["command_timeout"], Reader::field(path, "command_timeout"), 1);
   }
   if (const auto b = node["breaker"]) {
     const auto bp = Reader::field(path, "breaker");
@@ -336,7 +350,8 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
       s.breaker_failures =
           static_cast<int>(r.integer(b["failures"], Reader::field(bp, "failures"), 1, 1'000'000));
     }
-    if (b["open_for"]) s.breaker_open_for = r.duration(b["open_for"], Reader::field(bp, "open_for"), 1);
+    if (b["open_for"])
+      s.breaker_open_for = r.duration(b["open_for"], Reader::field(bp, "open_for"), 1);
   }
   if (const auto b = node["reconnect"]) {
     const auto bp = Reader::field(path, "reconnect");
@@ -346,11 +361,12 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
     if (s.reconnect_max < s.reconnect_min) r.fail(Reader::field(bp, "max"), "must be >= min");
   }
   if (node["instances"]) {
-    c.limiter.instances =
-        static_cast<int>(r.integer(node["instances"], Reader::field(path, "instances"), 1, 100'000));
+    c.limiter.instances = static_cast<int>(
+        r.integer(node["instances"], Reader::field(path, "instances"), 1, 100'000));
   }
   if (node["io_threads"]) {
-    s.io_threads = static_cast<int>(r.integer(node["io_threads"], Reader::field(path, "io_threads"), 1, 256));
+    s.io_threads =
+        static_cast<int>(r.integer(node["io_threads"], Reader::field(path, "io_threads"), 1, 256));
   }
   if (node["max_keys"]) {
     s.max_keys = static_cast<std::size_t>(
@@ -363,10 +379,12 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
   auto& t = c.limiter.tiers;
   if (node["default"]) t.default_tier = r.string(node["default"], Reader::field(path, "default"));
   if (node["header"]) t.header = r.string(node["header"], Reader::field(path, "header"));
-  if (node["trust_header"]) t.trust_header = r.boolean(node["trust_header"], Reader::field(path, "trust_header"));
+  if (node["trust_header"])
+    t.trust_header = r.boolean(node["trust_header"], Reader::field(path, "trust_header"));
   if (const auto levels = node["levels"]) {
     const auto lp = Reader::field(path, "levels");
-    if (!levels.IsMap() || levels.size() == 0) r.fail(lp, "must be a non-empty mapping of tier → limits");
+    if (!levels.IsMap() || levels.size() == 0)
+      r.fail(lp, "must be a non-empty mapping of tier → limits");
     t.levels.clear();
     for (const auto& kv : levels) {
       const auto name = kv.first.as<std::string>();
@@ -376,7 +394,8 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
     }
   }
   if (!t.levels.contains(t.default_tier)) {
-    r.fail(Reader::field(path, "default"), fmt::format("'{}' is not a tier in levels", t.default_tier));
+    r.fail(Reader::field(path, "default"),
+           fmt::format("'{}' is not a tier in levels", t.default_tier));
   }
   if (const auto users = node["users"]) {
     const auto up = Reader::field(path, "users");
@@ -424,7 +443,8 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     }
     if (m["path"]) {
       rule.match.path = r.string(m["path"], Reader::field(mp, "path"));
-      if (!rule.match.path.starts_with('/')) r.fail(Reader::field(mp, "path"), "must start with '/'");
+      if (!rule.match.path.starts_with('/'))
+        r.fail(Reader::field(mp, "path"), "must start with '/'");
     }
     if (m["path_prefix"]) {
       rule.match.path_prefix = r.string(m["path_prefix"], Reader::field(mp, "path_prefix"));
@@ -437,18 +457,25 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     const auto ip = Reader::field(path, "identity");
     r.expect_map(id, ip, {"type", "header", "default", "prefix"});
     const auto type = id["type"] ? r.string(id["type"], Reader::field(ip, "type")) : "ip";
-    if (type == "ip") rule.identity.kind = IdentityKind::ip;
-    else if (type == "header") rule.identity.kind = IdentityKind::header;
-    else if (type == "api_key") rule.identity.kind = IdentityKind::api_key;
-    else if (type == "user_or_ip") rule.identity.kind = IdentityKind::user_or_ip;
-    else r.fail(Reader::field(ip, "type"), fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
+    if (type == "ip")
+      rule.identity.kind = IdentityKind::ip;
+    else if (type == "header")
+      rule.identity.kind = IdentityKind::header;
+    else if (type == "api_key")
+      rule.identity.kind = IdentityKind::api_key;
+    else if (type == "user_or_ip")
+      rule.identity.kind = IdentityKind::user_or_ip;
+    else
+      r.fail(Reader::field(ip, "type"),
+             fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
     if (id["header"]) rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
     if (rule.identity.kind == IdentityKind::ip) {
       for (auto f : {"header", "default", "prefix"}) {
         if (id[f]) r.fail(Reader::field(ip, f), "not used by identity type ip");
       }
     } else if (rule.identity.header.empty()) {
-      rule.identity.header = rule.identity.kind == IdentityKind::api_key ? "X-API-Key" : "X-User-ID";
+      rule.identity.header =
+          rule.identity.kind == IdentityKind::api_key ? "X-API-Key" : "X-User-ID";
     }
     if (id["default"]) {
       if (rule.identity.kind != IdentityKind::header) {
@@ -470,7 +497,8 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     r.fail(Reader::field(path, "limits"), "a tiered rule takes its limits from its tier");
   }
   if (!rule.tiered) {
-    if (!node["limits"]) r.fail(Reader::field(path, "limits"), "required field missing (or tiered: true)");
+    if (!node["limits"])
+      r.fail(Reader::field(path, "limits"), "required field missing (or tiered: true)");
     rule.limits = read_policy(r, node["limits"], Reader::field(path, "limits"));
   }
   if (node["ip_limits"]) {
@@ -490,13 +518,18 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   }
   if (node["bucket"]) {
     const auto b = r.string(node["bucket"], Reader::field(path, "bucket"));
-    if (b == "shared") rule.bucket = limiter::BucketScope::shared;
-    else if (b == "per_endpoint") rule.bucket = limiter::BucketScope::per_endpoint;
-    else r.fail(Reader::field(path, "bucket"), fmt::format("must be shared or per_endpoint, got '{}'", b));
+    if (b == "shared")
+      rule.bucket = limiter::BucketScope::shared;
+    else if (b == "per_endpoint")
+      rule.bucket = limiter::BucketScope::per_endpoint;
+    else
+      r.fail(Reader::field(path, "bucket"),
+             fmt::format("must be shared or per_endpoint, got '{}'", b));
   }
   if (node["shadow"]) rule.shadow = r.boolean(node["shadow"], Reader::field(path, "shadow"));
   if (node["on_store_error"]) {
-    rule.on_store_error = failure_mode(r, node["on_store_error"], Reader::field(path, "on_store_error"));
+    rule.on_store_error =
+        failure_mode(r, node["on_store_error"], Reader::field(path, "on_store_error"));
   }
   return rule;
 }
@@ -547,7 +580,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     r.expect_map(l, "logging", {"level", "decisions"});
     if (l["level"]) {
       c.logging.level = r.string(l["level"], "logging.level");
-      static constexpr std::string_view kLevels[] = {"trace", "debug", "info",    "warn",
+      static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                      "error", "critical", "off"};
       if (std::find(std::begin(kLevels), std::end(kLevels), c.logging.level) == std::end(kLevels)) {
         r.fail("logging.level", fmt::format("must be trace, debug, info, warn, error, critical or "
@@ -581,18 +614,21 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (m["enabled"]) c.metrics_enabled = r.boolean(m["enabled"], "metrics.enabled");
   }
   if (const auto h = root["http"]) {
-    r.expect_map(h, "http", {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined"});
+    r.expect_map(h, "http",
+                 {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined"});
     if (h["max_header_bytes"]) {
-      c.http.max_header_bytes =
-          static_cast<std::size_t>(r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
+      c.http.max_header_bytes = static_cast<std::size_t>(
+          r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
     }
     if (h["max_body_bytes"]) {
       c.http.max_body_bytes = static_cast<std::size_t>(
           r.integer(h["max_body_bytes"], "http.max_body_bytes", 0, std::int64_t{1} << 32));
     }
-    if (h["read_timeout"]) c.http.read_timeout = r.duration(h["read_timeout"], "http.read_timeout", 1);
+    if (h["read_timeout"])
+      c.http.read_timeout = r.duration(h["read_timeout"], "http.read_timeout", 1);
     if (h["max_pipelined"]) {
-      c.http.max_pipelined = static_cast<int>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
+      c.http.max_pipelined =
+          static_cast<int>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
     }
   }
   if (const auto rules = root["rules"]) {

@@ -67,7 +67,8 @@ HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions
   if (options.legacy) {
     const auto& d = ev.decision;
     out.emplace_back("X-RateLimit-Limit", std::to_string(d.limit));
-    out.emplace_back("X-RateLimit-Remaining", std::to_string(std::max<std::int64_t>(0, d.remaining)));
+    out.emplace_back("X-RateLimit-Remaining",
+                     std::to_string(std::max<std::int64_t>(0, d.remaining)));
     out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(d.reset_after)));
   }
   if (!ev.allowed) {

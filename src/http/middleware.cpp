@@ -24,9 +24,8 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
   if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(request.path);
 
   auto ip_identity = [&]() -> Result<std::string> {
-    const auto forwarded = options_.trusted_proxies.empty()
-                               ? std::string()
-                               : request.header_list("X-Forwarded-For");
+    const auto forwarded =
+        options_.trusted_proxies.empty() ? std::string() : request.header_list("X-Forwarded-For");
     auto ip = limiter::client_ip(request.peer, forwarded, options_.trusted_proxies);
     if (!ip) return std::unexpected(ip.error());
     return "ip:" + ip->to_string();
@@ -128,33 +127,33 @@ void Middleware::handle(const RequestView& request, MiddlewareCallback done) {
     done(MiddlewareResult{});
     return;
   }
-  limiter_->evaluate(std::move(*apps), [this, done = std::move(done)](
-                                           Result<limiter::Evaluation> ev) {
-    auto& metrics = limiter_->metrics();
-    MiddlewareResult r;
-    if (!ev) {
-      const bool bad = ev.error().code == ErrorCode::invalid_argument;
-      metrics.record_request(bad ? RequestOutcome::bad_request : RequestOutcome::error);
-      r.admitted = false;
-      r.status = bad ? 400 : 500;
-      r.body = bad ? bad_request_body(ev.error().message)
-                   : std::string(R"({"error":"Internal error"})");
-      r.headers.emplace_back("Content-Type", "application/json");
-      done(std::move(r));
-      return;
-    }
-    r.headers = rate_limit_headers(*ev, options_.headers);
-    if (ev->allowed) {
-      metrics.record_request(RequestOutcome::admitted);
-    } else {
-      metrics.record_request(RequestOutcome::rejected);
-      r.admitted = false;
-      r.status = 429;
-      r.body = rejection_body(retry_after_seconds(ev->decision.retry_after));
-      r.headers.emplace_back("Content-Type", "application/json");
-    }
-    done(std::move(r));
-  });
+  limiter_->evaluate(
+      std::move(*apps), [this, done = std::move(done)](Result<limiter::Evaluation> ev) {
+        auto& metrics = limiter_->metrics();
+        MiddlewareResult r;
+        if (!ev) {
+          const bool bad = ev.error().code == ErrorCode::invalid_argument;
+          metrics.record_request(bad ? RequestOutcome::bad_request : RequestOutcome::error);
+          r.admitted = false;
+          r.status = bad ? 400 : 500;
+          r.body = bad ? bad_request_body(ev.error().message)
+                       : std::string(R"({"error":"Internal error"})");
+          r.headers.emplace_back("Content-Type", "application/json");
+          done(std::move(r));
+          return;
+        }
+        r.headers = rate_limit_headers(*ev, options_.headers);
+        if (ev->allowed) {
+          metrics.record_request(RequestOutcome::admitted);
+        } else {
+          metrics.record_request(RequestOutcome::rejected);
+          r.admitted = false;
+          r.status = 429;
+          r.body = rejection_body(retry_after_seconds(ev->decision.retry_after));
+          r.headers.emplace_back("Content-Type", "application/json");
+        }
+        done(std::move(r));
+      });
 }
 
 MiddlewareResult Middleware::handle_sync(const RequestView& request) {

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 
 namespace ratekeeper::limiter {

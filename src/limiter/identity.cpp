@@ -70,7 +70,8 @@ std::optional<IpAddress> parse_ip(std::string_view text) {
     if (!rest.empty() && !(rest.front() == ':' && all_digits(rest.substr(1)))) return std::nullopt;
     text = text.substr(1, close - 1);
   } else if (const auto colon = text.find(':');
-             colon != std::string_view::npos && text.find(':', colon + 1) == std::string_view::npos) {
+             colon != std::string_view::npos &&
+             text.find(':', colon + 1) == std::string_view::npos) {
     // "a.b.c.d:port": exactly one colon cannot be IPv6.
     if (!all_digits(text.substr(colon + 1))) return std::nullopt;
     text = text.substr(0, colon);
@@ -171,8 +172,8 @@ Result<IpAddress> client_ip(std::string_view peer, std::string_view forwarded_fo
     const auto comma = forwarded_for.rfind(',');
     const auto entry =
         comma == std::string_view::npos ? forwarded_for : forwarded_for.substr(comma + 1);
-    forwarded_for = comma == std::string_view::npos ? std::string_view{}
-                                                    : forwarded_for.substr(0, comma);
+    forwarded_for =
+        comma == std::string_view::npos ? std::string_view{} : forwarded_for.substr(0, comma);
     if (trim(entry).empty()) continue;
     auto hop = parse_ip(entry);
     if (!hop) break;  // garbage: the trusted proxy that wrote it is the best we know

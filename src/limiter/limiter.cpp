@@ -248,8 +248,9 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   DecisionRecord r;
   r.rule = pr.rule->name;
   r.identity = outcome.identity;
-  r.key = outcome.limits.empty() ? std::string_view{}
-                                 : std::string_view(outcome.limits[binding_index(outcome.limits)].key);
+  r.key = outcome.limits.empty()
+              ? std::string_view{}
+              : std::string_view(outcome.limits[binding_index(outcome.limits)].key);
   r.tier = outcome.tier;
   r.allowed = d.allowed;
   r.shadow = outcome.shadow;
@@ -351,7 +352,8 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                   metrics_->record_store_latency(latency);
                   auto& pr = prepared->shadow[index];
                   if (r) {
-                    for (std::size_t i = 0; i < pr.outcome.limits.size() && i < r->items.size(); ++i) {
+                    for (std::size_t i = 0; i < pr.outcome.limits.size() && i < r->items.size();
+                         ++i) {
                       pr.outcome.limits[i].decision = r->items[i];
                     }
                     pr.outcome.decision = r->decision;
@@ -463,8 +465,9 @@ Result<Verdict> Limiter::check_sync(std::string_view rule_name, std::string_view
                                     std::int64_t cost, std::string_view tier) {
   std::promise<Result<Verdict>> promise;
   auto future = promise.get_future();
-  check(rule_name, identity, cost, [&promise](Result<Verdict> r) { promise.set_value(std::move(r)); },
-        tier);
+  check(
+      rule_name, identity, cost, [&promise](Result<Verdict> r) { promise.set_value(std::move(r)); },
+      tier);
   return future.get();
 }
 

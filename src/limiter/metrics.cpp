@@ -8,21 +8,30 @@ namespace ratekeeper::limiter {
 
 std::string_view to_string(Outcome outcome) noexcept {
   switch (outcome) {
-    case Outcome::allowed: return "allowed";
-    case Outcome::denied: return "denied";
-    case Outcome::shadow_denied: return "shadow_denied";
-    case Outcome::failure_policy: return "failure_policy";
+    case Outcome::allowed:
+      return "allowed";
+    case Outcome::denied:
+      return "denied";
+    case Outcome::shadow_denied:
+      return "shadow_denied";
+    case Outcome::failure_policy:
+      return "failure_policy";
   }
   return "unknown";
 }
 
 std::string_view to_string(RequestOutcome outcome) noexcept {
   switch (outcome) {
-    case RequestOutcome::admitted: return "admitted";
-    case RequestOutcome::rejected: return "rejected";
-    case RequestOutcome::bad_request: return "bad_request";
-    case RequestOutcome::error: return "error";
-    case RequestOutcome::unmatched: return "unmatched";
+    case RequestOutcome::admitted:
+      return "admitted";
+    case RequestOutcome::rejected:
+      return "rejected";
+    case RequestOutcome::bad_request:
+      return "bad_request";
+    case RequestOutcome::error:
+      return "error";
+    case RequestOutcome::unmatched:
+      return "unmatched";
   }
   return "unknown";
 }
@@ -41,10 +50,14 @@ std::string escape_label(std::string_view v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out.push_back(c);
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out.push_back(c);
   }
   return out;
 }
@@ -111,7 +124,9 @@ std::uint64_t Metrics::requests(RequestOutcome outcome) const noexcept {
   return requests_[static_cast<std::size_t>(outcome)].load(kRelaxed);
 }
 
-std::uint64_t Metrics::store_latency_count() const noexcept { return latency_count_.load(kRelaxed); }
+std::uint64_t Metrics::store_latency_count() const noexcept {
+  return latency_count_.load(kRelaxed);
+}
 
 std::string Metrics::render(const store::StoreHealth& health, std::string_view store_kind) const {
   std::string out;
@@ -158,7 +173,8 @@ std::string Metrics::render(const store::StoreHealth& health, std::string_view s
                  "# TYPE ratekeeper_store_errors_total counter\n");
   for (std::size_t i = 0; i < kErrorCodeCount; ++i) {
     fmt::format_to(it, "ratekeeper_store_errors_total{{kind=\"{}\"}} {}\n",
-                   ratekeeper::to_string(static_cast<ErrorCode>(i)), store_errors_[i].load(kRelaxed));
+                   ratekeeper::to_string(static_cast<ErrorCode>(i)),
+                   store_errors_[i].load(kRelaxed));
   }
 
   fmt::format_to(it,

@@ -5,8 +5,7 @@
 namespace ratekeeper::limiter {
 
 bool RuleMatch::matches(std::string_view method, std::string_view request_path) const noexcept {
-  if (!methods.empty() &&
-      std::find(methods.begin(), methods.end(), method) == methods.end()) {
+  if (!methods.empty() && std::find(methods.begin(), methods.end(), method) == methods.end()) {
     return false;
   }
   if (!path.empty() && request_path != path) return false;
@@ -16,10 +15,14 @@ bool RuleMatch::matches(std::string_view method, std::string_view request_path) 
 
 std::string_view to_string(IdentityKind kind) noexcept {
   switch (kind) {
-    case IdentityKind::ip: return "ip";
-    case IdentityKind::header: return "header";
-    case IdentityKind::api_key: return "api_key";
-    case IdentityKind::user_or_ip: return "user_or_ip";
+    case IdentityKind::ip:
+      return "ip";
+    case IdentityKind::header:
+      return "header";
+    case IdentityKind::api_key:
+      return "api_key";
+    case IdentityKind::user_or_ip:
+      return "user_or_ip";
   }
   return "unknown";
 }

@@ -1,15 +1,15 @@
 // Loading the YAML configuration: the shipped example, defaults, and errors that name the
 // file, the field path and the reason.
 
+#include "ratekeeper/http/config.hpp"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
-#include <unistd.h>
-
-#include "ratekeeper/http/config.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::http {
@@ -162,14 +162,15 @@ TEST(ConfigTest, BadRateIsNamedWithItsPath) {
                "must be '<count>/<period>'");
   expect_error(kRules + "  - {name: c, limits: [{rate: 0/s}]}\n", "rules[2].limits[0].rate",
                "count must be a number > 0");
-  expect_error(kRules + "  - {name: c, limits: [{rate: 5/fortnight}]}\n",
-               "rules[2].limits[0].rate", "period must be a duration");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/fortnight}]}\n", "rules[2].limits[0].rate",
+               "period must be a duration");
   expect_error(kRules + "  - {name: c, limits: [{capacity: 10, refill_rate: -1}]}\n",
                "rules[2].limits[0].refill_rate", "refill_rate");
   expect_error(kRules + "  - {name: c, limits: [{capacity: 2.5, refill_rate: 1}]}\n",
                "rules[2].limits[0].capacity", "whole number");
-  expect_error(kRules + "  - {name: c, limits: [{algorithm: fixed_window, limit: 10, window: soon}]}\n",
-               "rules[2].limits[0].window", "duration");
+  expect_error(
+      kRules + "  - {name: c, limits: [{algorithm: fixed_window, limit: 10, window: soon}]}\n",
+      "rules[2].limits[0].window", "duration");
   expect_error(kRules + "  - {name: c, limits: [{algorithm: leaky, rate: 1/s}]}\n",
                "rules[2].limits[0].algorithm", "unknown algorithm");
 }
@@ -179,9 +180,8 @@ TEST(ConfigTest, MissingFieldIsNamedWithItsPath) {
   expect_error("rules:\n  - name: a\n", "rules[0].limits", "required field missing");
   expect_error("rules:\n  - {name: a, limits: [{capacity: 5}]}\n", "rules[0].limits[0].rate",
                "required field missing");
-  expect_error(
-      "rules:\n  - {name: a, limits: [{name: x, rate: 1/s}, {rate: 10/h}]}\n",
-      "rules[0].limits[1].name", "required field missing");
+  expect_error("rules:\n  - {name: a, limits: [{name: x, rate: 1/s}, {rate: 10/h}]}\n",
+               "rules[0].limits[1].name", "required field missing");
 }
 
 TEST(ConfigTest, BadValuesAreNamedWithTheirPath) {
@@ -190,7 +190,8 @@ TEST(ConfigTest, BadValuesAreNamedWithTheirPath) {
   expect_error("listen: 8080\n", "listen", "host:port");
   expect_error("listen: 0.0.0.0:99999\n", "listen", "between");
   expect_error("store: {command_timeout: -5ms}\n", "store.command_timeout", "duration");
-  expect_error("failure_policy: {default: maybe}\n", "failure_policy.default", "allow, deny or local");
+  expect_error("failure_policy: {default: maybe}\n", "failure_policy.default",
+               "allow, deny or local");
   expect_error("trusted_proxies: [10.0.0.0/33]\n", "trusted_proxies[0]", "prefix length");
   expect_error("headers: {legacy: perhaps}\n", "headers.legacy", "true or false");
   expect_error("logging: {level: loud}\n", "logging.level", "must be trace");

@@ -1,8 +1,8 @@
 // Client identities: IP normalisation, trusted proxies, X-Forwarded-For, API key hashing.
 
-#include <gtest/gtest.h>
-
 #include "ratekeeper/limiter/identity.hpp"
+
+#include <gtest/gtest.h>
 
 namespace ratekeeper::limiter {
 namespace {
@@ -21,7 +21,8 @@ TEST(NormalizeIp, Ipv4StaysDottedQuad) {
 TEST(NormalizeIp, Ipv6BecomesRfc5952CanonicalForm) {
   EXPECT_EQ(norm("2001:DB8:0:0:0:0:0:1"), "2001:db8::1");
   EXPECT_EQ(norm("2001:0db8:0000:0000:0001:0000:0000:0001"), "2001:db8::1:0:0:1");
-  EXPECT_EQ(norm("2001:db8:0:1:1:1:1:1"), "2001:db8:0:1:1:1:1:1");  // one zero group: not compressed
+  EXPECT_EQ(norm("2001:db8:0:1:1:1:1:1"),
+            "2001:db8:0:1:1:1:1:1");  // one zero group: not compressed
   EXPECT_EQ(norm("0:0:0:0:0:0:0:1"), "::1");
   EXPECT_EQ(norm("::"), "::");
   EXPECT_EQ(norm("2001:db8:0:0:1:0:0:0"), "2001:db8:0:0:1::");  // longest run wins
@@ -116,7 +117,8 @@ TEST_F(ClientIp, AllHopsTrustedGivesLeftmost) {
 TEST_F(ClientIp, GarbageEntryStopsAtTheHopThatReportedIt) {
   EXPECT_EQ(client("10.0.0.2", "198.51.100.1, not-an-ip"), "10.0.0.2");
   EXPECT_EQ(client("10.0.0.2", "not-an-ip, 10.0.0.5"), "10.0.0.5");
-  EXPECT_EQ(client("10.0.0.2", "198.51.100.1, , 10.0.0.5"), "198.51.100.1");  // empty entries skipped
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1, , 10.0.0.5"),
+            "198.51.100.1");  // empty entries skipped
 }
 
 TEST_F(ClientIp, Ipv6ProxiesAndClientsAreNormalised) {

@@ -1,10 +1,11 @@
 // The Limiter over a MemoryStore with a manual clock: multi-rule and multi-limit
 // all-or-nothing, shadow rules, tiers, per-endpoint buckets, failure policies, decision API.
 
+#include "ratekeeper/limiter/limiter.hpp"
+
 #include <gtest/gtest.h>
 
 #include "ratekeeper/limiter/keys.hpp"
-#include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::limiter {
@@ -15,7 +16,9 @@ using algorithms::Limit;
 
 constexpr Micros kStart = 1'700'000'000LL * kMicrosPerSecond;
 
-Limit bucket(double capacity, double per_second) { return *Limit::token_bucket(capacity, per_second); }
+Limit bucket(double capacity, double per_second) {
+  return *Limit::token_bucket(capacity, per_second);
+}
 
 Rule ip_rule(std::string name, Policy limits) {
   Rule r;
@@ -27,7 +30,8 @@ Rule ip_rule(std::string name, Policy limits) {
 // A store that cannot answer: what a dead Redis looks like to the limiter.
 class FailingStore final : public store::Store {
  public:
-  void check(std::vector<store::CheckItem>, std::optional<Micros>, store::CheckCallback done) override {
+  void check(std::vector<store::CheckItem>, std::optional<Micros>,
+             store::CheckCallback done) override {
     ++calls;
     done(make_error(ErrorCode::unavailable, "connection refused"));
   }
@@ -39,7 +43,8 @@ class FailingStore final : public store::Store {
 class LimiterTest : public ::testing::Test {
  protected:
   ManualClock clock{kStart};
-  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
   std::vector<std::string> log_lines;
 
   LimiterConfig config(std::vector<Rule> rules) {
@@ -140,7 +145,7 @@ TEST_F(LimiterTest, MultiLimitPolicyIsAllOrNothing) {
   clock.advance(kMicrosPerSecond);
   auto hourly_denied = once();
   EXPECT_FALSE(hourly_denied->allowed);
-  EXPECT_EQ(remaining("ratelimit:{user:1}:api:burst", bucket(2, 10)), 2);  // burst not consumed
+  EXPECT_EQ(remaining("ratelimit:{user:1}:api:burst", bucket(2, 10)), 2);   // burst not consumed
   EXPECT_GT(hourly_denied->decision.retry_after, 1000 * kMicrosPerSecond);  // the hour decides
 }
 
@@ -302,9 +307,10 @@ TEST_F(LimiterTest, IpFallbackUsesItsOwnLimits) {
 
 TEST_F(LimiterTest, ConstructorRejectsInvalidRules) {
   EXPECT_THROW(Limiter(config({ip_rule("a", {})}), store), std::invalid_argument);
-  EXPECT_THROW(Limiter(config({ip_rule("a", {{"", bucket(1, 1)}}), ip_rule("a", {{"", bucket(1, 1)}})}),
-                       store),
-               std::invalid_argument);
+  EXPECT_THROW(
+      Limiter(config({ip_rule("a", {{"", bucket(1, 1)}}), ip_rule("a", {{"", bucket(1, 1)}})}),
+              store),
+      std::invalid_argument);
   Rule costly = ip_rule("costly", {{"", bucket(2, 1)}});
   costly.cost = 3;
   EXPECT_THROW(Limiter(config({costly}), store), std::invalid_argument);

@@ -1,5 +1,7 @@
 // Prometheus exposition of the limiter's metrics, and the rate-limited decision log.
 
+#include "ratekeeper/limiter/metrics.hpp"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -8,7 +10,6 @@
 #include "ratekeeper/http/config.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/decision_log.hpp"
-#include "ratekeeper/limiter/metrics.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::limiter {
@@ -22,7 +23,8 @@ double sample(const std::string& text, const std::string& series) {
   std::size_t pos = 0;
   while ((pos = text.find(prefix, pos)) != std::string::npos) {
     if (pos == 0 || text[pos - 1] == '\n') {
-      return std::stod(text.substr(pos + prefix.size(), text.find('\n', pos) - pos - prefix.size()));
+      return std::stod(
+          text.substr(pos + prefix.size(), text.find('\n', pos) - pos - prefix.size()));
     }
     pos += prefix.size();
   }
@@ -43,20 +45,23 @@ TEST(MetricsTest, RenderedCountersMatchRecordedValues) {
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 2);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 0);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="denied"})"), 1);
-  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="failure_policy"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="failure_policy"})"),
+            1);
   EXPECT_EQ(sample(text, R"(ratekeeper_near_limit_total{rule="api"})"), 1);
   EXPECT_EQ(sample(text, R"(ratekeeper_store_errors_total{kind="timeout"})"), 2);
   EXPECT_EQ(sample(text, R"(ratekeeper_store_errors_total{kind="unavailable"})"), 0);
   EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="rejected"})"), 1);
   EXPECT_EQ(sample(text, R"(ratekeeper_store_ready{kind="memory"})"), 1);
   EXPECT_NE(text.find("# TYPE ratekeeper_decisions_total counter\n"), std::string::npos);
-  EXPECT_EQ(sample(m.render({false, "breaker open"}, "redis"), R"(ratekeeper_store_ready{kind="redis"})"), 0);
+  EXPECT_EQ(
+      sample(m.render({false, "breaker open"}, "redis"), R"(ratekeeper_store_ready{kind="redis"})"),
+      0);
 }
 
 TEST(MetricsTest, LatencyHistogramIsCumulative) {
   Metrics m({"api"});
-  m.record_store_latency(40);       // ≤ 50 µs
-  m.record_store_latency(700);      // ≤ 1 ms
+  m.record_store_latency(40);         // ≤ 50 µs
+  m.record_store_latency(700);        // ≤ 1 ms
   m.record_store_latency(3'000'000);  // above every bucket
   const auto text = m.render({}, "memory");
   EXPECT_EQ(sample(text, R"(ratekeeper_store_latency_seconds_bucket{le="5e-05"})"), 1);
@@ -72,7 +77,8 @@ TEST(MetricsTest, EveryLineIsCommentOrWellFormedSample) {
   Metrics m({"a\"b"});
   m.record_decision(0, Outcome::allowed);
   const auto text = m.render({true, "ok"}, "memory");
-  const std::regex line(R"re(^(# (HELP|TYPE) .*|[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? [0-9.e+-]+)$)re");
+  const std::regex line(
+      R"re(^(# (HELP|TYPE) .*|[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? [0-9.e+-]+)$)re");
   std::size_t start = 0;
   ASSERT_EQ(text.back(), '\n');
   while (start < text.size()) {
@@ -86,7 +92,8 @@ TEST(MetricsTest, EveryLineIsCommentOrWellFormedSample) {
 
 TEST(MetricsTest, MiddlewareDecisionsAreCountedPerRuleAndOutcome) {
   ManualClock clock{kStart};
-  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 1000, .shards = 2, .clock = &clock}};
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 1000, .shards = 2, .clock = &clock}};
   auto config = http::parse_config(R"(
 logging: {decisions: {enabled: false}}
 rules:
@@ -113,7 +120,8 @@ rules:
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 10);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 3);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="watch",outcome="allowed"})"), 2);
-  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="watch",outcome="shadow_denied"})"), 11);
+  EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="watch",outcome="shadow_denied"})"),
+            11);
   // remaining 0 after the 10th admission: below 10% of 10 once (remaining 0 < 1).
   EXPECT_EQ(sample(text, R"(ratekeeper_near_limit_total{rule="api"})"), 1);
   EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="admitted"})"), 10);
@@ -184,7 +192,8 @@ TEST_F(DecisionLogTest, AllowsAreSampled) {
   allowed.allowed = true;
   {
     DecisionLog none(options(1000, 1000, 0.0));
-    for (int i = 0; i < 100; ++i) EXPECT_EQ(none.record(allowed), DecisionLog::Written::not_sampled);
+    for (int i = 0; i < 100; ++i)
+      EXPECT_EQ(none.record(allowed), DecisionLog::Written::not_sampled);
   }
   {
     DecisionLog all(options(1000, 1000, 1.0));

@@ -1,6 +1,8 @@
 // The HTTP middleware without sockets: rule matching, identities (user → IP fallback, proxies),
 // tiers, the 429 answer and the rate limit headers, over a MemoryStore and a manual clock.
 
+#include "ratekeeper/http/middleware.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,7 +10,6 @@
 #include <thread>
 
 #include "ratekeeper/http/config.hpp"
-#include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::http {
@@ -79,7 +80,8 @@ std::string header(const MiddlewareResult& r, std::string_view name) {
 class MiddlewareTest : public ::testing::Test {
  protected:
   ManualClock clock{kStart};
-  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
   Config config = parse_config(kYaml, "middleware_test.yaml");
   limiter::Limiter limiter{config.limiter, store};
   Middleware middleware{limiter, config};

@@ -49,10 +49,10 @@ struct LoggingConfig {
 struct Config {
   std::string source = "<inline>";  // the file it was loaded from
   ListenAddress listen;
-  int threads = 2;                   // HTTP worker threads
-  store::StoreOptions store;         // url memory:// unless configured
-  bool store_configured = false;     // false: the `store` section was absent
-  limiter::LimiterConfig limiter;    // prefix, rules, tiers, failure policy, decision log
+  int threads = 2;                           // HTTP worker threads
+  store::StoreOptions store;                 // url memory:// unless configured
+  bool store_configured = false;             // false: the `store` section was absent
+  limiter::LimiterConfig limiter;            // prefix, rules, tiers, failure policy, decision log
   std::vector<std::string> trusted_proxies;  // as written
   limiter::TrustedProxies proxies;           // parsed
   HeaderOptions headers;

@@ -20,8 +20,8 @@ namespace ratekeeper::http {
 
 struct MiddlewareResult {
   bool admitted = true;
-  int status = 200;  // 200 admitted; 429 rate limited; 400 bad identity; 500 internal error
-  std::string body;  // JSON body of a rejection; empty when admitted
+  int status = 200;    // 200 admitted; 429 rate limited; 400 bad identity; 500 internal error
+  std::string body;    // JSON body of a rejection; empty when admitted
   HeaderList headers;  // add to the response whether admitted or not (Content-Type included
                        // for rejections)
 };

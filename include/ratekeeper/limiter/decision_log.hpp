@@ -22,10 +22,10 @@ namespace ratekeeper::limiter {
 
 struct DecisionLogOptions {
   bool enabled = true;
-  double allow_sample_rate = 0.0;     // fraction of allowed decisions logged, 0..1
-  double lines_per_second = 100.0;    // budget of logged lines per second
-  double burst = 200.0;               // lines that may be written at once
-  const Clock* clock = nullptr;       // for the line budget; nullptr: the system clock
+  double allow_sample_rate = 0.0;   // fraction of allowed decisions logged, 0..1
+  double lines_per_second = 100.0;  // budget of logged lines per second
+  double burst = 200.0;             // lines that may be written at once
+  const Clock* clock = nullptr;     // for the line budget; nullptr: the system clock
   // Where lines go. Empty: the spdlog logger named "decisions" (created on first use, stdout).
   std::function<void(std::string_view line)> sink;
 };
@@ -68,8 +68,8 @@ class DecisionLog {
 
   DecisionLogOptions options_;
   const Clock* clock_;
-  Micros interval_;  // microseconds per line
-  Micros tolerance_; // burst × interval
+  Micros interval_;   // microseconds per line
+  Micros tolerance_;  // burst × interval
   std::atomic<Micros> tat_{0};
   std::atomic<std::uint64_t> pending_suppressed_{0};
   std::atomic<std::uint64_t> suppressed_total_{0};

@@ -65,12 +65,12 @@ struct RuleOutcome {
 // The answer for the enforcing rules. Shadow rules are checked in their own batches, which
 // neither delay nor change it; their outcomes go to the metrics and the decision log.
 struct Evaluation {
-  bool allowed = true;             // every enforcing rule admitted the request
-  bool by_failure_policy = false;  // some enforcing rule was answered by its failure policy
+  bool allowed = true;               // every enforcing rule admitted the request
+  bool by_failure_policy = false;    // some enforcing rule was answered by its failure policy
   std::optional<Error> store_error;  // the store failure the policies answered
-  algorithms::Decision decision;   // combined over every enforcing limit
-  std::vector<RuleOutcome> rules;  // the enforcing rules, in application order
-  Micros latency = 0;              // store round trip of the enforcing batch
+  algorithms::Decision decision;     // combined over every enforcing limit
+  std::vector<RuleOutcome> rules;    // the enforcing rules, in application order
+  Micros latency = 0;                // store round trip of the enforcing batch
 };
 
 using EvaluationCallback = std::function<void(Result<Evaluation>)>;

@@ -36,8 +36,8 @@ class Metrics {
  public:
   // Upper bounds of the store latency histogram, in microseconds.
   static constexpr std::array<Micros, 14> kLatencyBuckets = {
-      50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000,
-      1'000'000};
+      50,     100,    250,    500,     1'000,   2'500,   5'000,
+      10'000, 25'000, 50'000, 100'000, 250'000, 500'000, 1'000'000};
 
   // One counter row per rule, by index (Rule order in the limiter).
   explicit Metrics(std::vector<std::string> rule_names);

@@ -49,7 +49,7 @@ struct IdentitySpec {
   IdentityKind kind = IdentityKind::ip;
   std::string header;         // header, api_key, user_or_ip: the header to read
   std::string default_value;  // header: used when the header is absent; empty: fall back to IP
-  std::string prefix;         // kind prefix of header identities; default "user" ("key" for API keys)
+  std::string prefix;  // kind prefix of header identities; default "user" ("key" for API keys)
 };
 
 // Whether a rule's bucket is shared by every endpoint it matches, or one per endpoint (the
@@ -60,8 +60,8 @@ struct Rule {
   std::string name;
   RuleMatch match;
   IdentitySpec identity;
-  Policy limits;     // the policy, unless `tiered`
-  Policy ip_limits;  // user_or_ip / api_key: the policy of the IP fallback; empty: `limits`
+  Policy limits;        // the policy, unless `tiered`
+  Policy ip_limits;     // user_or_ip / api_key: the policy of the IP fallback; empty: `limits`
   bool tiered = false;  // the policy is the caller's tier (see Tiers)
   std::int64_t cost = 1;
   BucketScope bucket = BucketScope::shared;
