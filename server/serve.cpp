@@ -2,16 +2,15 @@
 // /api/search, /api/export/<name>, /auth/login) behind the rate-limiting middleware, the
 // decision API (POST /v1/check) for other services, and /healthz, /readyz, /metrics.
 
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "ratekeeper/http/config.hpp"
@@ -183,8 +182,8 @@ class Api {
     view.peer = request.peer_address;
     view.headers.reserve(request.headers.size());
     for (const auto& [name, value] : request.headers) view.headers.emplace_back(name, value);
-    middleware_.handle(view, [endpoint, arg = std::move(arg), respond = std::move(respond)](
-                                 http::MiddlewareResult result) mutable {
+    middleware_.handle(view, [endpoint, arg = std::move(arg),
+                              respond = std::move(respond)](http::MiddlewareResult result) mutable {
       if (!result.admitted) {
         ServerResponse r{result.status, std::string(kJson), std::move(result.headers),
                          std::move(result.body)};
@@ -275,8 +274,10 @@ class Api {
       return respond(json_response(400, http::bad_request_body("body must be a JSON object")));
     }
     auto rule_it = parsed.find("rule");
-    if (rule_it == parsed.end() || !rule_it->is_string() || rule_it->get_ref<const std::string&>().empty()) {
-      return respond(json_response(400, http::bad_request_body("`rule` must be a non-empty string")));
+    if (rule_it == parsed.end() || !rule_it->is_string() ||
+        rule_it->get_ref<const std::string&>().empty()) {
+      return respond(
+          json_response(400, http::bad_request_body("`rule` must be a non-empty string")));
     }
     auto identity_it = parsed.find("identity");
     if (identity_it == parsed.end() || !identity_it->is_string() ||
@@ -286,8 +287,9 @@ class Api {
     }
     std::int64_t cost = 1;
     if (auto it = parsed.find("cost"); it != parsed.end()) {
-      if (!it->is_number_integer() || (it->is_number_unsigned() &&
-                                       it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxExact))) {
+      if (!it->is_number_integer() ||
+          (it->is_number_unsigned() &&
+           it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxExact))) {
         return respond(json_response(400, http::bad_request_body("`cost` must be an integer")));
       }
       cost = it->get<std::int64_t>();
@@ -305,8 +307,8 @@ class Api {
     const std::string& rule_name = rule_it->get_ref<const std::string&>();
     const limiter::Rule* rule = limiter_.find_rule(rule_name);
     if (!rule) {
-      return respond(json_response(
-          400, http::bad_request_body(fmt::format("unknown rule `{}`", rule_name))));
+      return respond(
+          json_response(400, http::bad_request_body(fmt::format("unknown rule `{}`", rule_name))));
     }
     const std::string policy(limiter::to_string(rule->on_store_error));
     limiter_.check(
@@ -432,7 +434,8 @@ int serve(const ServeArgs& args) {
 
 void register_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
-  auto* cmd = app.add_subcommand("serve", "Serve the demo API, the decision API and metrics over HTTP");
+  auto* cmd =
+      app.add_subcommand("serve", "Serve the demo API, the decision API and metrics over HTTP");
   cmd->add_option("--config", args->config, "YAML configuration file")->required();
   cmd->add_option("--listen", args->listen, "HOST:PORT to listen on (overrides the configuration)");
   cmd->add_option("--store", args->store,

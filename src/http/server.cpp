@@ -4,12 +4,9 @@
 
 #include "ratekeeper/http/server.hpp"
 
-#include <atomic>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
+#include <fmt/format.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -19,7 +16,10 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 
 namespace ratekeeper::http {
 
@@ -47,7 +47,9 @@ std::string format_endpoint(const tcp::endpoint& ep) {
   return fmt::format("{}:{}", addr.to_string(), ep.port());
 }
 
-std::chrono::microseconds to_duration(Micros us) { return std::chrono::microseconds(us); }
+std::chrono::microseconds to_duration(Micros us) {
+  return std::chrono::microseconds(us);
+}
 
 }  // namespace
 
@@ -165,8 +167,9 @@ class Session : public std::enable_shared_from_this<Session> {
     Pending(std::shared_ptr<Session> s, std::uint64_t i) : session(std::move(s)), id(i) {}
     ~Pending() {
       if (!answered.exchange(true) && !session->server_.destroying.load()) {
-        session->post_response(id, ServerResponse{500, "application/json", {},
-                                                  R"({"error":"Internal server error"})"});
+        session->post_response(
+            id,
+            ServerResponse{500, "application/json", {}, R"({"error":"Internal server error"})"});
       }
     }
     void deliver(ServerResponse r) {
@@ -232,8 +235,8 @@ class Session : public std::enable_shared_from_this<Session> {
       server_.handler(std::move(request),
                       [pending](ServerResponse r) { pending->deliver(std::move(r)); });
     } catch (const std::exception&) {
-      pending->deliver(ServerResponse{500, "application/json", {},
-                                      R"({"error":"Internal server error"})"});
+      pending->deliver(
+          ServerResponse{500, "application/json", {}, R"({"error":"Internal server error"})"});
     }
     pending.reset();
     do_read();
@@ -319,8 +322,7 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 void Server::Impl::do_accept() {
-  acceptor.async_accept(net::make_strand(ioc),
-                        beast::bind_front_handler(&Impl::on_accept, this));
+  acceptor.async_accept(net::make_strand(ioc), beast::bind_front_handler(&Impl::on_accept, this));
 }
 
 void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
@@ -405,13 +407,14 @@ Result<void> Server::listen() {
   if (ec) {
     beast::error_code ignored;
     im.acceptor.close(ignored);
-    return make_error(ErrorCode::unavailable,
-                      fmt::format("cannot listen on {}: {}", format_endpoint(endpoint), ec.message()));
+    return make_error(ErrorCode::unavailable, fmt::format("cannot listen on {}: {}",
+                                                          format_endpoint(endpoint), ec.message()));
   }
   if (im.options.handle_signals) {
     im.signals.add(SIGINT, ec);
     if (!ec) im.signals.add(SIGTERM, ec);
-    if (ec) return make_error(ErrorCode::unavailable, "cannot handle SIGINT/SIGTERM: " + ec.message());
+    if (ec)
+      return make_error(ErrorCode::unavailable, "cannot handle SIGINT/SIGTERM: " + ec.message());
   }
   const auto local = im.acceptor.local_endpoint(ec);
   im.address = format_endpoint(local);
@@ -419,8 +422,12 @@ Result<void> Server::listen() {
   return {};
 }
 
-std::string Server::address() const { return impl_->address; }
-std::uint16_t Server::port() const { return impl_->port; }
+std::string Server::address() const {
+  return impl_->address;
+}
+std::uint16_t Server::port() const {
+  return impl_->port;
+}
 
 void Server::run() {
   auto& im = *impl_;
@@ -439,7 +446,9 @@ void Server::run() {
   for (auto& t : threads) t.join();
 }
 
-void Server::stop() { impl_->stop(); }
+void Server::stop() {
+  impl_->stop();
+}
 
 Server::Stats Server::stats() const {
   Stats s;

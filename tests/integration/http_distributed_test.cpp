@@ -2,15 +2,14 @@
 // Redis goes away each rule's failure policy (allow, deny, local) answers within the deadline
 // while /readyz reports the store as not ready.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -120,7 +119,8 @@ TEST_F(HttpRedisDown, DenyPolicyRejectsEverything) {
     EXPECT_EQ(r.status, 429) << r.body;
     ASSERT_TRUE(r.header("Retry-After"));
     EXPECT_EQ(*r.header("Retry-After"), "7");
-    EXPECT_EQ(json::parse(r.body), json::parse(R"({"error":"Rate limit exceeded","retryAfter":7})"));
+    EXPECT_EQ(json::parse(r.body),
+              json::parse(R"({"error":"Rate limit exceeded","retryAfter":7})"));
   }
 }
 
@@ -148,9 +148,10 @@ TEST_F(HttpRedisDown, ReadyzReportsTheStoreAndRecovers) {
   EXPECT_EQ(client_->get("/healthz").status, 200);  // alive, just not ready
 
   auto metrics = client_->get("/metrics").body;
-  EXPECT_GE(metric_value(metrics, R"(ratekeeper_decisions_total{rule="open",outcome="failure_policy"})")
-                .value_or(0),
-            1.0)
+  EXPECT_GE(
+      metric_value(metrics, R"(ratekeeper_decisions_total{rule="open",outcome="failure_policy"})")
+          .value_or(0),
+      1.0)
       << metrics;
   EXPECT_EQ(metric_value(metrics, R"(ratekeeper_store_ready{kind="redis"})"), 0.0) << metrics;
 

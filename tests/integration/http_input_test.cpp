@@ -2,14 +2,13 @@
 // malformed decision API calls, oversized headers and bodies, unknown paths and methods,
 // pipelined requests, and configuration files that must be refused at start.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -43,7 +42,8 @@ TEST(HttpForwardedFor, SpoofedHeaderFromUntrustedPeerIsIgnored) {
   EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.1"}}).status, 200);
   EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.2"}}).status, 200);
   EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "203.0.113.3"}}).status, 429);
-  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "198.51.100.9, 203.0.113.4"}}).status, 429);
+  EXPECT_EQ(client.get("/api/data", {{"X-Forwarded-For", "198.51.100.9, 203.0.113.4"}}).status,
+            429);
   EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:127.0.0.1}:api"}), "1");
   EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:203.0.113.1}:api"}), "0");
 }
@@ -83,7 +83,8 @@ rules:
     limits:
       - capacity: 5
         refill_rate: 0.001
-)").release();
+)")
+                  .release();
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -112,11 +113,11 @@ TEST_F(HttpBadInput, UnknownRuleOnCheckIs400NamingIt) {
 }
 
 TEST_F(HttpBadInput, BadCostOnCheckIs400) {
-  for (const char* body : {R"({"rule":"api","identity":"ip:192.0.2.1","cost":-1})",
-                           R"({"rule":"api","identity":"ip:192.0.2.1","cost":1.5})",
-                           R"({"rule":"api","identity":"ip:192.0.2.1","cost":"1"})",
-                           R"({"rule":"api","identity":"ip:192.0.2.1","cost":6})",
-                           R"({"rule":"api","cost":1})"}) {
+  for (const char* body :
+       {R"({"rule":"api","identity":"ip:192.0.2.1","cost":-1})",
+        R"({"rule":"api","identity":"ip:192.0.2.1","cost":1.5})",
+        R"({"rule":"api","identity":"ip:192.0.2.1","cost":"1"})",
+        R"({"rule":"api","identity":"ip:192.0.2.1","cost":6})", R"({"rule":"api","cost":1})"}) {
     auto r = check(body);
     EXPECT_EQ(r.status, 400) << body << " → " << r.body;
   }
@@ -217,7 +218,8 @@ TEST(HttpConfig, UnknownFieldAndMissingFileFail) {
 
   auto missing = run_ratekeeper({"serve", "--config", "/nonexistent/ratekeeper.yaml"});
   EXPECT_NE(missing.exit_code, 0);
-  EXPECT_NE(missing.errors.find("/nonexistent/ratekeeper.yaml"), std::string::npos) << missing.errors;
+  EXPECT_NE(missing.errors.find("/nonexistent/ratekeeper.yaml"), std::string::npos)
+      << missing.errors;
 }
 
 TEST(HttpConfig, WithoutAStoreItUsesMemoryAndSaysSo) {

@@ -1,6 +1,7 @@
 // End to end: graceful drain. On SIGTERM the server stops accepting, finishes the request in
 // flight (here one waiting on a paused Redis), closes idle keep-alive connections and exits 0.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -9,8 +10,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -54,9 +53,8 @@ rules:
   ASSERT_EQ(idle.get("/api/data").status, 200);
 
   redis.pause();
-  auto in_flight = std::async(std::launch::async, [port = server.port()] {
-    return http_get(port, "/api/data?in-flight");
-  });
+  auto in_flight = std::async(
+      std::launch::async, [port = server.port()] { return http_get(port, "/api/data?in-flight"); });
   // The server has read the request (it logs each one at debug level) and is waiting on Redis.
   ASSERT_TRUE(wait_for_output(server, "GET /api/data?in-flight", std::chrono::seconds(20)))
       << server.output();

@@ -2,21 +2,20 @@
 // Limits per IP under a concurrent burst, per user, per endpoint or shared, per tier, the
 // login brute-force window, and shadow rules.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>
 #include <latch>
-#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -48,13 +47,16 @@ class HttpLimits : public ::testing::Test {
 
 RedisServer* HttpLimits::redis_ = nullptr;
 
-std::vector<int> statuses(HttpClient& client, int n, const std::string& target, Headers headers = {}) {
+std::vector<int> statuses(HttpClient& client, int n, const std::string& target,
+                          Headers headers = {}) {
   std::vector<int> out;
   for (int i = 0; i < n; ++i) out.push_back(client.get(target, headers).status);
   return out;
 }
 
-std::vector<int> repeat(int status, int n) { return std::vector<int>(n, status); }
+std::vector<int> repeat(int status, int n) {
+  return std::vector<int>(n, status);
+}
 
 std::vector<int> concat(std::vector<int> a, const std::vector<int>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -69,7 +71,8 @@ rules:
     limits:
       - capacity: 100
         refill_rate: 0.001
-)", 4);
+)",
+                      4);
   constexpr int kThreads = 40;
   constexpr int kPerThread = 5;
   std::mutex mu;
@@ -250,18 +253,25 @@ rules:
   std::string metrics;
   for (;;) {
     metrics = client.get("/metrics").body;
-    auto denied = metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="shadow_denied"})");
-    auto allowed = metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="allowed"})");
-    if ((denied && allowed && *denied + *allowed >= 6) || std::chrono::steady_clock::now() > deadline) {
+    auto denied = metric_value(
+        metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="shadow_denied"})");
+    auto allowed =
+        metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="allowed"})");
+    if ((denied && allowed && *denied + *allowed >= 6) ||
+        std::chrono::steady_clock::now() > deadline) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="shadow_denied"})"), 4.0)
+  EXPECT_EQ(
+      metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="shadow_denied"})"),
+      4.0)
       << metrics;
-  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="allowed"})"), 2.0)
+  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="allowed"})"),
+            2.0)
       << metrics;
-  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="denied"})"), 0.0)
+  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="trial",outcome="denied"})"),
+            0.0)
       << metrics;
 }
 
@@ -281,7 +291,8 @@ TEST_F(HttpLimits, ShippedConfigurationLimitsTheDemoApi) {
     ok += status == 200;
     limited += status == 429;
   }
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(ok + limited, 150);
   EXPECT_GE(ok, 100);
   EXPECT_LE(ok, 100 + static_cast<int>(elapsed * 10) + 1) << elapsed << " s";

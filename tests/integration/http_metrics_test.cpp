@@ -72,21 +72,27 @@ rules:
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.header("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   expect_exposition_format(metrics.body);
-  EXPECT_EQ(metric_value(metrics.body, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 0.0);
+  EXPECT_EQ(
+      metric_value(metrics.body, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"),
+      0.0);
 
-  for (int i = 0; i < 8; ++i) client.get("/api/data");                           // 5 + 3 denied
+  for (int i = 0; i < 8; ++i) client.get("/api/data");                            // 5 + 3 denied
   for (int i = 0; i < 3; ++i) client.get("/api/profile", {{"X-User-ID", "u1"}});  // 2 + 1 denied
-  for (int i = 0; i < 4; ++i) client.get("/api/search?q=x");                     // no rule
+  for (int i = 0; i < 4; ++i) client.get("/api/search?q=x");                      // no rule
   client.get("/healthz");                                                         // not limited
 
   metrics = client.get("/metrics");
   ASSERT_EQ(metrics.status, 200);
   expect_exposition_format(metrics.body);
   const auto& m = metrics.body;
-  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 5.0) << m;
-  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 3.0) << m;
-  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="profile",outcome="allowed"})"), 2.0) << m;
-  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="profile",outcome="denied"})"), 1.0) << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 5.0)
+      << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 3.0)
+      << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="profile",outcome="allowed"})"), 2.0)
+      << m;
+  EXPECT_EQ(metric_value(m, R"(ratekeeper_decisions_total{rule="profile",outcome="denied"})"), 1.0)
+      << m;
   EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="admitted"})"), 7.0) << m;
   EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="rejected"})"), 4.0) << m;
   EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="unmatched"})"), 4.0) << m;

@@ -1,6 +1,7 @@
 #include "support/http_client.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -8,18 +9,16 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
-#include <sstream>
-#include <stdexcept>
-#include <thread>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
 
 namespace ratekeeper::testing {
 
@@ -185,7 +184,9 @@ HttpClient::HttpClient(int port, std::string host) : impl_(std::make_unique<Impl
   impl_->port = port;
 }
 
-HttpClient::~HttpClient() { impl_->close(); }
+HttpClient::~HttpClient() {
+  impl_->close();
+}
 
 HttpResponse HttpClient::request(const HttpRequest& request) {
   return impl_->with_retry([&] {
@@ -239,8 +240,12 @@ std::vector<HttpResponse> HttpClient::pipeline(const std::vector<HttpRequest>& r
   }
 }
 
-void HttpClient::close() { impl_->close(); }
-bool HttpClient::connected() const { return impl_->socket.has_value(); }
+void HttpClient::close() {
+  impl_->close();
+}
+bool HttpClient::connected() const {
+  return impl_->socket.has_value();
+}
 
 HttpResponse http_get(int port, std::string target, Headers headers) {
   HttpClient client(port);
@@ -276,9 +281,9 @@ ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
   dir_ = fresh_dir("serve");
   config_path_ = dir_ / "ratekeeper.yaml";
   std::ofstream(config_path_, std::ios::binary) << options_.config_yaml;
-  std::vector<std::string> argv = {RATEKEEPER_BINARY,     "serve",      "--config",
-                                   config_path_.string(), "--listen",   "127.0.0.1:0",
-                                   "--threads",           std::to_string(options_.threads)};
+  std::vector<std::string> argv = {
+      RATEKEEPER_BINARY, "serve",       "--config",  config_path_.string(),
+      "--listen",        "127.0.0.1:0", "--threads", std::to_string(options_.threads)};
   if (!options_.store_url.empty()) {
     argv.push_back("--store");
     argv.push_back(options_.store_url);
@@ -300,8 +305,9 @@ ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
     }
     if (auto status = wait_pid(pid_, std::chrono::milliseconds(0))) {
       pid_ = -1;
-      throw std::runtime_error(fmt::format("ratekeeper serve exited with {} before listening:\n{}\n{}",
-                                           *status, output(), errors()));
+      throw std::runtime_error(
+          fmt::format("ratekeeper serve exited with {} before listening:\n{}\n{}", *status,
+                      output(), errors()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -317,8 +323,12 @@ ServerProcess::~ServerProcess() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-std::string ServerProcess::output() const { return read_file(dir_ / "stdout.log"); }
-std::string ServerProcess::errors() const { return read_file(dir_ / "stderr.log"); }
+std::string ServerProcess::output() const {
+  return read_file(dir_ / "stdout.log");
+}
+std::string ServerProcess::errors() const {
+  return read_file(dir_ / "stderr.log");
+}
 
 void ServerProcess::signal(int sig) {
   if (pid_ > 0) ::kill(pid_, sig);

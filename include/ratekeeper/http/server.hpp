@@ -51,14 +51,14 @@ using Handler = std::function<void(ServerRequest, Responder)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  std::uint16_t port = 8080;  // 0: any free port (see Server::port())
-  int threads = 1;            // io threads running the connections
-  std::size_t header_limit = 8 * 1024;  // request line + headers; larger → 431
-  std::size_t body_limit = 64 * 1024;   // larger → 413
-  Micros read_timeout = 30 * kMicrosPerSecond;  // per request, idle keep-alive included
-  std::size_t max_pipelined = 16;               // requests read ahead of their responses
-  Micros drain_timeout = 10 * kMicrosPerSecond; // stop(): in-flight requests get this long
-  bool handle_signals = true;                   // SIGINT/SIGTERM call stop()
+  std::uint16_t port = 8080;                     // 0: any free port (see Server::port())
+  int threads = 1;                               // io threads running the connections
+  std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431
+  std::size_t body_limit = 64 * 1024;            // larger → 413
+  Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
+  std::size_t max_pipelined = 16;                // requests read ahead of their responses
+  Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long
+  bool handle_signals = true;                    // SIGINT/SIGTERM call stop()
 };
 
 class Server {
