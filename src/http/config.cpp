@@ -150,6 +150,7 @@ class Reader {
   }
 
   std::vector<std::string> strings(const YAML::Node& node, const std::string& path) const {
+    if (node.IsNull()) return {};
     if (!node.IsSequence()) fail(path, "must be a list");
     std::vector<std::string> out;
     for (std::size_t i = 0; i < node.size(); ++i) out.push_back(string(node[i], index(path, i)));
@@ -631,7 +632,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
           static_cast<int>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
     }
   }
-  if (const auto rules = root["rules"]) {
+  if (const auto rules = root["rules"]; rules && !rules.IsNull()) {
     if (!rules.IsSequence()) r.fail("rules", "must be a list");
     std::set<std::string> names;
     for (std::size_t i = 0; i < rules.size(); ++i) {

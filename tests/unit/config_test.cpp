@@ -96,6 +96,12 @@ TEST(ConfigTest, EmptyDocumentGivesDefaultsWithMemoryStore) {
   EXPECT_TRUE(c.metrics_enabled);
 }
 
+TEST(ConfigTest, EmptyListsMayBeWrittenAsNothing) {
+  const auto c = parse_config("rules:\ntrusted_proxies:\n", "null.yaml");
+  EXPECT_TRUE(c.limiter.rules.empty());
+  EXPECT_TRUE(c.proxies.empty());
+}
+
 TEST(ConfigTest, ReadsEveryTopLevelSection) {
   const auto c = parse_config(R"(
 listen: "[::1]:9090"

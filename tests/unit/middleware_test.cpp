@@ -324,6 +324,34 @@ TEST_F(MiddlewareTest, ConcurrentRequestsAdmitExactlyTheCapacity) {
   EXPECT_EQ(limiter.metrics().decisions(0, limiter::Outcome::denied), 300u);
 }
 
+TEST(ShippedConfigTest, LoginAllowsFivePerMinutePerIpThenTellsWhenToRetry) {
+  ManualClock clock{kStart};
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 1000, .shards = 2, .clock = &clock}};
+  auto config = load_config(std::string(RATEKEEPER_SOURCE_DIR) + "/config/ratekeeper.yaml");
+  config.limiter.decision_log.enabled = false;
+  limiter::Limiter limiter(config.limiter, store);
+  Middleware mw(limiter, config);
+  Request login;
+  login.method = "POST";
+  login.path = "/auth/login";
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(mw.handle_sync(login.view()).admitted) << i;
+    clock.advance(10 * kMicrosPerSecond);
+  }
+  // 50 s after the first attempt: the window frees its first slot 10 s from now.
+  auto denied = mw.handle_sync(login.view());
+  EXPECT_EQ(denied.status, 429);
+  EXPECT_EQ(header(denied, "Retry-After"), "10");
+  Request other = login;
+  other.peer = "198.51.100.20";
+  EXPECT_TRUE(mw.handle_sync(other.view()).admitted);  // per IP
+  clock.advance(10 * kMicrosPerSecond);
+  EXPECT_TRUE(mw.handle_sync(login.view()).admitted);
+  login.method = "GET";
+  EXPECT_TRUE(mw.handle_sync(login.view()).headers.empty());  // only POST is limited
+}
+
 TEST(RequestViewTest, SplitsTargetAndLooksUpHeadersCaseInsensitively) {
   auto [path, query] = RequestView::split_target("/api/search?q=x&y=1");
   EXPECT_EQ(path, "/api/search");
