@@ -2,48 +2,80 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <new>
 #include <vector>
 
 namespace ratekeeper::redis::detail {
 
-Reply to_reply(const redisReply& r) {
-  Reply out;
-  switch (r.type) {
-    case REDIS_REPLY_STRING:
-      out.type = Reply::Type::string;
-      out.str.assign(r.str, r.len);
-      break;
-    case REDIS_REPLY_STATUS:
-      out.type = Reply::Type::status;
-      out.str.assign(r.str, r.len);
-      break;
-    case REDIS_REPLY_ERROR:
-      out.type = Reply::Type::error;
-      out.str.assign(r.str, r.len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.type = Reply::Type::integer;
-      out.integer = r.integer;
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::array;
-      out.elements.reserve(r.elements);
-      for (std::size_t i = 0; i < r.elements; ++i) out.elements.push_back(to_reply(*r.element[i]));
-      break;
-    case REDIS_REPLY_NIL:
-    default: out.type = Reply::Type::nil; break;
+namespace {
+
+// The reader's object hooks build Reply values in place: an element lives in its parent's
+// `elements` (sized once, when the array header is read), only the root is allocated.
+Reply* place(const redisReadTask* task) {
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<Reply*>(task->parent->obj);
+    return &parent->elements[static_cast<std::size_t>(task->idx)];
   }
-  return out;
+  return new (std::nothrow) Reply();
 }
 
-RespReader::RespReader() : reader_(redisReaderCreate()) {
+void* create_string(const redisReadTask* task, char* str, std::size_t len) noexcept {
+  Reply* r = place(task);
+  if (r == nullptr) return nullptr;
+  r->type = task->type == REDIS_REPLY_ERROR    ? Reply::Type::error
+            : task->type == REDIS_REPLY_STATUS ? Reply::Type::status
+                                               : Reply::Type::string;
+  try {
+    r->str.assign(str, len);
+  } catch (...) {
+    return nullptr;
+  }
+  return r;
+}
+
+void* create_array(const redisReadTask* task, int elements) noexcept {
+  Reply* r = place(task);
+  if (r == nullptr) return nullptr;
+  r->type = Reply::Type::array;
+  try {
+    r->elements.resize(static_cast<std::size_t>(std::max(0, elements)));
+  } catch (...) {
+    return nullptr;
+  }
+  return r;
+}
+
+void* create_integer(const redisReadTask* task, long long value) noexcept {
+  Reply* r = place(task);
+  if (r == nullptr) return nullptr;
+  r->type = Reply::Type::integer;
+  r->integer = value;
+  return r;
+}
+
+void* create_nil(const redisReadTask* task) noexcept {
+  Reply* r = place(task);
+  if (r == nullptr) return nullptr;
+  r->type = Reply::Type::nil;
+  return r;
+}
+
+// Called by hiredis on roots only (a root owns its elements).
+void free_object(void* reply) noexcept { delete static_cast<Reply*>(reply); }
+
+redisReplyObjectFunctions reply_functions = {create_string, create_array, create_integer, create_nil,
+                                             free_object};
+
+}  // namespace
+
+RespReader::RespReader() : reader_(redisReaderCreateWithFunctions(&reply_functions)) {
   if (!reader_) throw std::bad_alloc();
 }
 
 void RespReader::reset() {
-  reader_.reset(redisReaderCreate());
+  reader_.reset(redisReaderCreateWithFunctions(&reply_functions));
   if (!reader_) throw std::bad_alloc();
 }
 
@@ -60,8 +92,8 @@ Result<std::optional<Reply>> RespReader::next() {
     return make_error(ErrorCode::protocol, fmt::format("RESP reader: {}", reader_->errstr));
   }
   if (raw == nullptr) return std::optional<Reply>{};
-  HiredisReplyPtr reply(static_cast<redisReply*>(raw));
-  return std::optional<Reply>{to_reply(*reply)};
+  std::unique_ptr<Reply> reply(static_cast<Reply*>(raw));
+  return std::optional<Reply>{std::move(*reply)};
 }
 
 void append_command(std::string& out, std::span<const std::string_view> argv) {

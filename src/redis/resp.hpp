@@ -1,6 +1,7 @@
 #pragma once
-// RESP on the wire, through hiredis: its reader turns bytes into replies (converted to
-// redis::Reply here and nowhere else) and its formatter turns argv into a command.
+// RESP on the wire, through hiredis: its reader turns bytes into redis::Reply values (built
+// directly by the reader's object hooks, here and nowhere else) and its formatter turns argv
+// into a command.
 // A RespReader belongs to one connection; not thread-safe.
 
 #include <hiredis/hiredis.h>
@@ -19,13 +20,7 @@ namespace ratekeeper::redis::detail {
 struct ReaderDeleter {
   void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
 };
-struct HiredisReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
 using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
-using HiredisReplyPtr = std::unique_ptr<redisReply, HiredisReplyDeleter>;
-
-Reply to_reply(const redisReply& r);
 
 class RespReader {
  public:
