@@ -86,6 +86,10 @@ cat <<MSG
 ratekeeper is serving on http://$host:$port (store $redis_url). Try:
 
   curl -i http://$host:$port/api/data
+  # 150 requests on one connection against the seed's bucket (100, refilled at 10/s): 429s
+  curl -s -o /dev/null -w '%{http_code}\n' "http://$host:$port/api/data?[1-150]" | sort | uniq -c
+  # the same with one curl process per request (each may take a while on a loaded machine,
+  # during which the bucket refills)
   for i in \$(seq 1 150); do curl -s -o /dev/null -w '%{http_code}\n' http://$host:$port/api/data; done | sort | uniq -c
   curl -s http://$host:$port/metrics | grep ratekeeper_decisions_total
 
