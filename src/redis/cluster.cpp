@@ -279,12 +279,12 @@ struct Cluster::Impl {
       return;
     }
     const Micros left = req->deadline - now;
-    auto on_reply_cb = [this, req, node](Result<Reply> reply) {
+    auto on_reply_cb = [this, req, node, asking](Result<Reply> reply) {
       if (tl_sending == req.get()) {
         req->sync_result = std::move(reply);  // failed before being queued: handled below
         return;
       }
-      on_reply(req, node, std::move(reply));
+      on_reply(req, node, asking, std::move(reply));
     };
     tl_sending = req.get();
     if (asking) {
@@ -304,7 +304,7 @@ struct Cluster::Impl {
       auto result = std::move(*req->sync_result);
       req->sync_result.reset();
       if (result) {
-        on_reply(req, node, std::move(result));
+        on_reply(req, node, asking, std::move(result));
         return;
       }
       // Not sent: safe to retry elsewhere once the map says where.
@@ -327,7 +327,8 @@ struct Cluster::Impl {
     loop->post(req->slot, [this, req] { send(req); }, delay);
   }
 
-  void on_reply(const RequestPtr& req, Node* node, Result<Reply> reply) {
+  // `asking`: the command went to `node` after ASKING (an ASK redirection).
+  void on_reply(const RequestPtr& req, Node* node, bool asking, Result<Reply> reply) {
     if (!reply || !reply->is_error() || closing.load(std::memory_order_acquire)) {
       // A lost command may have run: not retried. The topology may have changed.
       if (!reply && reply.error().code != ErrorCode::timeout) request_refresh();
@@ -357,6 +358,9 @@ struct Cluster::Impl {
     }
     if (code == "TRYAGAIN") {
       tryagain.fetch_add(1, std::memory_order_relaxed);
+      // The importing node asks to wait until the keys have moved: retry there, not through
+      // the migrating node's ASK again (which would spend the redirection budget).
+      if (asking) req->ask = node;
       retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis cluster {}: {}", node->endpoint.to_string(), reply->str)});
       return;
     }

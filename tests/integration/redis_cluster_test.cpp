@@ -196,7 +196,9 @@ TEST(RedisClusterStore, ASlotMigratedUnderTrafficLosesNoRequestAndUsesAskThenMov
     if (m != &from) to = m;
   }
   ASSERT_NE(to, nullptr);
-  const auto limit = big_limit();
+  // Keys that live for the whole test (a token bucket refilled every microsecond would
+  // expire at once), so that there is something to migrate.
+  const auto limit = *algorithms::Limit::make(Algorithm::fixed_window, 100'000, 3600 * kMicrosPerSecond);
   const std::string a = fmt::format("mig:{{{}}}:a", tag);
   const std::string b = fmt::format("mig:{{{}}}:b", tag);
   ASSERT_TRUE(store->check_sync({{a, limit, 1}, {b, limit, 1}}));

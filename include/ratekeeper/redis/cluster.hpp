@@ -6,7 +6,8 @@
 // command back to back on the named node, map unchanged; both count against max_redirects
 // (then ErrorCode::redirect). TRYAGAIN, CLUSTERDOWN, LOADING, READONLY and MASTERDOWN mean
 // the command did not run: the map is refreshed (except for TRYAGAIN) and the command is
-// retried with a bounded backoff until its deadline. A command that could not be sent
+// retried with a bounded backoff until its deadline (TRYAGAIN from an ASK target: retried
+// on that target, with ASKING). A command that could not be sent
 // (connection down, breaker open, slot without a master) is retried the same way. A command
 // that was sent and then lost (timeout, connection dropped) may have run, so it is not
 // retried: the caller gets the error. The map is also refreshed periodically by a topology
