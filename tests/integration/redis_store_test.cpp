@@ -333,7 +333,7 @@ TEST(RedisStore, RestartMidTrafficReconnectsAndAppliesTheFailurePolicyWhileDown)
   traffic.join();
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(guarded.failure_decisions(), static_cast<std::uint64_t>(by_policy.load()));
-  EXPECT_LT(slowest.load(), 1.0);
+  EXPECT_LT(slowest.load(), 2.0);  // deadline 100 ms, generous margin for a busy machine
   EXPECT_TRUE(eventually([&] { return store->health().ready; })) << store->health().detail;
 }
 
