@@ -269,10 +269,19 @@ TEST(LuaScripts, EmbedsTheFiveScriptsAndEachLoads) {
 // now rounded up to the millisecond; and the key is deleted by the step that makes the
 // state absent.
 TEST(LuaScripts, KeyLivesExactlyUntilItsStateIsAbsent) {
-  const Micros now = 1'700'000'000'123'457;  // not on a millisecond
-  for (Algorithm a : kAlgorithms) {
-    SCOPED_TRACE(std::string(to_string(a)));
-    const Limit limit = make_limit(a, 3, 2'500'333);
+  const Micros now = 1'700'000'000'123'000;
+  // Periods whose lifetimes end inside a millisecond and on one (rounding up changes nothing).
+  for (const auto& [a, period] : std::vector<std::pair<Algorithm, Micros>>{
+           {Algorithm::token_bucket, 2'500'333},
+           {Algorithm::token_bucket, 2'500'000},
+           {Algorithm::sliding_window_log, 2'500'333},
+           {Algorithm::sliding_window_log, 2'500'000},
+           {Algorithm::sliding_window_counter, 2'500'333},
+           {Algorithm::sliding_window_counter, 2'500'000},
+           {Algorithm::fixed_window, 2'500'333},
+           {Algorithm::fixed_window, 2'500'000}}) {
+    SCOPED_TRACE(std::string(to_string(a)) + " " + std::to_string(period));
+    const Limit limit = make_limit(a, 3, period);
     const std::string key = fresh_key("ttl");
     auto first = algorithms::step(limit, {}, now, 2);
     ASSERT_TRUE(first);
