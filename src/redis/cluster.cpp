@@ -92,12 +92,7 @@ struct Cluster::Impl {
     if (topology.joinable()) topology.join();
     closing.store(true, std::memory_order_release);
     // Whatever runs on the loop threads now sees `closing`: wait for what started before.
-    for (std::size_t i = 0; i < loop->size(); ++i) {
-      std::promise<void> barrier;
-      auto passed = barrier.get_future();
-      loop->post(i, [&barrier] { barrier.set_value(); });
-      passed.wait();
-    }
+    loop->barrier();
     {
       std::lock_guard lock(nodes_mu);
       for (auto& n : nodes) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -67,6 +68,15 @@ void EventLoop::post(std::size_t index, std::function<void()> fn, Micros delay) 
   timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& ec) {
     if (!ec) fn();
   });
+}
+
+void EventLoop::barrier() {
+  for (std::size_t i = 0; i < size(); ++i) {
+    std::promise<void> passed;
+    auto future = passed.get_future();
+    post(i, [&passed] { passed.set_value(); });
+    future.wait();
+  }
 }
 
 bool EventLoop::on_loop_thread() const noexcept { return current_loop == this; }

@@ -49,12 +49,7 @@ struct Sentinel::Impl {
     cv.notify_all();
     if (resolver.joinable()) resolver.join();
     closing.store(true, std::memory_order_release);
-    for (std::size_t i = 0; i < loop->size(); ++i) {
-      std::promise<void> barrier;
-      auto passed = barrier.get_future();
-      loop->post(i, [&barrier] { barrier.set_value(); });
-      passed.wait();
-    }
+    loop->barrier();
     current.store(nullptr);
     {
       std::lock_guard lock(mu);

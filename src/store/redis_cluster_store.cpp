@@ -31,13 +31,8 @@ RedisClusterStoreOptions redis_cluster_store_options(const StoreOptions& options
   RedisClusterStoreOptions out;
   auto& c = out.cluster;
   c.seeds = url.endpoints;
-  c.node.credentials = url.credentials;
-  c.node.connect_timeout = options.connect_timeout;
-  c.node.command_timeout = options.command_timeout;
-  c.node.reconnect_min = options.reconnect_min;
-  c.node.reconnect_max = options.reconnect_max;
-  c.node.breaker.failures = options.breaker_failures;
-  c.node.breaker.open_for = options.breaker_open_for;
+  c.node = detail::connection_options(options, url);
+  c.node.endpoint = {};  // each node's own, from the slot map
   c.io_threads = std::max(1, options.io_threads);
   return out;
 }

@@ -12,14 +12,8 @@ RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& optio
   auto& s = out.sentinel;
   s.sentinels = url.endpoints;
   s.master_name = url.master;
-  s.master.credentials = url.credentials;
-  s.master.db = url.db;
-  s.master.connect_timeout = options.connect_timeout;
-  s.master.command_timeout = options.command_timeout;
-  s.master.reconnect_min = options.reconnect_min;
-  s.master.reconnect_max = options.reconnect_max;
-  s.master.breaker.failures = options.breaker_failures;
-  s.master.breaker.open_for = options.breaker_open_for;
+  s.master = detail::connection_options(options, url);
+  s.master.endpoint = {};  // resolved through the sentinels
   s.sentinel = s.master;
   s.sentinel.credentials = {};
   s.sentinel.db = 0;

@@ -20,16 +20,7 @@ struct RedisStore::Call {
 
 RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::Url& url) {
   RedisStoreOptions out;
-  auto& c = out.connection;
-  if (!url.endpoints.empty()) c.endpoint = url.endpoints.front();
-  c.credentials = url.credentials;
-  c.db = url.db;
-  c.connect_timeout = options.connect_timeout;
-  c.command_timeout = options.command_timeout;
-  c.reconnect_min = options.reconnect_min;
-  c.reconnect_max = options.reconnect_max;
-  c.breaker.failures = options.breaker_failures;
-  c.breaker.open_for = options.breaker_open_for;
+  out.connection = detail::connection_options(options, url);
   out.connections = std::max(1, options.io_threads);
   return out;
 }

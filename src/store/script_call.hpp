@@ -18,6 +18,8 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/redis/connection.hpp"
 #include "ratekeeper/redis/reply.hpp"
+#include "ratekeeper/redis/url.hpp"
+#include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/store.hpp"
 
 namespace ratekeeper::store::detail {
@@ -25,6 +27,10 @@ namespace ratekeeper::store::detail {
 // The checks MemoryStore applies before touching state: now >= 0, each limit valid, each
 // cost within its limit, no key twice.
 Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micros> now);
+
+// The connection settings every Redis store derives from StoreOptions and its URL
+// (credentials, db, deadlines, reconnect backoff, breaker).
+redis::ConnectionOptions connection_options(const StoreOptions& options, const redis::Url& url);
 
 // An embedded script with the SHA1 Redis knows it by.
 struct EmbeddedScript {

@@ -30,6 +30,10 @@ class EventLoop {
   // Runs `fn` on context `index`'s thread after `delay` (0: as soon as possible).
   void post(std::size_t index, std::function<void()> fn, Micros delay = 0);
 
+  // Returns once every thread has run what was posted to it before the call. Not for use on
+  // the loop's own threads.
+  void barrier();
+
   // True when called on one of this loop's threads.
   bool on_loop_thread() const noexcept;
 
