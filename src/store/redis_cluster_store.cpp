@@ -43,14 +43,7 @@ RedisClusterStore::RedisClusterStore(RedisClusterStoreOptions options)
 RedisClusterStore::~RedisClusterStore() = default;
 
 void RedisClusterStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
-  if (items.empty()) {
-    done(CheckOutcome{algorithms::combine({}), {}});
-    return;
-  }
-  if (auto ok = detail::validate_check(items, now); !ok) {
-    done(std::unexpected(ok.error()));
-    return;
-  }
+  if (detail::answered_locally(items, now, done)) return;
   const Micros deadline = redis::steady_micros() + options_.cluster.node.command_timeout;
   const std::uint16_t first = redis::key_slot(items[0].key);
   std::vector<std::uint16_t> slots;

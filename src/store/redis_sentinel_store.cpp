@@ -27,14 +27,7 @@ RedisSentinelStore::RedisSentinelStore(RedisSentinelStoreOptions options)
 RedisSentinelStore::~RedisSentinelStore() = default;
 
 void RedisSentinelStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
-  if (items.empty()) {
-    done(CheckOutcome{algorithms::combine({}), {}});
-    return;
-  }
-  if (auto ok = detail::validate_check(items, now); !ok) {
-    done(std::unexpected(ok.error()));
-    return;
-  }
+  if (detail::answered_locally(items, now, done)) return;
   const Micros deadline = redis::steady_micros() + options_.sentinel.master.command_timeout;
   auto call = std::make_shared<detail::ScriptCall>(std::move(items), now);
   detail::run_script(

@@ -39,14 +39,7 @@ RedisStore::~RedisStore() {
 }
 
 void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
-  if (items.empty()) {
-    done(CheckOutcome{algorithms::combine({}), {}});
-    return;
-  }
-  if (auto ok = detail::validate_check(items, now); !ok) {
-    done(std::unexpected(ok.error()));
-    return;
-  }
+  if (detail::answered_locally(items, now, done)) return;
   auto* call = new Call{detail::ScriptCall(std::move(items), now), std::move(done), 0, 0, false};
   call->deadline = redis::steady_micros() + options_.connection.command_timeout;
   call->connection = connections_.size() == 1 ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % connections_.size();

@@ -12,6 +12,19 @@
 
 namespace ratekeeper::store::detail {
 
+bool answered_locally(std::span<const CheckItem> items, std::optional<Micros> now,
+                      const CheckCallback& done) {
+  if (items.empty()) {
+    done(CheckOutcome{algorithms::combine({}), {}});
+    return true;
+  }
+  if (auto ok = validate_check(items, now); !ok) {
+    done(std::unexpected(ok.error()));
+    return true;
+  }
+  return false;
+}
+
 redis::ConnectionOptions connection_options(const StoreOptions& options, const redis::Url& url) {
   redis::ConnectionOptions c;
   if (!url.endpoints.empty()) c.endpoint = url.endpoints.front();

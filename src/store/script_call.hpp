@@ -28,6 +28,11 @@ namespace ratekeeper::store::detail {
 // cost within its limit, no key twice.
 Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micros> now);
 
+// Answers, through `done`, the checks no Redis call is needed for: an empty batch (admitted)
+// and invalid arguments (validate_check). Returns true when it answered.
+bool answered_locally(std::span<const CheckItem> items, std::optional<Micros> now,
+                      const CheckCallback& done);
+
 // The connection settings every Redis store derives from StoreOptions and its URL
 // (credentials, db, deadlines, reconnect backoff, breaker).
 redis::ConnectionOptions connection_options(const StoreOptions& options, const redis::Url& url);
