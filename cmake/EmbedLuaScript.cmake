@@ -9,6 +9,13 @@ foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_w
 endforeach()
 set(parts_multi prelude token_bucket sliding_window_log sliding_window_counter fixed_window multi)
 set(call_multi "return run_multi()")
+# Refunds across Redis Cluster slots (RedisClusterStore): "multi" that also reports the
+# instant it decided at, and the refund of what such a check consumed.
+list(APPEND scripts multi_at refund)
+set(parts_multi_at prelude token_bucket sliding_window_log sliding_window_counter fixed_window multi multi_at)
+set(call_multi_at "return run_multi_at()")
+set(parts_refund prelude token_bucket sliding_window_log sliding_window_counter fixed_window refund)
+set(call_refund "return run_refund()")
 
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
 foreach(file IN LISTS INPUTS)

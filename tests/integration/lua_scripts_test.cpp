@@ -254,7 +254,7 @@ RC_GTEST_PROP(LuaScripts, MultiDecidesAsStepAll, ()) {
   }
 }
 
-TEST(LuaScripts, EmbedsTheFiveScriptsAndEachLoads) {
+TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   std::set<std::string> names;
   for (const auto& s : store::lua_scripts()) {
     names.emplace(s.name);
@@ -262,7 +262,8 @@ TEST(LuaScripts, EmbedsTheFiveScriptsAndEachLoads) {
     EXPECT_EQ(r.type, RedisReply::Type::string) << s.name << ": " << r.text;
   }
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
-                                          "sliding_window_counter", "fixed_window", "multi"}));
+                                          "sliding_window_counter", "fixed_window", "multi", "multi_at",
+                                          "refund"}));
 }
 
 // PTTL right after a first admitted request, for each key type, equals the C++ expires_at −

@@ -1,0 +1,156 @@
+-- Entry of the refund script: gives back what an earlier admitted check consumed, for a
+-- check whose other keys, on other Redis nodes, were denied (RedisClusterStore). KEYS =
+-- k1..kN; ARGV = {at_us, now_us, then per key: algorithm, capacity, period_us, cost}:
+-- `at_us` the instant the consumption was decided at (as "multi_at" reports it), `now_us`
+-- the instant of the refund (-1: the server's clock), and each key's limit and the cost it
+-- consumed. Reply, per key, 6 integers: 1 when state was given back (0: nothing of that
+-- consumption counts any more, or cost 0), then the decision of a peek after the refund.
+-- A refund never gives back more than `cost`, never goes below an empty state, and leaves
+-- each key with the lifetime a step would give the state it leaves.
+
+-- Token bucket: tat −= cost·T, the key deleted once the bucket is full. Exact unless
+-- another check drew on the bucket between the consumption and the refund after the
+-- bucket, without the refunded consumption, would have been full: then up to (now − at) of
+-- refill is given back on top (GCRA forgets when a full bucket started to refill).
+local function refund_token_bucket(key, _, interval, cost, _, now)
+  local value = read_string(key)
+  local tat = value and string.match(value, '^%d+$') and tonumber(value)
+  if cost == 0 or not tat or tat <= now then return false end
+  local refunded = tat - cost * interval
+  if refunded > now then
+    redis.call('SET', key, str(refunded), expiry(refunded))
+  else
+    redis.call('DEL', key)
+  end
+  return true
+end
+
+-- Fixed window: the count of the window holding `at`, while that window has not ended. (A
+-- consumption counted in a later window by a clock that went backwards is not given back.)
+local function refund_fixed_window(key, _, window, cost, at, now)
+  local value = read_string(key)
+  if cost == 0 or not value then return false end
+  local a, b = string.match(value, '^(%d+):(%d+)$')
+  if not a then return false end
+  local t, current = tonumber(a), tonumber(b)
+  if t ~= cdiv(at, window) * window or cdiv(now, window) * window > t or current == 0 then
+    return false
+  end
+  current = math.max(0, current - cost)
+  if current > 0 then
+    redis.call('SET', key, str(t) .. ':' .. str(current), 'KEEPTTL')  -- the window's end
+  else
+    redis.call('DEL', key)
+  end
+  return true
+end
+
+-- Sliding window counter: the count of the window holding `at`, the current or, once the
+-- window rolled over, the previous one; nothing once that window has left both.
+local function refund_sliding_window_counter(key, _, window, cost, at, now)
+  local value = read_string(key)
+  if cost == 0 or not value then return false end
+  local a, b, c = string.match(value, '^(%d+):(%d+):(%d+)$')
+  if not a then return false end
+  local t, current, previous = tonumber(a), tonumber(b), tonumber(c)
+  -- The state at `now`, rolled over as the step rolls it.
+  local aligned = cdiv(now, window) * window
+  if t < aligned then
+    previous = t + window == aligned and current or 0
+    current = 0
+    t = aligned
+  end
+  local function expires_at()
+    if current > 0 then return t + 2 * window end
+    if previous > 0 then return t + window end
+    return 0
+  end
+  local before = expires_at()
+  local counted = cdiv(at, window) * window
+  if counted == t and current > 0 then
+    current = math.max(0, current - cost)
+  elseif counted + window == t and previous > 0 then
+    previous = math.max(0, previous - cost)
+  else
+    return false
+  end
+  local after = expires_at()
+  local state = str(t) .. ':' .. str(current) .. ':' .. str(previous)
+  if after == 0 then
+    redis.call('DEL', key)
+  elseif after == before then
+    redis.call('SET', key, state, 'KEEPTTL')
+  else
+    redis.call('SET', key, state, expiry(after))
+  end
+  return true
+end
+
+-- Sliding window log: `cost` entries stamped `at` (entries at one time are
+-- interchangeable), the last ones, so that the k-th entry at a time stays k = 0 ..
+-- ZCOUNT-1; nothing once `at` has left the window. The key expires when its newest
+-- remaining entry leaves the window.
+local function refund_sliding_window_log(key, _, window, cost, at, now)
+  if cost == 0 or at <= now - window then return false end
+  if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', str(now - window))) == 'table' then
+    return false  -- another algorithm's key: nothing of this one to give back
+  end
+  local at_text = str(at)
+  local count = redis.call('ZCOUNT', key, at_text, at_text)
+  if count == 0 then return false end
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  local k = count - math.min(cost, count)
+  while k < count do
+    local members = {}
+    for _ = 1, math.min(ZADD_BATCH, count - k) do
+      members[#members + 1] = log_member(at_text, k)
+      k = k + 1
+    end
+    redis.call('ZREM', key, unpack(members))
+  end
+  if redis.call('EXISTS', key) == 1 then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+    if last ~= newest then expire(key, tonumber(last) + window) end
+  end
+  return true
+end
+
+local ALGORITHMS = {
+  [0] = {step = token_bucket, refund = refund_token_bucket},
+  [1] = {step = sliding_window_log, refund = refund_sliding_window_log},
+  [2] = {step = sliding_window_counter, refund = refund_sliding_window_counter},
+  [3] = {step = fixed_window, refund = refund_fixed_window},
+}
+
+local function run_refund()
+  local n = #KEYS
+  if #ARGV ~= 2 + 4 * n then
+    fail('expected at_us, now_us, then algorithm, capacity, period_us, cost per key')
+  end
+  -- Every argument is checked before anything is read or written.
+  local at = integer_arg(ARGV[1], 'at')
+  if at < 0 then fail('at must be >= 0, got ' .. str(at)) end
+  local limits = {}
+  local seen = {}
+  for i = 1, n do
+    local base = 2 + 4 * (i - 1)
+    local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
+    if algorithm == nil then fail('unknown algorithm ' .. tostring(ARGV[base + 1])) end
+    local capacity, period, cost = limit_args(ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
+    if seen[KEYS[i]] then fail("key '" .. KEYS[i] .. "' appears twice in one refund") end
+    seen[KEYS[i]] = true
+    limits[i] = {algorithm = algorithm, capacity = capacity, period = period, cost = cost}
+  end
+  local now = resolve_now(ARGV[2])
+
+  local out = {}
+  for i = 1, n do
+    local l = limits[i]
+    local refunded = l.algorithm.refund(KEYS[i], l.capacity, l.period, l.cost, at, now)
+    local peek, store = l.algorithm.step(KEYS[i], l.capacity, l.period, 0, now)
+    if store then store() end
+    out[#out + 1] = refunded and 1 or 0
+    for j = 1, 5 do out[#out + 1] = peek[j] end
+  end
+  return out
+end
