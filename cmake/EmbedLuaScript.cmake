@@ -2,7 +2,7 @@
 # Writes OUTPUT (the embedded scripts, see store/lua_scripts.hpp) and <dir of OUTPUT>/lua/<name>.lua.
 #
 # Each script: lua/prelude.lua, the algorithm(s), the entry part, then the call of the entry.
-set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi)
+set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch)
 foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_window)
   set(parts_${algorithm} prelude ${algorithm} single)
   set(call_${algorithm} "return run_single(${algorithm})")
@@ -16,6 +16,8 @@ set(parts_multi_at prelude token_bucket sliding_window_log sliding_window_counte
 set(call_multi_at "return run_multi_at()")
 set(parts_refund prelude token_bucket sliding_window_log sliding_window_counter fixed_window refund)
 set(call_refund "return run_refund()")
+set(parts_batch prelude token_bucket sliding_window_log sliding_window_counter fixed_window multi batch)
+set(call_batch "return run_batch()")
 
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
 foreach(file IN LISTS INPUTS)

@@ -30,9 +30,9 @@ local function fixed_window(key, limit, window, cost, now)
 
   local store
   if allowed and cost > 0 then
-    store = function() redis.call('SET', key, str(t) .. ':' .. str(current), expiry(expires_at)) end
+    store = function() write_string(key, str(t) .. ':' .. str(current), expiry(expires_at)) end
   elseif expires_at == 0 and exists then
-    store = function() redis.call('DEL', key) end
+    store = function() delete_string(key) end
   end
   return {allowed and 1 or 0, limit, remaining, retry_after, reset_after}, store
 end

@@ -26,30 +26,34 @@ local function combine(items)
   return out
 end
 
-local function run_multi()
-  local n = #KEYS
-  if #ARGV ~= 1 + 4 * n then
-    fail('expected now_us, then algorithm, capacity, period_us, cost per key')
-  end
-  -- Every argument is checked before anything is read or written.
+-- The limits of keys KEYS[first], ..., KEYS[first + n - 1], their arguments from ARGV[arg]
+-- on (algorithm, capacity, period_us, cost per key), checked before anything is read or
+-- written.
+local function parse_limits(first, n, arg)
   local limits = {}
   local seen = {}
   for i = 1, n do
-    local base = 1 + 4 * (i - 1)
-    local step = STEPS[tonumber(ARGV[base + 1])]
-    if step == nil then fail('unknown algorithm ' .. tostring(ARGV[base + 1])) end
-    local capacity, period, cost = limit_args(ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
-    if seen[KEYS[i]] then fail("key '" .. KEYS[i] .. "' appears twice in one check") end
-    seen[KEYS[i]] = true
-    limits[i] = {step = step, capacity = capacity, period = period, cost = cost}
+    local base = arg + 4 * (i - 1)
+    local step = STEPS[tonumber(ARGV[base])]
+    if step == nil then fail('unknown algorithm ' .. tostring(ARGV[base])) end
+    local capacity, period, cost = limit_args(ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])
+    local key = KEYS[first + i - 1]
+    if seen[key] then fail("key '" .. key .. "' appears twice in one check") end
+    seen[key] = true
+    limits[i] = {key = key, step = step, capacity = capacity, period = period, cost = cost}
   end
-  local now = resolve_now(ARGV[1])
+  return limits
+end
 
+-- Checks `limits` at `now`, consuming from all of them or from none. Returns the combined
+-- decision, then each key's decision, 5 integers each.
+local function check_all(limits, now)
+  local n = #limits
   local items, stores = {}, {}
   local allowed = true
   for i = 1, n do
     local l = limits[i]
-    items[i], stores[i] = l.step(KEYS[i], l.capacity, l.period, l.cost, now)
+    items[i], stores[i] = l.step(l.key, l.capacity, l.period, l.cost, now)
     allowed = allowed and items[i][1] == 1
   end
   if not allowed then
@@ -57,7 +61,7 @@ local function run_multi()
     for i = 1, n do
       if items[i][1] == 1 then
         local l = limits[i]
-        items[i], stores[i] = l.step(KEYS[i], l.capacity, l.period, 0, now)
+        items[i], stores[i] = l.step(l.key, l.capacity, l.period, 0, now)
       end
     end
   end
@@ -70,4 +74,13 @@ local function run_multi()
     for j = 1, 5 do out[#out + 1] = items[i][j] end
   end
   return out
+end
+
+local function run_multi()
+  local n = #KEYS
+  if #ARGV ~= 1 + 4 * n then
+    fail('expected now_us, then algorithm, capacity, period_us, cost per key')
+  end
+  local limits = parse_limits(1, n, 2)
+  return check_all(limits, resolve_now(ARGV[1]))
 end

@@ -79,12 +79,74 @@ local function expire(key, expires_at)
   redis.call(option == 'PXAT' and 'PEXPIREAT' or 'PEXPIRE', key, ms)
 end
 
+-- String keys (every algorithm but the sliding window log) are read and written through
+-- the functions below. The batch script turns on a write-back cache: a key that several
+-- checks of one call touch is read once and written once, by flush_strings at the end, with
+-- the expiry of its last write. The values seen are the same as without the cache.
+local cache = nil  -- key -> {value, exists, dirty, option, ms}
+
 -- A string key's value (false when it is absent or holds another type), and whether the
 -- key exists at all.
 local function read_string(key)
+  local e = cache and cache[key]
+  if e then return e.value, e.exists end
   local value = redis.pcall('GET', key)
-  if type(value) == 'table' then return false, true end
-  return value, value ~= false
+  local exists = true
+  if type(value) == 'table' then
+    value = false
+  else
+    exists = value ~= false
+  end
+  if cache then cache[key] = {value = value, exists = exists} end
+  return value, exists
+end
+
+-- SET key value option [ms], option one of PX, PXAT (with ms) or KEEPTTL.
+local function write_string(key, value, option, ms)
+  if not cache then
+    if ms then redis.call('SET', key, value, option, ms) else redis.call('SET', key, value, option) end
+    return
+  end
+  local e = cache[key] or {}
+  cache[key] = e
+  if option ~= 'KEEPTTL' or not e.option or e.option == 'KEEPTTL' then
+    e.option, e.ms = option, ms
+  end  -- else KEEPTTL after a cached PX/PXAT keeps that expiry, as Redis would
+  e.value, e.exists, e.dirty = value, true, true
+end
+
+local function delete_string(key)
+  if not cache then
+    redis.call('DEL', key)
+    return
+  end
+  local e = cache[key] or {}
+  cache[key] = e
+  e.value, e.exists, e.dirty, e.option, e.ms = false, false, true, nil, nil
+end
+
+-- Writes what the cache holds for `key` (every key when nil) and forgets it.
+local function flush_strings(key)
+  if not cache then return end
+  local entries = cache
+  if key ~= nil then
+    if not cache[key] then return end
+    entries = {[key] = cache[key]}
+  end
+  local saved = cache
+  cache = nil  -- write_string and delete_string write through
+  for k, e in pairs(entries) do
+    if e.dirty then
+      if e.exists then write_string(k, e.value, e.option, e.ms) else delete_string(k) end
+    end
+    saved[k] = nil
+  end
+  cache = saved
+end
+
+-- Turns the write-back cache on (the batch script).
+local function cache_strings()
+  cache = {}
 end
 
 -- A step returns the decision {allowed (1/0), limit, remaining, retry_after, reset_after}

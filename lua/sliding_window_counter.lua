@@ -46,12 +46,12 @@ local function sliding_window_counter(key, limit, window, cost, now)
   local store
   local state = str(t) .. ':' .. str(current) .. ':' .. str(previous)
   if allowed and cost > 0 then
-    store = function() redis.call('SET', key, state, expiry(expires_at)) end
+    store = function() write_string(key, state, expiry(expires_at)) end
   elseif expires_at == 0 then
-    if exists then store = function() redis.call('DEL', key) end end
+    if exists then store = function() delete_string(key) end end
   elseif rolled then
     -- The same expiry as before: rolling over moves the count, not the end of its window.
-    store = function() redis.call('SET', key, state, 'KEEPTTL') end
+    store = function() write_string(key, state, 'KEEPTTL') end
   end
   return {allowed and 1 or 0, limit, remaining, retry_after, reset_after}, store
 end

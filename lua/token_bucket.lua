@@ -25,9 +25,9 @@ local function token_bucket(key, capacity, interval, cost, now)
 
   local store
   if allowed and cost > 0 then
-    store = function() redis.call('SET', key, str(t), expiry(expires_at)) end
+    store = function() write_string(key, str(t), expiry(expires_at)) end
   elseif expires_at == 0 and exists then
-    store = function() redis.call('DEL', key) end
+    store = function() delete_string(key) end
   end
   return {allowed and 1 or 0, capacity, remaining, retry_after, reset_after}, store
 end

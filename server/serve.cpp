@@ -19,6 +19,7 @@
 #include "ratekeeper/http/request_view.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
@@ -392,8 +393,15 @@ int serve(const ServeArgs& args) {
   options.read_timeout = config.http.read_timeout;
   options.max_pipelined = static_cast<std::size_t>(std::max(1, config.http.max_pipelined));
 
+  // One event loop for the HTTP connections and the Redis connections: a request is read,
+  // checked against Redis and answered on one thread, without hand-offs between threads.
+  // Declared first, destroyed last.
+  auto loop = std::make_shared<core::EventLoop>(options.threads);
+  options.loop = loop;
+  config.store.loop = loop;
+
   Api* api = nullptr;
-  // Declared first, destroyed last: callbacks still held by the store post into its io_context.
+  // Destroyed after the store: callbacks still held by the store post into its sessions.
   http::Server server(options, [&api](ServerRequest request, Responder respond) {
     api->handle(std::move(request), std::move(respond));
   });

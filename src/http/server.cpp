@@ -1,25 +1,28 @@
-// The Beast transport behind http::Server: a listener accepting connections, one session per
-// connection on its own strand. Sessions read ahead up to max_pipelined requests, hand each
-// to the handler, and write the responses back in request order.
+// The Beast transport behind http::Server: a listener accepting connections and handing each
+// to the next thread of the event loop, one session per connection, driven by that thread
+// alone (one io_context per thread: no strand needed). Sessions read ahead up to
+// max_pipelined requests, hand each to the handler, and write the responses back in request
+// order.
 
 #include "ratekeeper/http/server.hpp"
 
 #include <fmt/format.h>
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
+#include <condition_variable>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <deque>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
+
+#include "ratekeeper/core/event_loop.hpp"
 
 namespace ratekeeper::http {
 
@@ -73,15 +76,15 @@ std::optional<std::string_view> ServerRequest::header(std::string_view name) con
 
 class Session;
 
-struct Server::Impl {
-  Impl(ServerOptions o, Handler h)
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  Impl(ServerOptions o, Handler h, core::EventLoop& l)
       : options(std::move(o)),
         handler(std::move(h)),
-        ioc(std::max(1, options.threads)),
-        strand(net::make_strand(ioc)),
-        acceptor(strand),
-        signals(strand),
-        drain_timer(strand) {}
+        loop(l),
+        home(loop.context(0)),
+        acceptor(home),
+        signals(home),
+        drain_timer(home) {}
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket socket);
@@ -99,24 +102,25 @@ struct Server::Impl {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<bool> destroying{false};  // nothing may be posted any more
 
-  // Live sessions, for the drain. Declared before the io_context: the io_context's
-  // destructor destroys sessions still queued in it, and they unregister here.
+  // Live sessions, for the drain. Sessions keep the Impl alive (shared_ptr), so they may
+  // outlive the Server on a shared loop and still unregister here.
   std::mutex mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
   bool stopping = false;
+  bool finished = false;  // run() may return
+  std::condition_variable finished_cv;
 
-  net::io_context ioc;
-  net::strand<net::io_context::executor_type> strand;  // the listener's
+  core::EventLoop& loop;  // owned by the Server or shared with it; outlives every session
+  net::io_context& home;  // the listener's thread: acceptor, signals, drain timer
   tcp::acceptor acceptor;
   net::signal_set signals;
   net::steady_timer drain_timer;
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Server::Impl& server, tcp::socket&& socket)
-      : server_(server), stream_(std::move(socket)) {
+  Session(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
+      : owner_(std::move(server)), server_(*owner_), stream_(std::move(socket)) {
     beast::error_code ec;
     const auto peer = stream_.socket().remote_endpoint(ec);
     if (!ec) {
@@ -144,6 +148,11 @@ class Session : public std::enable_shared_from_this<Session> {
       const bool receiving = self->reading_ && self->parser_ && self->parser_->got_some();
       if (self->queue_.empty() && !receiving) self->close();
     });
+  }
+
+  // From any thread: close now, whatever is in flight (the server is going away).
+  void abort() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
   }
 
   // From any thread: the response to request `id`.
@@ -305,6 +314,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.socket().close(ec);
   }
 
+  std::shared_ptr<Server::Impl> owner_;
   Server::Impl& server_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -322,7 +332,8 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 void Server::Impl::do_accept() {
-  acceptor.async_accept(net::make_strand(ioc), beast::bind_front_handler(&Impl::on_accept, this));
+  // The connection's socket belongs to the next thread round-robin; its session runs there.
+  acceptor.async_accept(loop.next(), beast::bind_front_handler(&Impl::on_accept, shared_from_this()));
 }
 
 void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
@@ -332,7 +343,7 @@ void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
     {
       std::lock_guard lock(mu);
       if (stopping) return;
-      session = std::make_shared<Session>(*this, std::move(socket));
+      session = std::make_shared<Session>(shared_from_this(), std::move(socket));
       sessions.emplace(session.get(), session);
     }
     accepted.fetch_add(1, std::memory_order_relaxed);
@@ -342,7 +353,7 @@ void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
 }
 
 void Server::Impl::stop() {
-  net::post(strand, [this] { on_stop(); });
+  net::post(home, [self = shared_from_this()] { self->on_stop(); });
 }
 
 void Server::Impl::on_stop() {
@@ -361,37 +372,65 @@ void Server::Impl::on_stop() {
   for (auto& s : live) s->shutdown();
   live.clear();
   drain_timer.expires_after(to_duration(options.drain_timeout));
-  drain_timer.async_wait([this](beast::error_code wait_ec) {
-    if (!wait_ec) ioc.stop();  // drain timeout: abandon what is left
+  drain_timer.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
+    if (!wait_ec) self->finish();  // drain timeout: abandon what is left
   });
   std::lock_guard lock(mu);
-  if (sessions.empty()) net::post(strand, [this] { finish(); });
+  if (sessions.empty()) net::post(home, [self = shared_from_this()] { self->finish(); });
 }
 
 void Server::Impl::finish() {
-  work.reset();
   drain_timer.cancel();
+  std::lock_guard lock(mu);
+  finished = true;
+  finished_cv.notify_all();
 }
 
 void Server::Impl::unregister(Session* s) {
   std::lock_guard lock(mu);
   sessions.erase(s);
-  if (stopping && sessions.empty() && !destroying.load()) net::post(strand, [this] { finish(); });
+  if (stopping && sessions.empty() && !destroying.load()) {
+    net::post(home, [self = shared_from_this()] { self->finish(); });
+  }
 }
 
 Server::Server(ServerOptions options, Handler handler)
-    : impl_(std::make_shared<Impl>(std::move(options), std::move(handler))) {}
+    : loop_(options.loop ? options.loop : std::make_shared<core::EventLoop>(std::max(1, options.threads))),
+      impl_(std::make_shared<Impl>(std::move(options), std::move(handler), *loop_)) {}
 
 Server::~Server() {
-  // Sessions still queued are destroyed with the io_context; nothing may run meanwhile.
-  impl_->destroying.store(true);
-  impl_->ioc.stop();
+  auto& im = *impl_;
+  im.destroying.store(true);
+  // Close the listener and whatever the drain left; sessions still referenced by pending
+  // work (a store callback) end when it completes, and keep the Impl alive until then.
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(im.mu);
+    im.stopping = true;
+    for (auto& [ptr, weak] : im.sessions) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  net::post(im.home, [self = impl_] {
+    beast::error_code ec;
+    self->acceptor.close(ec);
+    self->signals.cancel(ec);
+    self->drain_timer.cancel();
+  });
+  for (auto& s : live) s->abort();
+  live.clear();
+  // Twice: the closes run, then the completions they cancelled.
+  if (!loop_->on_loop_thread()) {
+    loop_->barrier();
+    loop_->barrier();
+  }
+  // Then a loop of our own stops (joins its threads) as loop_ goes; a shared one runs on.
 }
 
 Result<void> Server::listen() {
   auto& im = *impl_;
   beast::error_code ec;
-  tcp::resolver resolver(im.ioc);
+  tcp::resolver resolver(im.home);
   auto results = resolver.resolve(im.options.host, std::to_string(im.options.port),
                                   tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || results.empty()) {
@@ -431,19 +470,16 @@ std::uint16_t Server::port() const {
 
 void Server::run() {
   auto& im = *impl_;
-  im.work.emplace(net::make_work_guard(im.ioc));
-  net::dispatch(im.strand, [&im] {
-    im.do_accept();
-    if (im.options.handle_signals) {
-      im.signals.async_wait([&im](beast::error_code wait_ec, int) {
-        if (!wait_ec) im.stop();
+  net::post(im.home, [self = impl_] {
+    self->do_accept();
+    if (self->options.handle_signals) {
+      self->signals.async_wait([self](beast::error_code wait_ec, int) {
+        if (!wait_ec) self->stop();
       });
     }
   });
-  std::vector<std::thread> threads;
-  for (int i = 1; i < im.options.threads; ++i) threads.emplace_back([&im] { im.ioc.run(); });
-  im.ioc.run();
-  for (auto& t : threads) t.join();
+  std::unique_lock lock(im.mu);
+  im.finished_cv.wait(lock, [&im] { return im.finished; });
 }
 
 void Server::stop() {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <utility>
 
-#include "ratekeeper/redis/event_loop.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 
 namespace ratekeeper::redis {

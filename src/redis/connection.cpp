@@ -17,7 +17,7 @@
 #include <limits>
 #include <mutex>
 
-#include "ratekeeper/redis/event_loop.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "resp.hpp"
 
 namespace ratekeeper::redis {
@@ -511,8 +511,9 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   }
 };
 
-Connection::Connection(EventLoop& loop, ConnectionOptions options)
-    : impl_(std::make_shared<Impl>(loop.next(), std::move(options))) {
+Connection::Connection(EventLoop& loop, ConnectionOptions options, std::size_t context)
+    : impl_(std::make_shared<Impl>(context == EventLoop::npos ? loop.next() : loop.context(context),
+                                   std::move(options))) {
   asio::post(impl_->ctx, [self = impl_] { self->start_attempt(); });
 }
 

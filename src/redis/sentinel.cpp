@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "ratekeeper/redis/event_loop.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 
 namespace ratekeeper::redis {
 namespace {

@@ -71,7 +71,7 @@ Result<Decision> to_decision(const redis::Reply* fields) {
 std::vector<EmbeddedScript> load_scripts() {
   std::vector<EmbeddedScript> out;
   for (std::string_view name :
-       {"token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "multi"}) {
+       {"token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "multi", "batch"}) {
     if (auto source = lua_script(name)) out.push_back({name, *source, redis::detail::sha1_hex(*source)});
   }
   return out;
@@ -99,13 +99,20 @@ Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micr
   return {};
 }
 
-const EmbeddedScript* script_for(std::span<const CheckItem> items) noexcept {
+namespace {
+
+const EmbeddedScript* script_named(std::string_view name) noexcept {
   static const std::vector<EmbeddedScript> scripts = load_scripts();
-  const std::string_view name = items.size() == 1 ? algorithms::to_string(items[0].limit.algorithm) : "multi";
   for (const auto& s : scripts) {
     if (s.name == name) return &s;
   }
   return nullptr;
+}
+
+}  // namespace
+
+const EmbeddedScript* script_for(std::span<const CheckItem> items) noexcept {
+  return script_named(items.size() == 1 ? algorithms::to_string(items[0].limit.algorithm) : "multi");
 }
 
 ScriptCall::ScriptCall(std::vector<CheckItem> items, std::optional<Micros> now)
@@ -145,6 +152,75 @@ Result<std::span<const std::string_view>> ScriptCall::argv(bool eval) {
     }
   }
   return std::span<const std::string_view>(argv_);
+}
+
+Result<std::span<const std::string_view>> BatchArgv::build(std::span<const BatchEntry> entries,
+                                                           std::optional<Micros> now, bool eval) {
+  const EmbeddedScript* s = script_named("batch");
+  if (s == nullptr) return make_error(ErrorCode::protocol, "lua script batch is not embedded");
+  std::size_t keys = 0;
+  for (const auto& e : entries) keys += e.items->size();
+  // EVALSHA sha numkeys keys... now entries, then per entry: n repeats, then per key:
+  // algorithm capacity period cost.
+  numbers_.clear();
+  numbers_.reserve((3 + 2 * entries.size() + 4 * keys) * kNumberChars);  // no reallocation: views stay valid
+  argv_.clear();
+  argv_.reserve(3 + keys + 2 + 2 * entries.size() + 4 * keys);
+  argv_.push_back(eval ? std::string_view("EVAL") : std::string_view("EVALSHA"));
+  argv_.push_back(eval ? s->source : std::string_view(s->sha));
+  argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(keys)));
+  for (const auto& e : entries) {
+    for (const auto& item : *e.items) argv_.push_back(item.key);
+  }
+  argv_.push_back(append_number(numbers_, now ? *now : -1));
+  argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(entries.size())));
+  for (const auto& e : entries) {
+    argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(e.items->size())));
+    argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(e.repeats)));
+    for (const auto& item : *e.items) {
+      argv_.push_back(append_number(numbers_, static_cast<std::int64_t>(item.limit.algorithm)));
+      argv_.push_back(append_number(numbers_, item.limit.capacity));
+      argv_.push_back(append_number(numbers_, item.limit.period));
+      argv_.push_back(append_number(numbers_, item.cost));
+    }
+  }
+  return std::span<const std::string_view>(argv_);
+}
+
+std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
+                                                           std::span<const BatchEntry> entries) {
+  std::vector<std::vector<Result<CheckOutcome>>> out(entries.size());
+  auto fail_all = [&](const Error& error) {
+    for (std::size_t i = 0; i < entries.size(); ++i) out[i].assign(entries[i].repeats, std::unexpected(error));
+    return out;
+  };
+  if (reply.is_error()) return fail_all(Error{ErrorCode::reply, reply.str});
+  if (!reply.is_array() || reply.elements.size() != entries.size()) {
+    return fail_all(Error{ErrorCode::protocol, fmt::format("batch script reply: expected {} entries, got {}",
+                                                           entries.size(), reply.to_string())});
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& replies = reply.elements[i];
+    const std::size_t repeats = entries[i].repeats;
+    const std::size_t items = entries[i].items->size();
+    if (!replies.is_array() || replies.elements.empty() || replies.elements.size() > repeats) {
+      out[i].assign(repeats, make_error(ErrorCode::protocol, fmt::format("batch script reply: entry {}: {}", i,
+                                                                         replies.to_string())));
+      continue;
+    }
+    out[i].reserve(repeats);
+    for (const auto& r : replies.elements) out[i].push_back(parse_outcome(r, items));
+    // The checks after the first denial were denied alike (nothing changed in between).
+    if (out[i].size() < repeats) {
+      const Result<CheckOutcome>& last = out[i].back();
+      if (last && last->decision.allowed) {
+        out[i].resize(repeats, make_error(ErrorCode::protocol, "batch script reply: fewer replies than checks"));
+      } else {
+        out[i].resize(repeats, last);
+      }
+    }
+  }
+  return out;
 }
 
 bool is_noscript(const Result<redis::Reply>& reply) noexcept {

@@ -59,6 +59,7 @@ class ScriptCall {
   Result<std::span<const std::string_view>> argv(bool eval);
 
   const std::vector<CheckItem>& items() const noexcept { return items_; }
+  const std::optional<Micros>& now() const noexcept { return now_; }
   std::vector<CheckItem>& items() noexcept { return items_; }
 
   // True once EVAL was used: a second NOSCRIPT is an error.
@@ -71,6 +72,34 @@ class ScriptCall {
   std::vector<std::string_view> argv_;
   bool evaluated_ = false;
 };
+
+// One entry of a batch script call: a check, or `repeats` identical checks issued one after
+// the other.
+struct BatchEntry {
+  const std::vector<CheckItem>* items = nullptr;
+  std::size_t repeats = 1;
+};
+
+// The argument vector of one call of the batch script (lua/batch.lua): several independent
+// checks, all with the same `now`, evaluated one after the other in one script call. The
+// views point into the entries' items (which must outlive the call and not move) and into
+// this object's own buffer.
+class BatchArgv {
+ public:
+  // Builds EVALSHA (or EVAL with the source) over `entries`, in order. Errors: protocol when
+  // the batch script is not embedded.
+  Result<std::span<const std::string_view>> build(std::span<const BatchEntry> entries, std::optional<Micros> now,
+                                                  bool eval);
+
+ private:
+  std::string numbers_;
+  std::vector<std::string_view> argv_;
+};
+
+// A batch script reply → for each entry, one outcome per repetition, each parsed as
+// parse_outcome does. An error reply (or a malformed one) gives every check that error.
+std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
+                                                           std::span<const BatchEntry> entries);
 
 // True when the reply says the server does not know the script (EVALSHA → EVAL).
 bool is_noscript(const Result<redis::Reply>& reply) noexcept;

@@ -6,6 +6,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <map>
 #include <optional>
@@ -262,7 +263,7 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
     EXPECT_EQ(r.type, RedisReply::Type::string) << s.name << ": " << r.text;
   }
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
-                                          "sliding_window_counter", "fixed_window", "multi", "multi_at",
+                                          "sliding_window_counter", "fixed_window", "multi", "batch", "multi_at",
                                           "refund"}));
 }
 
@@ -476,6 +477,136 @@ TEST(LuaScripts, InvalidArgumentsAreErrors) {
 TEST(LuaScripts, MultiOfNoKeysAdmits) {
   const auto reply = runner().run_integers("multi", {}, {"0"});
   EXPECT_EQ(reply, (std::vector<std::int64_t>{1, 0, 0, 0, 0}));
+}
+
+// One entry of a "batch" call: keys (indices into a key set), their costs, and how many
+// identical checks it stands for.
+struct BatchEntry {
+  std::vector<std::size_t> keys;
+  std::vector<std::int64_t> costs;
+  std::size_t repeats = 1;
+};
+
+// The "batch" call of `entries` over `keys` at `now`: per entry, the replies it returned.
+std::vector<std::vector<std::vector<std::int64_t>>> run_batch(const std::vector<std::string>& keys,
+                                                             const std::vector<Limit>& limits,
+                                                             const std::vector<BatchEntry>& entries, Micros now) {
+  std::vector<std::string> batch_keys;
+  std::vector<std::string> args{std::to_string(now), std::to_string(entries.size())};
+  for (const auto& e : entries) {
+    args.push_back(std::to_string(e.keys.size()));
+    args.push_back(std::to_string(e.repeats));
+    for (std::size_t i = 0; i < e.keys.size(); ++i) {
+      const Limit& l = limits[e.keys[i]];
+      batch_keys.push_back(keys[e.keys[i]]);
+      args.push_back(std::to_string(static_cast<int>(l.algorithm)));
+      args.push_back(std::to_string(l.capacity));
+      args.push_back(std::to_string(l.period));
+      args.push_back(std::to_string(e.costs[i]));
+    }
+  }
+  const RedisReply r = runner().run("batch", batch_keys, args);
+  if (r.type != RedisReply::Type::array) throw std::runtime_error("batch: " + r.text);
+  std::vector<std::vector<std::vector<std::int64_t>>> out;
+  for (const auto& entry : r.elements) {
+    out.emplace_back();
+    for (const auto& reply : entry.elements) out.back().push_back(testing::integers(reply));
+  }
+  return out;
+}
+
+// The same checks one script call each (single or multi), as RedisStore sends them alone.
+std::vector<std::int64_t> run_alone(const std::vector<std::string>& keys, const std::vector<Limit>& limits,
+                                    const BatchEntry& e, Micros now) {
+  if (e.keys.size() == 1) {
+    return runner().run_integers(algorithms::to_string(limits[e.keys[0]].algorithm), {keys[e.keys[0]]},
+                                 testing::single_args(limits[e.keys[0]], e.costs[0], now));
+  }
+  std::vector<std::string> ks;
+  std::vector<Limit> ls;
+  for (std::size_t k : e.keys) {
+    ks.push_back(keys[k]);
+    ls.push_back(limits[k]);
+  }
+  return runner().run_integers("multi", ks, testing::multi_args(ls, e.costs, now));
+}
+
+TEST(LuaScripts, BatchDecidesAndStoresAsSeparateCallsInOrder) {
+  const Micros now = 1'700'000'000'000'000;
+  for (Algorithm a : kAlgorithms) {
+    SCOPED_TRACE(std::string(algorithms::to_string(a)));
+    const std::vector<Limit> limits{make_limit(a, 3, 10'000'000), make_limit(a, 5, 20'000'000),
+                                    make_limit(Algorithm::token_bucket, 4, 1'000'000)};
+    // The same key in several entries, a multi-key entry, repeats past the limit, a peek.
+    const std::vector<BatchEntry> entries{{{0}, {1}, 2},       {{0, 1}, {1, 2}, 2}, {{1}, {1}, 1},
+                                          {{2, 0}, {1, 1}, 1}, {{0}, {0}, 1},       {{1}, {2}, 3}};
+    std::vector<std::string> batched, alone;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      const std::string tag = fresh_key("batch");
+      batched.push_back(tag + ":" + std::to_string(i));
+      alone.push_back(fresh_key("alone") + ":" + std::to_string(i));
+    }
+    // Some earlier state, written the usual way, in both key sets.
+    for (const auto* keys : {&batched, &alone}) run_alone(*keys, limits, {{0, 1}, {1, 1}, 1}, now - 1'000'000);
+
+    const auto replies = run_batch(batched, limits, entries, now);
+    ASSERT_EQ(replies.size(), entries.size());
+    for (std::size_t e = 0; e < entries.size(); ++e) {
+      // Replies up to and including the first denial; the repeats after it are denied alike.
+      ASSERT_GE(replies[e].size(), 1u);
+      ASSERT_LE(replies[e].size(), entries[e].repeats);
+      for (std::size_t r = 0; r < entries[e].repeats; ++r) {
+        const auto expected = run_alone(alone, limits, entries[e], now);
+        const auto& got = replies[e][std::min(r, replies[e].size() - 1)];
+        EXPECT_EQ(got, expected) << "entry " << e << " repeat " << r;
+        if (r + 1 < replies[e].size()) {
+          EXPECT_EQ(got[0], 1) << "a denial ends the entry's replies";
+        }
+      }
+    }
+    // Same stored state, same absolute expiry (PEXPIRETIME: both relative to the same `now`
+    // would give the same milliseconds; written a few ms apart on the wall clock, allow 1 s).
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      const std::string type = connection().command({"TYPE", batched[i]}).text;
+      EXPECT_EQ(type, connection().command({"TYPE", alone[i]}).text) << i;
+      if (type == "string") {
+        EXPECT_EQ(connection().command({"GET", batched[i]}).text, connection().command({"GET", alone[i]}).text) << i;
+      } else if (type == "zset") {
+        EXPECT_EQ(connection().integer({"ZCARD", batched[i]}), connection().integer({"ZCARD", alone[i]})) << i;
+      }
+      const long long ttl_batched = connection().integer({"PTTL", batched[i]});
+      const long long ttl_alone = connection().integer({"PTTL", alone[i]});
+      EXPECT_EQ(ttl_batched < 0, ttl_alone < 0) << i;
+      EXPECT_LE(std::llabs(ttl_batched - ttl_alone), 1000) << i;
+    }
+  }
+}
+
+TEST(LuaScripts, BatchRepeatsStopAtTheFirstDenial) {
+  const std::string key = fresh_key("batch-repeats");
+  const Limit limit = make_limit(Algorithm::token_bucket, 3, 60'000'000);
+  const auto replies = run_batch({key}, {limit}, {{{0}, {1}, 10}}, 1'700'000'000'000'000);
+  ASSERT_EQ(replies.size(), 1u);
+  ASSERT_EQ(replies[0].size(), 4u);  // three admitted, then the first denial
+  for (std::size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(replies[0][r][0], 1);
+    EXPECT_EQ(replies[0][r][2], static_cast<std::int64_t>(2 - r));  // remaining
+  }
+  EXPECT_EQ(replies[0][3][0], 0);
+  EXPECT_GT(replies[0][3][3], 0);  // retry_after
+}
+
+TEST(LuaScripts, BatchArgumentsAreCheckedBeforeAnythingIsWritten) {
+  const std::string key = fresh_key("batch-invalid");
+  // A valid first entry, an invalid second one (cost above capacity): an error, nothing stored.
+  const RedisReply r = runner().run("batch", {key, key},
+                                    {"1700000000000000", "2", "1", "1", "0", "5", "1000000", "1", "1", "1", "0",
+                                     "5", "1000000", "9"});
+  EXPECT_TRUE(r.is_error());
+  EXPECT_NE(r.text.find("exceeds capacity"), std::string::npos) << r.text;
+  EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+  const RedisReply wrong = runner().run("batch", {key}, {"1700000000000000", "1", "2", "1", "0", "5", "1000000", "1"});
+  EXPECT_TRUE(wrong.is_error());
 }
 
 }  // namespace

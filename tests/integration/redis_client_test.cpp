@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/redis/connection.hpp"
-#include "ratekeeper/redis/event_loop.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/url.hpp"
 #include "support/redis_server.hpp"
 

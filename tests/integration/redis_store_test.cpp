@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <random>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/limiter/failure_policy.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
@@ -407,6 +410,68 @@ TEST(RedisStore, IndependentInstancesShareOneTokenBucket) {
   EXPECT_EQ(errors.load(), 0);
   EXPECT_GE(allowed.load(), kCapacity);
   EXPECT_LE(static_cast<double>(allowed.load()), kCapacity + kRate * elapsed + 2) << "elapsed " << elapsed;
+}
+
+
+// Checks issued on a loop thread while it is busy are coalesced into batch script calls: the
+// decisions are those of the same checks sent one by one (exactly `capacity` admitted, each
+// with its own remaining), checks of other keys and multi-key checks ride along, and a
+// NOSCRIPT in the middle of traffic is absorbed.
+TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
+  RedisServer server;
+  auto loop = std::make_shared<core::EventLoop>(1);
+  RedisStoreOptions o;
+  o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  o.connection.command_timeout = 2 * kMicrosPerSecond;
+  o.loop = loop;
+  RedisStore store(o);
+  ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+
+  const Limit hot = limit(Algorithm::token_bucket, 100, 3'600'000'000);
+  const Limit cold = limit(Algorithm::fixed_window, 1, 3'600'000'000);
+  std::mutex mu;
+  std::vector<std::int64_t> remaining;  // of the admitted hot checks
+  int denied = 0, cold_admitted = 0, multi_admitted = 0, errors = 0;
+  std::atomic<int> answered{0};
+  constexpr int kHot = 150, kCold = 20, kMulti = 10;
+  // All issued from one task on the loop's thread: nothing is sent before it returns.
+  loop->post(0, [&] {
+    for (int i = 0; i < kHot + kCold + kMulti; ++i) {
+      std::vector<CheckItem> items;
+      int kind = i < kHot ? 0 : i < kHot + kCold ? 1 : 2;
+      if (kind == 0) items = {{"test:{hot}", hot, 1}};
+      if (kind == 1) items = {{fmt::format("test:{{cold:{}}}", i), cold, 1}};
+      if (kind == 2) items = {{"test:{hot}", hot, 0}, {fmt::format("test:{{multi:{}}}", i), cold, 1}};
+      store.check(std::move(items), std::nullopt, [&, kind](Result<CheckOutcome> r) {
+        std::lock_guard lock(mu);
+        if (!r) {
+          ++errors;
+        } else if (kind == 0) {
+          if (r->decision.allowed) {
+            remaining.push_back(r->decision.remaining);
+          } else {
+            ++denied;
+          }
+        } else if (kind == 1) {
+          cold_admitted += r->decision.allowed;
+        } else {
+          multi_admitted += r->decision.allowed;
+        }
+        answered.fetch_add(1);
+      });
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == kHot + kCold + kMulti; }));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(errors, 0);
+  EXPECT_EQ(remaining.size(), 100u);
+  EXPECT_EQ(denied, kHot - 100);
+  std::sort(remaining.begin(), remaining.end());
+  for (std::size_t i = 0; i < remaining.size(); ++i) EXPECT_EQ(remaining[i], static_cast<std::int64_t>(i));
+  EXPECT_EQ(cold_admitted, kCold);
+  EXPECT_EQ(multi_admitted, kMulti);
+  EXPECT_GE(store.stats().batches, 1u);
+  EXPECT_EQ(store.stats().batched_checks, static_cast<std::uint64_t>(kHot + kCold + kMulti));
 }
 
 }  // namespace

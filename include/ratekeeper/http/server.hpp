@@ -18,6 +18,10 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
 
+namespace ratekeeper::core {
+class EventLoop;
+}
+
 namespace ratekeeper::http {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -46,13 +50,16 @@ struct ServerResponse {
 
 // Delivers the response of one request. Callable from any thread, exactly once.
 using Responder = std::function<void(ServerResponse)>;
-// Runs on the connection's strand; may answer inline or later from another thread.
+// Runs on the connection's thread; may answer inline or later from another thread.
 using Handler = std::function<void(ServerRequest, Responder)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;                     // 0: any free port (see Server::port())
   int threads = 1;                               // io threads running the connections
+  // Run on this loop (shared, e.g., with the Redis store: see core/event_loop.hpp) instead
+  // of starting `threads` threads. Must outlive the Server.
+  std::shared_ptr<core::EventLoop> loop;
   std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431
   std::size_t body_limit = 64 * 1024;            // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
@@ -75,8 +82,8 @@ class Server {
   std::string address() const;
   std::uint16_t port() const;
 
-  // Serves on `threads` threads (the caller's included) until stop() has drained every
-  // connection or the drain timeout has passed.
+  // Serves on the loop's threads; returns once stop() has drained every connection or the
+  // drain timeout has passed. Call at most once.
   void run();
 
   // Graceful drain: stop accepting, finish the requests already received (their responses
@@ -93,6 +100,7 @@ class Server {
   struct Impl;
 
  private:
+  std::shared_ptr<core::EventLoop> loop_;  // destroyed last
   std::shared_ptr<Impl> impl_;
 };
 

@@ -30,9 +30,13 @@
 #include "ratekeeper/redis/reply.hpp"
 #include "ratekeeper/redis/url.hpp"
 
+namespace ratekeeper::core {
+class EventLoop;
+}
+
 namespace ratekeeper::redis {
 
-class EventLoop;
+using core::EventLoop;
 
 struct ConnectionOptions {
   Endpoint endpoint;
@@ -60,8 +64,9 @@ std::string_view to_string(ConnectionState state) noexcept;
 
 class Connection {
  public:
-  // Starts connecting at once, in the background, on one of `loop`'s threads.
-  Connection(EventLoop& loop, ConnectionOptions options);
+  // Starts connecting at once, in the background, on `loop`'s thread number `context`
+  // (npos: the next one round-robin).
+  Connection(EventLoop& loop, ConnectionOptions options, std::size_t context = static_cast<std::size_t>(-1));
   // Fails everything pending with unavailable before returning (unless called on the
   // loop thread, where pending callbacks run before the connection's memory is released).
   ~Connection();

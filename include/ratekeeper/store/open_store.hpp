@@ -8,6 +8,10 @@
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/store/store.hpp"
 
+namespace ratekeeper::core {
+class EventLoop;
+}
+
 namespace ratekeeper::store {
 
 struct StoreOptions {
@@ -21,6 +25,9 @@ struct StoreOptions {
   Micros reconnect_min = 50 * kMicrosPerMilli;
   Micros reconnect_max = 2 * kMicrosPerSecond;
   int io_threads = 1;  // threads running the Redis client's event loop
+  // redis:// and unix://: run on this loop (shared with e.g. the HTTP server) instead of
+  // starting io_threads threads; see RedisStoreOptions::loop.
+  std::shared_ptr<core::EventLoop> loop;
   // memory:// only.
   std::size_t max_keys = 1'000'000;
   const Clock* clock = nullptr;  // nullptr: the system clock

@@ -3,6 +3,14 @@
 // (TCP or unix socket) over auto-pipelined connections (one per I/O thread). On NOSCRIPT
 // (restart, failover, SCRIPT FLUSH) the script is loaded and the call retried once.
 // Decisions are identical to MemoryStore's for the same explicit `now`. Thread-safe.
+//
+// Coalescing: checks issued to one connection while its thread is busy (e.g. every request
+// an HTTP server read in one turn of its event loop) are sent as one call of the batch script
+// (lua/batch.lua), which runs them one after the other at one instant, each all-or-nothing:
+// the same decisions as separate calls issued back to back, for one script call's overhead on
+// the Redis server. A check waits for at most the rest of its thread's current turn. One
+// check alone goes out as its own script, as before. An error reply to a batch (e.g. Redis
+// out of memory) answers every check of the batch with that error.
 
 #include <atomic>
 #include <memory>
@@ -13,7 +21,7 @@
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/store.hpp"
 
-namespace ratekeeper::redis {
+namespace ratekeeper::core {
 class EventLoop;
 }
 
@@ -22,6 +30,11 @@ namespace ratekeeper::store {
 struct RedisStoreOptions {
   redis::ConnectionOptions connection;  // endpoint, credentials, db, deadlines, breaker
   int connections = 1;                  // connections, each on its own I/O thread
+  // Run on this loop instead of starting threads: one connection per loop thread, and a
+  // check issued on a loop thread uses that thread's connection (no hand-off between
+  // threads; see core/event_loop.hpp). `connections` is then ignored.
+  std::shared_ptr<core::EventLoop> loop;
+  std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
 };
 
 // StoreOptions + a parsed redis:// or unix:// URL → RedisStoreOptions.
@@ -43,18 +56,31 @@ class RedisStore final : public Store {
   static std::string script_sha1(std::string_view source);
 
   std::uint64_t noscript_reloads() const noexcept { return noscript_reloads_.load(std::memory_order_relaxed); }
-  redis::Connection& connection(std::size_t index = 0) { return *connections_.at(index); }
+  redis::Connection& connection(std::size_t index = 0);
+
+  struct Stats {
+    std::uint64_t batches = 0;         // batch script calls sent
+    std::uint64_t batched_checks = 0;  // checks answered through them
+  };
+  Stats stats() const noexcept;
 
  private:
   struct Call;
+  struct Batch;
+  struct Lane;
   void send(Call* call, bool retry);
   void on_reply(Call* call, Result<redis::Reply> reply);
+  void flush(Lane& lane);
+  void send_batch(Batch* batch, bool retry);
+  void on_batch_reply(Batch* batch, Result<redis::Reply> reply);
 
   RedisStoreOptions options_;
-  std::unique_ptr<redis::EventLoop> loop_;
-  std::vector<std::unique_ptr<redis::Connection>> connections_;
+  std::shared_ptr<core::EventLoop> loop_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<std::size_t> next_{0};
   std::atomic<std::uint64_t> noscript_reloads_{0};
+  std::atomic<std::uint64_t> batches_{0};
+  std::atomic<std::uint64_t> batched_checks_{0};
 };
 
 }  // namespace ratekeeper::store

@@ -20,6 +20,8 @@ struct CheckItem {
   std::string key;  // full key, see limiter/keys.hpp
   Limit limit;
   std::int64_t cost = 1;
+
+  friend bool operator==(const CheckItem&, const CheckItem&) = default;
 };
 
 struct CheckOutcome {

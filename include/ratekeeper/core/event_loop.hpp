@@ -1,7 +1,9 @@
 #pragma once
-// The threads that run Redis connections: one io_context per thread, connections are
-// assigned round-robin, so each connection is driven by exactly one thread (no strand).
-// Thread-safe. The loop must outlive every connection created on it.
+// Threads that run asynchronous I/O: one io_context per thread, so whatever is bound to a
+// context is driven by exactly one thread and needs no strand. The HTTP server and the Redis
+// clients can share one loop: a request accepted on thread i then talks to Redis over thread
+// i's connection and gets its reply on the same thread, with no hand-off between threads.
+// Thread-safe. The loop must outlive everything bound to its contexts.
 
 #include <cstddef>
 #include <functional>
@@ -13,10 +15,12 @@ namespace boost::asio {
 class io_context;
 }
 
-namespace ratekeeper::redis {
+namespace ratekeeper::core {
 
 class EventLoop {
  public:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
   explicit EventLoop(int threads = 1);
   ~EventLoop();  // stops the threads and joins them
   EventLoop(const EventLoop&) = delete;
@@ -36,10 +40,12 @@ class EventLoop {
 
   // True when called on one of this loop's threads.
   bool on_loop_thread() const noexcept;
+  // The index of the calling thread's context, or npos when called from another thread.
+  std::size_t current_index() const noexcept;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ratekeeper::redis
+}  // namespace ratekeeper::core

@@ -1,4 +1,4 @@
-#include "ratekeeper/redis/event_loop.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -10,11 +10,12 @@
 #include <thread>
 #include <vector>
 
-namespace ratekeeper::redis {
+namespace ratekeeper::core {
 namespace asio = boost::asio;
 
 namespace {
 thread_local const void* current_loop = nullptr;
+thread_local std::size_t current_context = EventLoop::npos;
 }
 
 struct EventLoop::Impl {
@@ -30,9 +31,11 @@ struct EventLoop::Impl {
 EventLoop::EventLoop(int threads) : impl_(std::make_unique<Impl>()) {
   const int n = std::max(1, threads);
   for (int i = 0; i < n; ++i) impl_->workers.push_back(std::make_unique<Impl::Worker>());
-  for (auto& w : impl_->workers) {
-    w->thread = std::thread([this, ctx = &w->context] {
+  for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
+    auto* ctx = &impl_->workers[i]->context;
+    impl_->workers[i]->thread = std::thread([this, ctx, i] {
       current_loop = this;
+      current_context = i;
       ctx->run();
     });
   }
@@ -81,4 +84,6 @@ void EventLoop::barrier() {
 
 bool EventLoop::on_loop_thread() const noexcept { return current_loop == this; }
 
-}  // namespace ratekeeper::redis
+std::size_t EventLoop::current_index() const noexcept { return current_loop == this ? current_context : npos; }
+
+}  // namespace ratekeeper::core

@@ -1,0 +1,47 @@
+-- Entry of the batch script: independent checks coalesced into one call, run one after the
+-- other at one instant, each all-or-nothing as multi.lua. KEYS = the keys of every check, in
+-- order; ARGV = {now_us, entries, then per entry: its key count n, its repetitions r, then per
+-- key: algorithm, capacity, period_us, cost}. An entry with r > 1 stands for r identical
+-- checks issued one after the other. Every argument is checked before anything is read or
+-- written; string keys go through the write-back cache (prelude), so a hot key is read and
+-- written once per call.
+-- Returns per entry the replies of its checks, each the 5 integers of single.lua for a
+-- one-key check or the reply of multi.lua otherwise, up to and including the first denial:
+-- at one instant a denied check changes nothing, so the identical checks after it get the
+-- same reply.
+local function run_batch()
+  local count = integer_arg(ARGV[2], 'entries')
+  if count < 1 then fail('a batch holds at least one check') end
+  local entries = {}
+  local first, arg = 1, 3
+  for c = 1, count do
+    local n = integer_arg(ARGV[arg], 'key count')
+    local repeats = integer_arg(ARGV[arg + 1], 'repetitions')
+    if n < 1 or repeats < 1 or first + n - 1 > #KEYS or arg + 1 + 4 * n > #ARGV then
+      fail('entry ' .. str(c) .. ': key count ' .. str(n) .. ' or repetitions ' .. str(repeats) ..
+           ' do not match the keys and arguments')
+    end
+    entries[c] = {limits = parse_limits(first, n, arg + 2), repeats = repeats}
+    first = first + n
+    arg = arg + 2 + 4 * n
+  end
+  if first - 1 ~= #KEYS or arg - 1 ~= #ARGV then
+    fail('expected ' .. str(first - 1) .. ' keys and ' .. str(arg - 1) .. ' arguments')
+  end
+  local now = resolve_now(ARGV[1])
+  cache_strings()
+  local out = {}
+  for c = 1, count do
+    local entry = entries[c]
+    local replies = {}
+    for r = 1, entry.repeats do
+      local reply = check_all(entry.limits, now)
+      if #entry.limits == 1 then reply = {reply[1], reply[2], reply[3], reply[4], reply[5]} end
+      replies[r] = reply
+      if reply[1] == 0 then break end
+    end
+    out[c] = replies
+  end
+  flush_strings()
+  return out
+end
