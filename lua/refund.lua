@@ -1,53 +1,61 @@
 -- Entry of the refund script: gives back what an earlier admitted check consumed, for a
 -- check whose other keys, on other Redis nodes, were denied (RedisClusterStore). KEYS =
--- k1..kN; ARGV = {at_us, now_us, then per key: algorithm, capacity, period_us, cost}:
--- `at_us` the instant the consumption was decided at (as "multi_at" reports it), `now_us`
--- the instant of the refund (-1: the server's clock), and each key's limit and the cost it
--- consumed. Reply, per key, 6 integers: 1 when state was given back (0: nothing of that
--- consumption counts any more, or cost 0), then the decision of a peek after the refund.
+-- k1..kN; ARGV = {at_us, now_us, then per key: algorithm, capacity, period_us, cost,
+-- reset_after_us}: `at_us` the instant the consumption was decided at (as "multi_at"
+-- reports it), `now_us` the instant of the refund (-1: the server's clock), each key's limit,
+-- the cost it consumed and the reset_after its admitted decision reported. Reply, per key, 6
+-- integers: 1 when state was given back (0: nothing of that consumption counts any more,
+-- or cost 0), then the decision of a peek after the refund.
 -- A refund never gives back more than `cost`, never goes below an empty state, and leaves
 -- each key with the lifetime a step would give the state it leaves.
 
--- Token bucket: tat −= cost·T, the key deleted once the bucket is full. Exact unless
--- another check drew on the bucket between the consumption and the refund after the
--- bucket, without the refunded consumption, would have been full: then up to (now − at) of
--- refill is given back on top (GCRA forgets when a full bucket started to refill).
-local function refund_token_bucket(key, _, interval, cost, _, now)
+-- Token bucket: tat −= cost·T, the key deleted once the bucket is full. The consumption
+-- left tat_c = at + reset_after. Still the stored tat: nothing drew on the bucket since, the
+-- refund is exact. Beyond it: other checks consumed since, and GCRA does not record whether
+-- the bucket would have filled up meanwhile without the refunded consumption (then a part
+-- of it no longer counts); the refund gives back cost·T less what could have refilled
+-- between tat_c − cost·T and now, so never more than the consumption still holds (nothing
+-- once tat_c <= now: it has refilled). Below it: the key was lost since, nothing to undo.
+local function refund_token_bucket(key, _, interval, cost, _, now, tat_c)
   local value = read_string(key)
   local tat = value and string.match(value, '^%d+$') and tonumber(value)
-  if cost == 0 or not tat or tat <= now then return false end
-  local refunded = tat - cost * interval
+  if cost == 0 or not tat or tat <= now or tat < tat_c then return false end
+  local refund = cost * interval
+  if tat > tat_c then refund = refund - math.min(refund, math.max(0, now - (tat_c - refund))) end
+  if refund <= 0 then return false end
+  local refunded = tat - refund
   if refunded > now then
-    redis.call('SET', key, str(refunded), expiry(refunded))
+    write_string(key, str(refunded), expiry(refunded))
   else
-    redis.call('DEL', key)
+    delete_string(key)
   end
   return true
 end
 
--- Fixed window: the count of the window holding `at`, while that window has not ended. (A
--- consumption counted in a later window by a clock that went backwards is not given back.)
-local function refund_fixed_window(key, _, window, cost, at, now)
+-- Fixed window: the count of the window the consumption was counted in (it ends at
+-- at + reset_after), while that window has not ended.
+local function refund_fixed_window(key, _, window, cost, _, now, ends)
   local value = read_string(key)
   if cost == 0 or not value then return false end
   local a, b = string.match(value, '^(%d+):(%d+)$')
   if not a then return false end
   local t, current = tonumber(a), tonumber(b)
-  if t ~= cdiv(at, window) * window or cdiv(now, window) * window > t or current == 0 then
+  if t + window ~= ends or cdiv(now, window) * window > t or current == 0 then
     return false
   end
   current = math.max(0, current - cost)
   if current > 0 then
-    redis.call('SET', key, str(t) .. ':' .. str(current), 'KEEPTTL')  -- the window's end
+    write_string(key, str(t) .. ':' .. str(current), 'KEEPTTL')  -- the window's end
   else
-    redis.call('DEL', key)
+    delete_string(key)
   end
   return true
 end
 
--- Sliding window counter: the count of the window holding `at`, the current or, once the
--- window rolled over, the previous one; nothing once that window has left both.
-local function refund_sliding_window_counter(key, _, window, cost, at, now)
+-- Sliding window counter: the count of the window the consumption was counted in (its
+-- state ends at at + reset_after, two windows after that window's start), the current or,
+-- once the window rolled over, the previous one; nothing once that window has left both.
+local function refund_sliding_window_counter(key, _, window, cost, _, now, ends)
   local value = read_string(key)
   if cost == 0 or not value then return false end
   local a, b, c = string.match(value, '^(%d+):(%d+):(%d+)$')
@@ -66,7 +74,7 @@ local function refund_sliding_window_counter(key, _, window, cost, at, now)
     return 0
   end
   local before = expires_at()
-  local counted = cdiv(at, window) * window
+  local counted = ends - 2 * window
   if counted == t and current > 0 then
     current = math.max(0, current - cost)
   elseif counted + window == t and previous > 0 then
@@ -77,11 +85,11 @@ local function refund_sliding_window_counter(key, _, window, cost, at, now)
   local after = expires_at()
   local state = str(t) .. ':' .. str(current) .. ':' .. str(previous)
   if after == 0 then
-    redis.call('DEL', key)
+    delete_string(key)
   elseif after == before then
-    redis.call('SET', key, state, 'KEEPTTL')
+    write_string(key, state, 'KEEPTTL')
   else
-    redis.call('SET', key, state, expiry(after))
+    write_string(key, state, expiry(after))
   end
   return true
 end
@@ -124,8 +132,8 @@ local ALGORITHMS = {
 
 local function run_refund()
   local n = #KEYS
-  if #ARGV ~= 2 + 4 * n then
-    fail('expected at_us, now_us, then algorithm, capacity, period_us, cost per key')
+  if #ARGV ~= 2 + 5 * n then
+    fail('expected at_us, now_us, then algorithm, capacity, period_us, cost, reset_after_us per key')
   end
   -- Every argument is checked before anything is read or written.
   local at = integer_arg(ARGV[1], 'at')
@@ -133,20 +141,24 @@ local function run_refund()
   local limits = {}
   local seen = {}
   for i = 1, n do
-    local base = 2 + 4 * (i - 1)
+    local base = 2 + 5 * (i - 1)
     local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
     if algorithm == nil then fail('unknown algorithm ' .. tostring(ARGV[base + 1])) end
     local capacity, period, cost = limit_args(ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
     if seen[KEYS[i]] then fail("key '" .. KEYS[i] .. "' appears twice in one refund") end
     seen[KEYS[i]] = true
-    limits[i] = {algorithm = algorithm, capacity = capacity, period = period, cost = cost}
+    local reset_after = integer_arg(ARGV[base + 5], 'reset_after')
+    if reset_after < 0 then fail('reset_after must be >= 0, got ' .. str(reset_after)) end
+    limits[i] = {algorithm = algorithm, capacity = capacity, period = period, cost = cost,
+                 reset_after = reset_after}
   end
   local now = resolve_now(ARGV[2])
 
   local out = {}
   for i = 1, n do
     local l = limits[i]
-    local refunded = l.algorithm.refund(KEYS[i], l.capacity, l.period, l.cost, at, now)
+    local refunded = l.algorithm.refund(KEYS[i], l.capacity, l.period, l.cost, at, now,
+                                             at + l.reset_after)
     local peek, store = l.algorithm.step(KEYS[i], l.capacity, l.period, 0, now)
     if store then store() end
     out[#out + 1] = refunded and 1 or 0

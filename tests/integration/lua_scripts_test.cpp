@@ -479,6 +479,393 @@ TEST(LuaScripts, MultiOfNoKeysAdmits) {
   EXPECT_EQ(reply, (std::vector<std::int64_t>{1, 0, 0, 0, 0}));
 }
 
+
+// ---- "multi_at" and "refund": the refund of a check whose keys span Redis Cluster slots ----
+
+// ARGV of "refund": the consumption's instant, the refund's, then per key the limit, the cost
+// consumed and the reset_after of the admitted decision.
+std::vector<std::string> refund_args(std::span<const Limit> limits, std::span<const std::int64_t> costs,
+                                     std::span<const Micros> reset_after, Micros at, std::optional<Micros> now) {
+  std::vector<std::string> args{std::to_string(at), std::to_string(now.value_or(-1))};
+  const auto multi = testing::multi_args(limits, costs, std::nullopt);
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    args.insert(args.end(), multi.begin() + 1 + 4 * i, multi.begin() + 5 + 4 * i);
+    args.push_back(std::to_string(reset_after[i]));
+  }
+  return args;
+}
+
+std::vector<std::string> refund_args(const Limit& limit, std::int64_t cost, Micros reset_after, Micros at,
+                                     std::optional<Micros> now) {
+  return refund_args(std::span(&limit, 1), std::span(&cost, 1), std::span(&reset_after, 1), at, now);
+}
+
+// The refund's reply for one key: whether it gave state back, and the peek after it.
+struct Refunded {
+  bool refunded = false;
+  Decision peek;
+};
+
+Refunded refund_one(const std::string& key, const Limit& limit, std::int64_t cost, Micros reset_after, Micros at,
+                    std::optional<Micros> now) {
+  const auto reply = runner().run_integers("refund", {key}, refund_args(limit, cost, reset_after, at, now));
+  if (reply.size() != 6) throw std::runtime_error("refund: expected 6 integers");
+  return {reply[0] == 1, testing::decision_at(reply, 1)};
+}
+
+// Whether a consumption at `at` still counts at `now`, per algorithm.
+bool still_counts(const Limit& limit, const algorithms::Step& consumed, Micros at, Micros now) {
+  const Micros w = limit.period;
+  switch (limit.algorithm) {
+    case Algorithm::token_bucket:
+      return consumed.expires_at > now;  // the bucket's tat
+    case Algorithm::fixed_window:
+      return now / w == at / w;
+    case Algorithm::sliding_window_counter:
+      return now / w <= at / w + 1;
+    case Algorithm::sliding_window_log:
+      return at > now - w;
+  }
+  return false;
+}
+
+// A state built by random admitted and denied steps; then an admitted consumption at `at`;
+// then, at `now` >= at, its refund: the key is left as if the consumption had never been
+// (the peek after the refund is the C++ peek of the state before it), and it lives until
+// that state's expires_at. Time moves forward only (a clock that goes backwards across a
+// window is the documented case where a window refund gives nothing back).
+void refund_undoes_the_consumption(Algorithm a) {
+  const Limit limit = *gen_limit(a);
+  const std::string key = fresh_key("refund");
+  Micros now = *gen_start();
+  State state;
+  Micros expires_at = 0;  // of the key, as last asked for
+  auto forward = [&](Micros t) {
+    return t + *rc::gen::weightedOneOf<Micros>({{4, rc::gen::inRange<Micros>(0, limit.horizon() / 4 + 2)},
+                                               {2, rc::gen::just<Micros>(0)},
+                                               {1, rc::gen::inRange<Micros>(0, 2 * limit.horizon() + 2)}});
+  };
+  const int steps = *rc::gen::inRange(0, 12);
+  for (int i = 0; i < steps; ++i) {
+    const std::int64_t cost = *rc::gen::inRange<std::int64_t>(0, limit.capacity + 1);
+    auto expected = algorithms::step(limit, state, now, cost);
+    RC_ASSERT(expected.has_value());
+    const Observed o = run_observed(std::string(to_string(a)), {key}, testing::single_args(limit, cost, now));
+    RC_ASSERT(testing::decision_at(o.reply, 0) == expected->decision);
+    if (expected->decision.allowed && cost > 0) expires_at = expected->expires_at;
+    state = stored(*expected);
+    now = forward(now);
+  }
+  const Micros at = now;
+  const auto before = algorithms::step(limit, state, at, 0);
+  RC_ASSERT(before.has_value());
+  RC_PRE(before->decision.remaining > 0);
+  const std::int64_t cost = *rc::gen::inRange<std::int64_t>(1, before->decision.remaining + 1);
+  const auto consumed = algorithms::step(limit, state, at, cost);
+  RC_ASSERT(consumed.has_value());
+  RC_ASSERT(consumed->decision.allowed);
+  const Observed o = run_observed(std::string(to_string(a)), {key}, testing::single_args(limit, cost, at));
+  RC_ASSERT(testing::decision_at(o.reply, 0) == consumed->decision);
+  expires_at = consumed->expires_at;
+
+  now = forward(at);
+  const auto expected = algorithms::step(limit, state, now, 0);  // as if never consumed
+  RC_ASSERT(expected.has_value());
+  const Observed r =
+      run_observed("refund", {key}, refund_args(limit, cost, consumed->decision.reset_after, at, now));
+  RC_ASSERT(r.reply.size() == 6u);
+  RC_ASSERT((r.reply[0] == 1) == still_counts(limit, *consumed, at, now));
+  RC_ASSERT(testing::decision_at(r.reply, 1) == expected->decision);
+  if (expected->expires_at == 0) {
+    RC_ASSERT(r.exists[0] == 0);
+  } else {
+    RC_ASSERT(r.exists[0] == 1);
+    // Either the lifetime it had, when that is still the right one, or the new one.
+    if (r.expiry[0].empty()) {
+      RC_ASSERT(expires_at == expected->expires_at);
+    } else {
+      RC_ASSERT(r.expiry[0] == "PX " + std::to_string(ceil_ms(expected->expires_at - now)));
+    }
+  }
+  // And the key goes on as the C++ algorithm from the state without the consumption.
+  const Micros later = forward(now);
+  const std::int64_t next_cost = *rc::gen::inRange<std::int64_t>(0, limit.capacity + 1);
+  const auto next = algorithms::step(limit, stored(*expected), later, next_cost);
+  RC_ASSERT(next.has_value());
+  const Observed n = run_observed(std::string(to_string(a)), {key}, testing::single_args(limit, next_cost, later));
+  RC_ASSERT(testing::decision_at(n.reply, 0) == next->decision);
+}
+
+RC_GTEST_PROP(LuaRefund, TokenBucketRefundLeavesTheStateBeforeTheConsumption, ()) {
+  refund_undoes_the_consumption(Algorithm::token_bucket);
+}
+
+RC_GTEST_PROP(LuaRefund, SlidingWindowLogRefundLeavesTheStateBeforeTheConsumption, ()) {
+  refund_undoes_the_consumption(Algorithm::sliding_window_log);
+}
+
+RC_GTEST_PROP(LuaRefund, SlidingWindowCounterRefundLeavesTheStateBeforeTheConsumption, ()) {
+  refund_undoes_the_consumption(Algorithm::sliding_window_counter);
+}
+
+RC_GTEST_PROP(LuaRefund, FixedWindowRefundLeavesTheStateBeforeTheConsumption, ()) {
+  refund_undoes_the_consumption(Algorithm::fixed_window);
+}
+
+// Other checks drew on the bucket between the consumption and its refund: the refund then
+// leaves the bucket between the state with the consumption and the state without it (the
+// C++ algorithm over the same checks without the refunded one), never fuller.
+RC_GTEST_PROP(LuaRefund, TokenBucketRefundAfterOtherChecksNeverGivesMoreThanWithoutTheConsumption, ()) {
+  const Limit limit = *gen_limit(Algorithm::token_bucket);
+  const std::string key = fresh_key("refund-tb-between");
+  const Micros at = *gen_start();
+  State with, without;
+  if (*rc::gen::arbitrary<bool>()) {  // some earlier use
+    const std::int64_t cost = *rc::gen::inRange<std::int64_t>(1, limit.capacity + 1);
+    with = without = algorithms::step(limit, {}, at, cost)->state;
+    run_observed("token_bucket", {key}, testing::single_args(limit, cost, at));
+  }
+  const auto before = algorithms::step(limit, with, at, 0);
+  RC_PRE(before->decision.remaining > 0);
+  const std::int64_t cost = *rc::gen::inRange<std::int64_t>(1, before->decision.remaining + 1);
+  const auto consumed = algorithms::step(limit, with, at, cost);
+  with = consumed->state;
+  run_observed("token_bucket", {key}, testing::single_args(limit, cost, at));
+  Micros now = at;
+  const int others = *rc::gen::inRange(1, 5);
+  for (int i = 0; i < others; ++i) {
+    now += *rc::gen::inRange<Micros>(0, limit.horizon() / 2 + 2);
+    const std::int64_t c = *rc::gen::inRange<std::int64_t>(0, limit.capacity + 1);
+    auto w = algorithms::step(limit, with, now, c);
+    const Observed o = run_observed("token_bucket", {key}, testing::single_args(limit, c, now));
+    RC_ASSERT(testing::decision_at(o.reply, 0) == w->decision);
+    if (w->decision.allowed) {
+      with = w->state;
+      // The same check without the refunded consumption admits too (its bucket is fuller).
+      without = algorithms::step(limit, without, now, c)->state;
+    }
+  }
+  now += *rc::gen::inRange<Micros>(0, limit.horizon() / 4 + 2);
+  const Observed r = run_observed("refund", {key}, refund_args(limit, cost, consumed->decision.reset_after, at, now));
+  RC_ASSERT(r.reply.size() == 6u);
+  const Micros stored_tat = r.exists[0] == 1 ? std::stoll(connection().command({"GET", key}).text) : 0;
+  const Micros tat = std::max(stored_tat, now);
+  RC_ASSERT(tat <= std::max(with.t, now));
+  RC_ASSERT(tat >= std::max(without.t, now));
+  // Nothing drew on the bucket after all (only peeks and denials): exactly without it.
+  if (with.t == consumed->state.t) RC_ASSERT(tat == std::max(without.t, now));
+}
+
+TEST(LuaRefund, MultiAtIsMultiFollowedByTheInstantItDecidedAt) {
+  const Micros now = 1'700'000'000'000'000;
+  const std::vector<Limit> limits{make_limit(Algorithm::token_bucket, 5, 1'000'000),
+                                  make_limit(Algorithm::fixed_window, 1, 60'000'000)};
+  const std::vector<std::int64_t> costs{2, 1};
+  for (std::size_t n : {1u, 2u}) {
+    const std::string a = fresh_key("multi-at"), b = fresh_key("multi-at");
+    const std::vector<std::string> keys_a{a + ":tb", a + ":fw"}, keys_b{b + ":tb", b + ":fw"};
+    const auto limits_n = std::span(limits).first(n);
+    const auto costs_n = std::span(costs).first(n);
+    const std::vector<std::string> ka(keys_a.begin(), keys_a.begin() + n), kb(keys_b.begin(), keys_b.begin() + n);
+    const auto multi = runner().run_integers("multi", ka, testing::multi_args(limits_n, costs_n, now));
+    auto at = runner().run_integers("multi_at", kb, testing::multi_args(limits_n, costs_n, now));
+    ASSERT_EQ(at.size(), multi.size() + 1);
+    EXPECT_EQ(at.back(), now);
+    at.pop_back();
+    EXPECT_EQ(at, multi);
+  }
+  // On the server's clock: its TIME.
+  const std::string key = fresh_key("multi-at-time");
+  const std::int64_t before = connection().server_time_us();
+  const auto at = runner().run_integers("multi_at", {key}, testing::multi_args(std::span(limits).first(1),
+                                                                                 std::span(costs).first(1),
+                                                                                 std::nullopt));
+  const std::int64_t after = connection().server_time_us();
+  ASSERT_EQ(at.size(), 11u);
+  EXPECT_GE(at.back(), before);
+  EXPECT_LE(at.back(), after);
+}
+
+// The consumption of a check on the server's clock, refunded on the server's clock with the
+// instant "multi_at" reported: every key is as before, lifetimes included.
+TEST(LuaRefund, ServerClockRefundRestoresEveryAlgorithmsState) {
+  const std::string tag = fresh_key("refund-time");
+  const std::vector<std::string> keys{tag + ":tb", tag + ":log", tag + ":swc", tag + ":fw"};
+  const std::vector<Limit> limits{make_limit(Algorithm::token_bucket, 10, 60'000'000),
+                                  make_limit(Algorithm::sliding_window_log, 10, 3'600'000'000),
+                                  make_limit(Algorithm::sliding_window_counter, 10, 3'600'000'000),
+                                  make_limit(Algorithm::fixed_window, 10, 3'600'000'000)};
+  // Some earlier use, then the state to come back to.
+  ASSERT_TRUE(runner().check_all(keys, limits, std::vector<std::int64_t>{3, 3, 3, 3}, std::nullopt)[0].allowed);
+  std::map<std::string, std::string> before;
+  for (const auto& k : keys) before[k] = raw_state(k);
+  const std::vector<std::int64_t> costs{2, 4, 2, 5};
+  const auto consumed = runner().run_integers("multi_at", keys, testing::multi_args(limits, costs, std::nullopt));
+  ASSERT_EQ(consumed.size(), 26u);
+  ASSERT_EQ(consumed[0], 1);
+  std::vector<Micros> reset_after;
+  for (std::size_t i = 0; i < keys.size(); ++i) reset_after.push_back(consumed[5 * (i + 1) + 4]);
+  const auto refund =
+      runner().run_integers("refund", keys, refund_args(limits, costs, reset_after, consumed.back(), std::nullopt));
+  ASSERT_EQ(refund.size(), 24u);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(refund[6 * i], 1) << keys[i];
+    // The fixed window is aligned on the server's clock: the test cannot run across its end.
+    if (limits[i].algorithm == Algorithm::fixed_window && raw_state(keys[i]) != before[keys[i]]) {
+      GTEST_SKIP() << "the fixed window ended during the test";
+    }
+    EXPECT_EQ(raw_state(keys[i]), before[keys[i]]) << keys[i];
+    EXPECT_EQ(refund[6 * i + 3], 7) << keys[i] << ": remaining after the refund";
+  }
+}
+
+TEST(LuaRefund, RefundOfAPeekOrOfAnAbsentKeyChangesNothing) {
+  const Micros now = 1'700'000'000'000'000;
+  for (Algorithm a : kAlgorithms) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const Limit limit = make_limit(a, 5, 60'000'000);
+    const std::string key = fresh_key("refund-peek");
+    const Decision consumed = runner().check(key, limit, 2, now);
+    ASSERT_TRUE(consumed.allowed);
+    const std::string before = raw_state(key);
+    // A peek consumed nothing: its refund gives nothing back.
+    const Refunded peek = refund_one(key, limit, 0, 0, now, now);
+    EXPECT_FALSE(peek.refunded);
+    EXPECT_EQ(peek.peek.remaining, 3);
+    EXPECT_EQ(raw_state(key), before);
+    // A key that is gone (expired, evicted) stays absent: the refund never creates state.
+    const std::string absent = fresh_key("refund-absent");
+    const Refunded gone = refund_one(absent, limit, 2, consumed.reset_after, now, now);
+    EXPECT_FALSE(gone.refunded);
+    EXPECT_EQ(gone.peek.remaining, 5);
+    EXPECT_EQ(connection().integer({"EXISTS", absent}), 0);
+  }
+}
+
+// A key whose state no longer holds the consumption (it expired meanwhile) is left alone,
+// even when other checks have written it again since.
+TEST(LuaRefund, NothingIsGivenBackOnceTheConsumptionNoLongerCounts) {
+  const Micros at = 1'700'000'000'000'000;
+  const Micros period = 1'000'000;
+  for (Algorithm a : kAlgorithms) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const Limit limit = make_limit(a, 4, period);
+    const std::string key = fresh_key("refund-late");
+    const Decision consumed = runner().check(key, limit, 2, at);
+    ASSERT_TRUE(consumed.allowed);
+    // Long after: the consumption has expired; another check consumed afresh.
+    const Micros later = at + 3 * limit.horizon();
+    ASSERT_TRUE(runner().check(key, limit, 3, later).allowed);
+    const std::string before = raw_state(key);
+    const Refunded r = refund_one(key, limit, 2, consumed.reset_after, at, later);
+    EXPECT_FALSE(r.refunded);
+    EXPECT_EQ(r.peek.remaining, 1);
+    EXPECT_EQ(raw_state(key), before);
+  }
+}
+
+// Windows: a consumption counted in the window that has just ended is not taken off the new
+// window's count (fixed window), and is taken off the previous window's count (sliding
+// window counter), where it still weighs.
+TEST(LuaRefund, WindowsRefundTheWindowTheConsumptionWasCountedIn) {
+  const Micros window = 60'000'000;
+  const Micros at = 1'700'000'040'000'000 / window * window + window - 1'000;  // 1 ms before the end
+  const Micros now = at + 2'000;                                               // 1 ms into the next
+  {
+    const Limit limit = make_limit(Algorithm::fixed_window, 10, window);
+    const std::string key = fresh_key("refund-fw-roll");
+    const Decision consumed = runner().check(key, limit, 4, at);
+    ASSERT_TRUE(consumed.allowed);
+    ASSERT_TRUE(runner().check(key, limit, 3, now).allowed);  // another client, next window
+    const std::string before = raw_state(key);
+    const Refunded r = refund_one(key, limit, 4, consumed.reset_after, at, now);
+    EXPECT_FALSE(r.refunded);
+    EXPECT_EQ(r.peek.remaining, 7);
+    EXPECT_EQ(raw_state(key), before);
+  }
+  {
+    const Limit limit = make_limit(Algorithm::sliding_window_counter, 10, window);
+    const std::string key = fresh_key("refund-swc-roll");
+    ASSERT_TRUE(runner().check(key, limit, 1, at).allowed);
+    const Decision consumed = runner().check(key, limit, 4, at);  // the one to refund
+    ASSERT_TRUE(consumed.allowed);
+    ASSERT_TRUE(runner().check(key, limit, 2, now).allowed);  // another client, next window
+    const Refunded r = refund_one(key, limit, 4, consumed.reset_after, at, now);
+    EXPECT_TRUE(r.refunded);
+    const std::string t = std::to_string(now / window * window);
+    EXPECT_EQ(connection().command({"GET", key}).text, t + ":2:1");
+    State expected;
+    expected.t = now / window * window;
+    expected.current = 2;
+    expected.previous = 1;
+    EXPECT_EQ(r.peek, algorithms::step(limit, expected, now, 0)->decision);
+  }
+}
+
+TEST(LuaRefund, NeverGivesBackMoreThanTheStateHolds) {
+  const Micros now = 1'700'000'000'000'000;
+  for (Algorithm a : kAlgorithms) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const Limit limit = make_limit(a, 10, 60'000'000);
+    const std::string key = fresh_key("refund-floor");
+    const Decision consumed = runner().check(key, limit, 2, now);
+    ASSERT_TRUE(consumed.allowed);
+    // Told that 7 were consumed, it gives back the 2 there are: the state is empty again.
+    const Refunded r = refund_one(key, limit, 7, consumed.reset_after, now, now);
+    EXPECT_TRUE(r.refunded);
+    EXPECT_EQ(r.peek.remaining, 10);
+    EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+  }
+  // The log gives back entries stamped with the consumption's instant only.
+  const Limit log = make_limit(Algorithm::sliding_window_log, 10, 60'000'000);
+  const std::string key = fresh_key("refund-log");
+  ASSERT_TRUE(runner().check(key, log, 3, now).allowed);
+  const Decision consumed = runner().check(key, log, 2, now + 5);
+  ASSERT_TRUE(consumed.allowed);
+  const Refunded r = refund_one(key, log, 4, consumed.reset_after, now + 5, now + 5);
+  EXPECT_TRUE(r.refunded);
+  EXPECT_EQ(r.peek.remaining, 7);
+  EXPECT_EQ(connection().integer({"ZCOUNT", key, std::to_string(now), std::to_string(now)}), 3);
+  EXPECT_EQ(connection().integer({"ZCOUNT", key, std::to_string(now + 5), std::to_string(now + 5)}), 0);
+}
+
+// The log's newest entries leave: the key then expires with the newest entry that remains.
+TEST(LuaRefund, SlidingLogKeyExpiresWithItsNewestRemainingEntry) {
+  const Limit limit = make_limit(Algorithm::sliding_window_log, 10, 3'600'000'000);
+  const std::string key = fresh_key("refund-log-ttl");
+  const std::int64_t first = connection().server_time_us();
+  ASSERT_TRUE(runner().check(key, limit, 2, std::nullopt).allowed);
+  const long long first_expiry = connection().integer({"PEXPIRETIME", key});
+  const auto consumed =
+      runner().run_integers("multi_at", {key}, testing::multi_args(std::span(&limit, 1),
+                                                                   std::vector<std::int64_t>{3}, std::nullopt));
+  ASSERT_EQ(consumed.size(), 11u);
+  ASSERT_GT(consumed.back(), first);
+  const Refunded r = refund_one(key, limit, 3, consumed[9], consumed.back(), std::nullopt);
+  EXPECT_TRUE(r.refunded);
+  EXPECT_EQ(connection().integer({"ZCARD", key}), 2);
+  EXPECT_EQ(connection().integer({"PEXPIRETIME", key}), first_expiry);
+}
+
+TEST(LuaRefund, InvalidArgumentsAreErrorsAndTouchNothing) {
+  const std::string key = fresh_key("refund-invalid");
+  auto error = [&](std::vector<std::string> keys, std::vector<std::string> args) {
+    const RedisReply r = runner().run("refund", keys, args);
+    EXPECT_TRUE(r.is_error());
+    return r.text;
+  };
+  EXPECT_NE(error({key}, {"0", "0", "0", "5", "1000", "1"}).find("expected"), std::string::npos);
+  EXPECT_NE(error({key}, {"-1", "0", "0", "5", "1000", "1", "0"}).find("at must be"), std::string::npos);
+  EXPECT_NE(error({key}, {"0", "-2", "0", "5", "1000", "1", "0"}).find("now"), std::string::npos);
+  EXPECT_NE(error({key}, {"0", "0", "9", "5", "1000", "1", "0"}).find("algorithm"), std::string::npos);
+  EXPECT_NE(error({key}, {"0", "0", "0", "5", "1000", "6", "0"}).find("exceeds capacity"), std::string::npos);
+  EXPECT_NE(error({key}, {"0", "0", "0", "5", "1000", "1", "-1"}).find("reset_after"), std::string::npos);
+  EXPECT_NE(error({key, key}, {"0", "0", "0", "5", "1000", "1", "0", "0", "5", "1000", "1", "0"}).find("twice"),
+            std::string::npos);
+  EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+}
+
+
 // One entry of a "batch" call: keys (indices into a key set), their costs, and how many
 // identical checks it stands for.
 struct BatchEntry {
