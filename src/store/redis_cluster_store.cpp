@@ -1,6 +1,7 @@
 #include "ratekeeper/store/redis_cluster_store.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <mutex>
@@ -9,23 +10,42 @@
 #include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/redis/url.hpp"
+#include "refund_call.hpp"
 #include "script_call.hpp"
 
 namespace ratekeeper::store {
 namespace {
 
-// The per-slot answers of one check spanning several slots, combined when the last arrives.
-struct Join {
-  std::mutex mu;
-  std::size_t left = 0;
-  std::vector<Decision> items;
-  std::optional<Error> error;
-  bool consumed = false;  // some slot allowed a positive cost
-  bool denied = false;
-  CheckCallback done;
-};
+// Script calls to the master of `slot`.
+detail::ScriptSender slot_sender(redis::Cluster& cluster, std::uint16_t slot) {
+  return [&cluster, slot](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
+    cluster.command(slot, argv, std::move(cb), timeout);
+  };
+}
 
 }  // namespace
+
+// One check spanning several slots: its parts (one per slot), answered concurrently, then
+// the refunds of the parts that consumed when another part denied.
+struct RedisClusterStore::CrossSlotCheck {
+  struct Part {
+    std::uint16_t slot = 0;
+    std::vector<std::size_t> positions;  // of its items in the check
+    bool allowed = false;
+    Micros at = 0;  // the instant the part was decided at
+  };
+
+  std::vector<CheckItem> items;
+  std::optional<Micros> now;
+  Micros deadline = 0;
+  std::vector<Part> parts;
+  CheckCallback done;
+
+  std::mutex mu;  // guards what follows, written by the parts' and refunds' callbacks
+  std::size_t left = 0;  // parts, then refunds, not answered yet
+  std::vector<Decision> decisions;
+  std::optional<Error> error;
+};
 
 RedisClusterStoreOptions redis_cluster_store_options(const StoreOptions& options, const redis::Url& url) {
   RedisClusterStoreOptions out;
@@ -67,62 +87,146 @@ void RedisClusterStore::check(std::vector<CheckItem> items, std::optional<Micros
                                     .key)));
     return;
   }
+  check_across_slots(std::move(items), slots, now, deadline, std::move(done));
+}
+
+void RedisClusterStore::check_across_slots(std::vector<CheckItem> items, std::span<const std::uint16_t> slots,
+                                           std::optional<Micros> now, Micros deadline, CheckCallback done) {
   cross_slot_checks_.fetch_add(1, std::memory_order_relaxed);
-  // One group per slot, in order of first appearance; `index` maps back to the batch.
-  std::vector<std::uint16_t> group_slots;
-  std::vector<std::vector<std::size_t>> index;
+  auto check = std::make_shared<CrossSlotCheck>();
+  // One part per slot, in order of first appearance.
   for (std::size_t i = 0; i < items.size(); ++i) {
-    auto it = std::find(group_slots.begin(), group_slots.end(), slots[i]);
-    if (it == group_slots.end()) {
-      group_slots.push_back(slots[i]);
-      index.emplace_back();
-      it = group_slots.end() - 1;
+    auto it = std::find_if(check->parts.begin(), check->parts.end(),
+                           [&](const CrossSlotCheck::Part& p) { return p.slot == slots[i]; });
+    if (it == check->parts.end()) {
+      check->parts.push_back({slots[i], {}});
+      it = check->parts.end() - 1;
     }
-    index[static_cast<std::size_t>(it - group_slots.begin())].push_back(i);
+    it->positions.push_back(i);
   }
-  auto join = std::make_shared<Join>();
-  join->left = group_slots.size();
-  join->items.resize(items.size());
-  join->done = std::move(done);
-  for (std::size_t g = 0; g < group_slots.size(); ++g) {
+  check->decisions.resize(items.size());
+  check->items = std::move(items);
+  check->now = now;
+  check->deadline = deadline;
+  check->done = std::move(done);
+  check->left = check->parts.size();
+  // From here on the parts' callbacks may run, on this stack or another thread: the loop
+  // only reads what they never write.
+  const std::size_t count = check->parts.size();
+  for (std::size_t g = 0; g < count; ++g) {
+    const auto& part = check->parts[g];
     std::vector<CheckItem> group;
-    group.reserve(index[g].size());
-    bool costs = false;
-    for (std::size_t i : index[g]) {
-      costs = costs || items[i].cost > 0;
-      group.push_back(std::move(items[i]));
-    }
-    run(std::move(group), group_slots[g], now, deadline,
-        [this, join, positions = std::move(index[g]), costs](Result<CheckOutcome> r) {
-          CheckCallback finish;
-          Result<CheckOutcome> out = CheckOutcome{};
-          {
-            std::lock_guard lock(join->mu);
-            if (!r) {
-              if (!join->error) join->error = r.error();
-            } else {
-              for (std::size_t k = 0; k < positions.size() && k < r->items.size(); ++k) {
-                join->items[positions[k]] = r->items[k];
-              }
-              if (r->decision.allowed) {
-                join->consumed = join->consumed || costs;
-              } else {
-                join->denied = true;
-              }
-            }
-            if (--join->left > 0) return;
-            finish = std::move(join->done);
-            if (join->error) {
-              out = std::unexpected(*join->error);
-            } else {
-              if (join->consumed && join->denied) cross_slot_partial_.fetch_add(1, std::memory_order_relaxed);
-              out->decision = algorithms::combine(join->items);
-              out->items = std::move(join->items);
-            }
-          }
-          finish(std::move(out));
-        });
+    group.reserve(part.positions.size());
+    for (std::size_t i : part.positions) group.push_back(check->items[i]);
+    detail::run_timed_check(
+        group, now, deadline, slot_sender(*cluster_, part.slot),
+        [this, check, g](Result<detail::TimedOutcome> r) { part_answered(check, g, std::move(r)); },
+        &noscript_reloads_);
   }
+}
+
+void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& check, std::size_t g,
+                                      Result<detail::TimedOutcome> r) {
+  {
+    std::lock_guard lock(check->mu);
+    auto& part = check->parts[g];
+    if (!r) {
+      if (!check->error) check->error = r.error();
+    } else {
+      for (std::size_t k = 0; k < part.positions.size(); ++k) {
+        check->decisions[part.positions[k]] = r->outcome.items[k];
+      }
+      part.allowed = r->outcome.decision.allowed;
+      part.at = r->at;
+    }
+    if (--check->left > 0) return;
+  }
+  // Every part has answered: nothing else touches `check` until the refunds are sent.
+  if (check->error) {
+    auto done = std::move(check->done);
+    done(std::unexpected(*check->error));
+    return;
+  }
+  const bool denied = std::any_of(check->parts.begin(), check->parts.end(),
+                                  [](const CrossSlotCheck::Part& p) { return !p.allowed; });
+  // The parts that consumed: admitted, with some positive cost.
+  std::vector<std::size_t> refunds;
+  for (std::size_t p = 0; denied && p < check->parts.size(); ++p) {
+    const auto& part = check->parts[p];
+    if (part.allowed && std::any_of(part.positions.begin(), part.positions.end(),
+                                    [&](std::size_t i) { return check->items[i].cost > 0; })) {
+      refunds.push_back(p);
+    }
+  }
+  if (refunds.empty()) {
+    answer(check);
+    return;
+  }
+  cross_slot_partial_.fetch_add(1, std::memory_order_relaxed);
+  // Built before any is sent: a refund's callback may answer the check on this stack.
+  struct Refund {
+    std::size_t part = 0;
+    std::vector<std::size_t> positions;
+    std::vector<CheckItem> items;
+    std::vector<Micros> reset_after;
+  };
+  std::vector<Refund> pending;
+  for (std::size_t p : refunds) {
+    Refund& r = pending.emplace_back();
+    r.part = p;
+    for (std::size_t i : check->parts[p].positions) {
+      if (check->items[i].cost == 0) continue;
+      r.positions.push_back(i);
+      r.items.push_back(check->items[i]);
+      r.reset_after.push_back(check->decisions[i].reset_after);
+    }
+  }
+  check->left = pending.size();
+  for (auto& r : pending) {
+    const auto& part = check->parts[r.part];
+    if (redis::steady_micros() >= check->deadline) {
+      refund_answered(check, r.part, r.positions,
+                      make_error(ErrorCode::timeout, "the deadline passed before the refund could be sent"));
+      continue;
+    }
+    refunds_sent_.fetch_add(1, std::memory_order_relaxed);
+    detail::run_refund(r.items, r.reset_after, part.at, check->now, check->deadline,
+                       slot_sender(*cluster_, part.slot),
+                       [this, check, p = r.part, positions = r.positions](Result<detail::RefundOutcome> outcome) {
+                         refund_answered(check, p, positions, std::move(outcome));
+                       },
+                       &noscript_reloads_);
+  }
+}
+
+void RedisClusterStore::refund_answered(const std::shared_ptr<CrossSlotCheck>& check, std::size_t p,
+                                        std::span<const std::size_t> positions, Result<detail::RefundOutcome> r) {
+  {
+    std::lock_guard lock(check->mu);
+    if (!r) {
+      refunds_failed_.fetch_add(1, std::memory_order_relaxed);
+      std::string keys;
+      for (std::size_t i : positions) {
+        keys += keys.empty() ? "" : ", ";
+        keys += fmt::format("'{}' ({})", check->items[i].key, check->items[i].cost);
+      }
+      spdlog::warn("redis-cluster: refund on slot {} failed, the denied check's consumption of {} stays: {}",
+                   check->parts[p].slot, keys, r.error().message);
+    } else {
+      // What the refunded keys hold now, as a peek reports it.
+      for (std::size_t k = 0; k < positions.size(); ++k) check->decisions[positions[k]] = r->items[k];
+    }
+    if (--check->left > 0) return;
+  }
+  answer(check);
+}
+
+void RedisClusterStore::answer(const std::shared_ptr<CrossSlotCheck>& check) {
+  CheckOutcome out;
+  out.decision = algorithms::combine(check->decisions);
+  out.items = std::move(check->decisions);
+  auto done = std::move(check->done);
+  done(std::move(out));
 }
 
 void RedisClusterStore::run(std::vector<CheckItem> items, std::uint16_t slot, std::optional<Micros> now,
@@ -143,7 +247,8 @@ StoreHealth RedisClusterStore::health() const {
 
 RedisClusterStore::Stats RedisClusterStore::stats() const noexcept {
   return Stats{noscript_reloads_.load(std::memory_order_relaxed), cross_slot_checks_.load(std::memory_order_relaxed),
-               cross_slot_partial_.load(std::memory_order_relaxed)};
+               cross_slot_partial_.load(std::memory_order_relaxed), refunds_sent_.load(std::memory_order_relaxed),
+               refunds_failed_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace ratekeeper::store

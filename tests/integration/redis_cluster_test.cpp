@@ -137,14 +137,124 @@ TEST(RedisClusterStore, ChecksSpanningSlotsAreSplitPerSlotOrRejectedWhenAsked) {
   ASSERT_TRUE(second) << second.error().message;
   EXPECT_FALSE(second->decision.allowed);
   ASSERT_EQ(second->items.size(), 2u);
+  // The IP's slot admitted and consumed, then got its unit back: it reports a peek.
   EXPECT_TRUE(second->items[0].allowed);
+  EXPECT_EQ(second->items[0].remaining, 99);
   EXPECT_FALSE(second->items[1].allowed);
-  // No refund across slots: the IP's window was charged by the denied check.
+  // The denied check consumed nothing: the IP's window holds the first check only.
   auto peek = store->check_sync({{ip, *loose, 0}});
   ASSERT_TRUE(peek) << peek.error().message;
-  EXPECT_EQ(peek->decision.remaining, 98);
-  EXPECT_EQ(store->stats().cross_slot_checks, 2u);
-  EXPECT_EQ(store->stats().cross_slot_partial, 1u);
+  EXPECT_EQ(peek->decision.remaining, 99);
+  const auto stats = store->stats();
+  EXPECT_EQ(stats.cross_slot_checks, 2u);
+  EXPECT_EQ(stats.cross_slot_partial, 1u);
+  EXPECT_EQ(stats.refunds_sent, 1u);
+  EXPECT_EQ(stats.refunds_failed, 0u);
+}
+
+// A check across slots denied by one slot: every other slot's key is left as it was, for
+// each algorithm, on an explicit instant and on the servers' clocks; each slot that consumed
+// gets one refund, the slots that did not consume none.
+class RedisClusterRefund : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(RedisClusterRefund, ADeniedCheckLeavesTheOtherSlotsAsTheyWere) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  const Algorithm a = GetParam();
+  const std::string name(algorithms::to_string(a));
+  // Clock-free shapes on the servers' clocks: a slow bucket, a long log (a window that ends
+  // during the test would change the windows' figures between two peeks).
+  const bool server_clock_too = a == Algorithm::token_bucket || a == Algorithm::sliding_window_log;
+  for (const bool explicit_now : {true, false}) {
+    if (!explicit_now && !server_clock_too) continue;
+    SCOPED_TRACE(name + (explicit_now ? " at an explicit instant" : " on the servers' clocks"));
+    const std::optional<Micros> now =
+        explicit_now ? std::optional<Micros>(1'700'000'000'000'000) : std::nullopt;
+    const std::string run = unique(name + (explicit_now ? "-at" : "-time"));
+    // Two keys of one identity (one slot), another identity's key that admits without
+    // consuming (cost 0), and a third identity's key that is full.
+    const std::string a1 = fmt::format("cr:{{ip-{}}}:one", run), a2 = fmt::format("cr:{{ip-{}}}:two", run);
+    const std::string peeked = fmt::format("cr:{{key-{}}}:r", run);
+    const std::string full = fmt::format("cr:{{user-{}}}:r", run);
+    ASSERT_NE(redis::key_slot(a1), redis::key_slot(full));
+    ASSERT_NE(redis::key_slot(a1), redis::key_slot(peeked));
+    ASSERT_NE(redis::key_slot(peeked), redis::key_slot(full));
+    const auto limit = *algorithms::Limit::make(a, 10, 60 * kMicrosPerSecond);
+    const auto tight = *algorithms::Limit::make(Algorithm::fixed_window, 1, 3600 * kMicrosPerSecond);
+    // Earlier use of every key, and the user's window is then full.
+    auto warm = store->check_sync({{a1, limit, 3}, {a2, limit, 1}, {peeked, limit, 2}, {full, tight, 1}}, now);
+    ASSERT_TRUE(warm) << warm.error().message;
+    ASSERT_TRUE(warm->decision.allowed);
+    auto peek = [&](const std::string& key) {
+      auto r = store->check_sync({{key, limit, 0}}, now);
+      EXPECT_TRUE(r) << r.error().message;
+      return r ? r->decision.remaining : -1;
+    };
+    ASSERT_EQ(peek(a1), 7);
+    ASSERT_EQ(peek(a2), 9);
+    ASSERT_EQ(peek(peeked), 8);
+    const auto before = store->stats();
+
+    auto denied = store->check_sync({{a1, limit, 2}, {peeked, limit, 0}, {a2, limit, 4}, {full, tight, 1}}, now);
+    ASSERT_TRUE(denied) << denied.error().message;
+    EXPECT_FALSE(denied->decision.allowed);
+    ASSERT_EQ(denied->items.size(), 4u);
+    // The refunded keys report a peek after their refund.
+    EXPECT_TRUE(denied->items[0].allowed);
+    EXPECT_EQ(denied->items[0].remaining, 7);
+    EXPECT_EQ(denied->items[1].remaining, 8);
+    EXPECT_EQ(denied->items[2].remaining, 9);
+    EXPECT_FALSE(denied->items[3].allowed);
+    EXPECT_EQ(denied->decision.retry_after, denied->items[3].retry_after);
+
+    EXPECT_EQ(peek(a1), 7);
+    EXPECT_EQ(peek(a2), 9);
+    EXPECT_EQ(peek(peeked), 8);
+    const auto after = store->stats();
+    EXPECT_EQ(after.cross_slot_partial, before.cross_slot_partial + 1);
+    EXPECT_EQ(after.refunds_sent, before.refunds_sent + 1) << "one refund, to the slot that consumed";
+    EXPECT_EQ(after.refunds_failed, before.refunds_failed);
+
+    // An admitted check across slots keeps what it consumed, and needs no refund.
+    auto admitted = store->check_sync({{a1, limit, 2}, {peeked, limit, 1}}, now);
+    ASSERT_TRUE(admitted) << admitted.error().message;
+    EXPECT_TRUE(admitted->decision.allowed);
+    EXPECT_EQ(peek(a1), 5);
+    EXPECT_EQ(peek(peeked), 7);
+    EXPECT_EQ(store->stats().refunds_sent, after.refunds_sent);
+    EXPECT_EQ(store->stats().cross_slot_partial, after.cross_slot_partial);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, RedisClusterRefund,
+                         ::testing::Values(Algorithm::token_bucket, Algorithm::sliding_window_log,
+                                           Algorithm::sliding_window_counter, Algorithm::fixed_window),
+                         [](const ::testing::TestParamInfo<Algorithm>& info) {
+                           return std::string(algorithms::to_string(info.param));
+                         });
+
+// The scripts of checks across slots ("multi_at", "refund") are loaded on NOSCRIPT as the
+// others are.
+TEST(RedisClusterStore, CrossSlotScriptsAreLoadedAgainAfterAFlush) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  const auto ip = fmt::format("flush-span:{{ip-{}}}:r", unique("x"));
+  const auto user = fmt::format("flush-span:{{user-{}}}:r", unique("x"));
+  ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
+  const auto limit = *algorithms::Limit::make(Algorithm::sliding_window_log, 5, 60 * kMicrosPerSecond);
+  ASSERT_TRUE(store->check_sync({{user, limit, 5}}));
+  for (auto* m : cluster.masters()) testing::command_on(m->port(), {"SCRIPT", "FLUSH"});
+  const auto before = store->stats();
+  auto denied = store->check_sync({{ip, limit, 2}, {user, limit, 1}});
+  ASSERT_TRUE(denied) << denied.error().message;
+  EXPECT_FALSE(denied->decision.allowed);
+  auto peek = store->check_sync({{ip, limit, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 5);
+  const auto after = store->stats();
+  EXPECT_EQ(after.refunds_sent, before.refunds_sent + 1);
+  EXPECT_EQ(after.refunds_failed, before.refunds_failed);
+  EXPECT_GE(after.noscript_reloads, before.noscript_reloads + 2) << "multi_at on both slots' masters";
 }
 
 TEST(RedisClusterStore, ServeOnTheClusterAdmitsExactlyCapacityOfAConcurrentBurst) {

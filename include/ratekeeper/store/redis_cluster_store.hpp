@@ -4,18 +4,36 @@
 // there). Scripts are loaded per node on NOSCRIPT (EVAL once), e.g. on a promoted replica.
 //
 // Atomicity: the keys of one identity share a hash tag, hence a slot, and a check whose keys
-// are all in one slot is one script call: all-or-nothing, exactly as RedisStore. A check
-// spanning several slots (several identities, e.g. a per-IP and a per-user rule on one
-// request) is split into one atomic call per slot, sent concurrently, and the decisions are
-// combined. Across slots it is NOT all-or-nothing and there is no refund: when one slot
-// denies, the slots that allowed have consumed their cost (counted in
-// Stats::cross_slot_partial). Set reject_cross_slot to get invalid_argument instead.
-// If any slot's call fails, the check fails (the failure policy above the store applies)
-// and the slots that succeeded keep their consumption.
+// are all in one slot is one script call: all-or-nothing, exactly as RedisStore.
+//
+// A check spanning several slots (several identities, e.g. a per-IP and a per-user rule on
+// one request) is split into one atomic call per slot ("multi_at": "multi" that also
+// reports the instant it decided at, the node's TIME unless `now` is given), sent
+// concurrently. When every slot admits, the check is admitted. When some slot denies, each
+// slot that admitted a positive cost is sent a refund ("refund", lua/refund.lua) within the
+// check's deadline, and only then is the combined denial answered; the items of refunded
+// slots report a peek taken right after the refund. The refund gives back what that call
+// consumed, per algorithm as exactly as its state allows, never more than the cost and never
+// below empty (token bucket: tat −= cost·T when nothing drew on the bucket since, otherwise
+// less what could have refilled since, so that it never returns a part that no longer
+// counts; fixed window and sliding window counter: the count of the window the consumption
+// was counted in, while it still counts; sliding window log: that many entries stamped with
+// the check's instant, while it is in the window), and leaves exact key lifetimes. See
+// docs/configuration.md, "Redis Cluster: checks that span slots".
+// The refund is NOT atomic with the check: from the moment a slot's call consumed until its
+// refund runs (at most the deadline, normally one round trip after the slowest slot
+// answered), other clients see that consumption and may be denied because of it. A refund
+// that fails (deadline passed, timeout, node down, error reply) is counted in
+// Stats::refunds_failed and logged, never retried: that consumption stays (a timed-out
+// refund may still have run on the node). Set reject_cross_slot to get invalid_argument
+// instead of any of this.
+// If any slot's call fails, the check fails (the failure policy above the store applies),
+// nothing is refunded and the slots that admitted keep their consumption.
 // Thread-safe.
 
 #include <atomic>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "ratekeeper/redis/cluster.hpp"
@@ -27,6 +45,11 @@ struct Url;
 }
 
 namespace ratekeeper::store {
+
+namespace detail {
+struct TimedOutcome;
+struct RefundOutcome;
+}  // namespace detail
 
 struct RedisClusterStoreOptions {
   redis::ClusterOptions cluster;
@@ -50,7 +73,9 @@ class RedisClusterStore final : public Store {
   struct Stats {
     std::uint64_t noscript_reloads = 0;
     std::uint64_t cross_slot_checks = 0;   // checks split over several slots
-    std::uint64_t cross_slot_partial = 0;  // of those: some slots consumed, another denied
+    std::uint64_t cross_slot_partial = 0;  // of those: a refund was needed (some slots consumed, another denied)
+    std::uint64_t refunds_sent = 0;        // refund calls sent, one per slot that consumed
+    std::uint64_t refunds_failed = 0;      // refunds not confirmed: failed calls, and those the deadline left unsent
   };
   Stats stats() const noexcept;
   redis::Cluster& cluster() noexcept { return *cluster_; }
@@ -58,12 +83,22 @@ class RedisClusterStore final : public Store {
  private:
   void run(std::vector<CheckItem> items, std::uint16_t slot, std::optional<Micros> now, Micros deadline,
            CheckCallback done);
+  struct CrossSlotCheck;
+  void check_across_slots(std::vector<CheckItem> items, std::span<const std::uint16_t> slots,
+                          std::optional<Micros> now, Micros deadline, CheckCallback done);
+  void part_answered(const std::shared_ptr<CrossSlotCheck>& check, std::size_t part,
+                     Result<detail::TimedOutcome> outcome);
+  void refund_answered(const std::shared_ptr<CrossSlotCheck>& check, std::size_t part,
+                       std::span<const std::size_t> positions, Result<detail::RefundOutcome> outcome);
+  void answer(const std::shared_ptr<CrossSlotCheck>& check);
 
   RedisClusterStoreOptions options_;
   std::unique_ptr<redis::Cluster> cluster_;
   std::atomic<std::uint64_t> noscript_reloads_{0};
   std::atomic<std::uint64_t> cross_slot_checks_{0};
   std::atomic<std::uint64_t> cross_slot_partial_{0};
+  std::atomic<std::uint64_t> refunds_sent_{0};
+  std::atomic<std::uint64_t> refunds_failed_{0};
 };
 
 }  // namespace ratekeeper::store
