@@ -20,6 +20,7 @@
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
@@ -413,6 +414,10 @@ int serve(const ServeArgs& args) {
     return 2;
   }
   std::unique_ptr<store::Store> store = std::move(*opened);
+  if (store->kind() != "memory" && config.denied_cache_keys > 0) {
+    store = std::make_unique<store::DenialCache>(std::move(store),
+                                                 store::DenialCacheOptions{config.denied_cache_keys, 16});
+  }
   try {
     limiter::Limiter limiter(config.limiter, *store);
     http::Middleware middleware(limiter, config);

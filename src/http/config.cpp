@@ -331,7 +331,7 @@ ListenAddress listen_address(const Reader& r, const YAML::Node& node, const std:
 void read_store(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
   r.expect_map(node, path,
                {"url", "connect_timeout", "command_timeout", "breaker", "reconnect", "instances",
-                "io_threads", "max_keys"});
+                "io_threads", "max_keys", "denied_cache_keys"});
   auto& s = c.store;
   c.store_configured = true;
   if (node["url"]) s.url = r.string(node["url"], Reader::field(path, "url"));
@@ -372,6 +372,10 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
   if (node["max_keys"]) {
     s.max_keys = static_cast<std::size_t>(
         r.integer(node["max_keys"], Reader::field(path, "max_keys"), 1, std::int64_t{1} << 40));
+  }
+  if (node["denied_cache_keys"]) {
+    c.denied_cache_keys = static_cast<std::size_t>(r.integer(
+        node["denied_cache_keys"], Reader::field(path, "denied_cache_keys"), 0, std::int64_t{1} << 32));
   }
 }
 

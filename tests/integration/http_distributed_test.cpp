@@ -59,10 +59,15 @@ rules:
 
 class HttpRedisDown : public ::testing::Test {
  protected:
+  // The failure policies answer every check while Redis is down; with the denial cache on,
+  // keys known to be denied would stay denied (HttpRedisDownWithDenialCache).
+  virtual std::size_t denied_cache_keys() const { return 0; }
+
   void SetUp() override {
     server_ = serve(fmt::format(R"(
 store:
   url: {}
+  denied_cache_keys: {}
   connect_timeout: 200ms
   command_timeout: 200ms
   breaker: {{failures: 2, open_for: 500ms}}
@@ -83,7 +88,7 @@ rules:
     on_store_error: local
     limits: [{{capacity: 3, refill_rate: 0.001}}]
 )",
-                                redis_.url()),
+                                redis_.url(), denied_cache_keys()),
                     "");
     client_ = std::make_unique<HttpClient>(server_->port());
     // Healthy first: Redis answers and the limits hold.
@@ -111,6 +116,22 @@ rules:
 TEST_F(HttpRedisDown, AllowPolicyAdmitsEverything) {
   // Capacity 1 is spent, yet with Redis down the rule fails open.
   for (int i = 0; i < 5; ++i) EXPECT_EQ(timed_get("/api/data").status, 200);
+}
+
+class HttpRedisDownWithDenialCache : public HttpRedisDown {
+ protected:
+  std::size_t denied_cache_keys() const override { return 1000; }
+};
+
+TEST_F(HttpRedisDownWithDenialCache, KnownDenialHoldsThroughTheOutageAndTheRestFailsOpen) {
+  // 127.0.0.1 was denied on "open" just before Redis stopped, for ~1000 s: still denied,
+  // without the failure policy; an identity never denied fails open by the policy.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(timed_get("/api/data").status, 429);
+  auto fresh = client_->post("/v1/check", R"({"rule":"open","identity":"ip:192.0.2.1","cost":1})");
+  EXPECT_EQ(fresh.status, 200) << fresh.body;
+  EXPECT_EQ(json::parse(fresh.body).at("allowed"), true) << fresh.body;
+  const auto metrics = client_->get("/metrics").body;
+  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="open",outcome="denied"})"), 4.0) << metrics;
 }
 
 TEST_F(HttpRedisDown, DenyPolicyRejectsEverything) {

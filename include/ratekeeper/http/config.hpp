@@ -52,6 +52,9 @@ struct Config {
   int threads = 2;                           // HTTP worker threads
   store::StoreOptions store;                 // url memory:// unless configured
   bool store_configured = false;             // false: the `store` section was absent
+  // Denials held in front of a Redis store (store.denied_cache_keys; 0: off). See
+  // store/denial_cache.hpp.
+  std::size_t denied_cache_keys = 100'000;
   limiter::LimiterConfig limiter;            // prefix, rules, tiers, failure policy, decision log
   std::vector<std::string> trusted_proxies;  // as written
   limiter::TrustedProxies proxies;           // parsed

@@ -1,0 +1,64 @@
+#pragma once
+// A Store in front of another (a Redis store) that answers, without asking it, the checks it
+// already knows to be denied: when the store denies an item (key, limit, cost) with
+// retry_after R, a check of that key with the same limit and a cost at least as large is
+// denied locally until R has passed, counted from when the first check was SENT (before the
+// store decided), so the local answer can only deny what the store itself would deny at that
+// moment — a client hammering a denied key costs no store round trip until it could succeed.
+//
+// What it does not see: a key reset by hand (DEL on Redis) stays denied locally until R
+// passes. A refund across Redis Cluster slots only gives back units consumed by a check
+// that was admitted by that key, so it never shortens a recorded denial.
+//
+// Only checks without an explicit `now` are cached (the store's own time); a check is answered
+// locally only when every one of its items has a live denial (the per-item decisions of the
+// other items would be unknown). The answer reports the recorded denial with retry_after and
+// reset_after shortened by the time elapsed. At most max_keys denials are held; when full,
+// expired ones are swept and new denials beyond the bound are not recorded. Thread-safe.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store {
+
+struct DenialCacheOptions {
+  std::size_t max_keys = 100'000;
+  std::size_t shards = 16;  // rounded up to a power of two
+};
+
+class DenialCache final : public Store {
+ public:
+  DenialCache(std::unique_ptr<Store> inner, DenialCacheOptions options = {});
+  ~DenialCache() override;
+
+  void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
+  std::string_view kind() const noexcept override { return inner_->kind(); }
+  StoreHealth health() const override { return inner_->health(); }
+
+  Store& inner() noexcept { return *inner_; }
+
+  struct Stats {
+    std::uint64_t hits = 0;      // checks answered locally
+    std::uint64_t recorded = 0;  // denials recorded
+    std::size_t size = 0;        // denials held now (expired ones included until swept)
+  };
+  Stats stats() const;
+
+ private:
+  struct Shard;
+  Shard& shard_for(std::size_t hash) const noexcept;
+  std::optional<CheckOutcome> lookup(const std::vector<CheckItem>& items, Micros now_steady);
+  void record(const std::vector<CheckItem>& items, const CheckOutcome& outcome, Micros sent_at);
+
+  std::unique_ptr<Store> inner_;
+  DenialCacheOptions options_;
+  std::unique_ptr<Shard[]> shards_;
+  std::size_t shard_mask_ = 0;
+  std::atomic<std::uint64_t> hits_{0};
+  std::atomic<std::uint64_t> recorded_{0};
+};
+
+}  // namespace ratekeeper::store

@@ -1,0 +1,118 @@
+#include "ratekeeper/store/denial_cache.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/redis/circuit_breaker.hpp"
+
+namespace ratekeeper::store {
+
+namespace {
+
+struct Denial {
+  Limit limit;
+  std::int64_t cost = 0;    // denied for this cost and every larger one
+  Micros until = 0;         // steady clock: the earliest instant the store could admit it
+  Micros reset_until = 0;   // steady clock: when the key would be full again
+  std::int64_t remaining = 0;
+};
+
+}  // namespace
+
+struct DenialCache::Shard {
+  mutable std::mutex mu;
+  std::unordered_map<std::string, Denial> denials;
+};
+
+DenialCache::DenialCache(std::unique_ptr<Store> inner, DenialCacheOptions options)
+    : inner_(std::move(inner)), options_(options) {
+  const std::size_t n = std::bit_ceil(std::max<std::size_t>(1, options_.shards));
+  shards_ = std::make_unique<Shard[]>(n);
+  shard_mask_ = n - 1;
+}
+
+DenialCache::~DenialCache() = default;
+
+DenialCache::Shard& DenialCache::shard_for(std::size_t hash) const noexcept { return shards_[hash & shard_mask_]; }
+
+std::optional<CheckOutcome> DenialCache::lookup(const std::vector<CheckItem>& items, Micros now_steady) {
+  CheckOutcome out;
+  out.items.reserve(items.size());
+  for (const auto& item : items) {
+    if (item.cost == 0) return std::nullopt;  // a peek is never denied
+    auto& shard = shard_for(std::hash<std::string>{}(item.key));
+    std::lock_guard lock(shard.mu);
+    auto it = shard.denials.find(item.key);
+    if (it == shard.denials.end()) return std::nullopt;
+    const Denial& d = it->second;
+    if (d.until <= now_steady) {
+      shard.denials.erase(it);
+      return std::nullopt;
+    }
+    if (d.limit != item.limit || item.cost < d.cost) return std::nullopt;
+    Decision decision;
+    decision.allowed = false;
+    decision.limit = d.limit.capacity;
+    decision.remaining = d.remaining;
+    decision.retry_after = d.until - now_steady;
+    decision.reset_after = std::max<Micros>(0, d.reset_until - now_steady);
+    out.items.push_back(decision);
+  }
+  out.decision = algorithms::combine(out.items);
+  return out;
+}
+
+void DenialCache::record(const std::vector<CheckItem>& items, const CheckOutcome& outcome, Micros sent_at) {
+  if (outcome.items.size() != items.size()) return;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Decision& d = outcome.items[i];
+    if (d.allowed || d.retry_after <= 0 || items[i].cost == 0) continue;
+    auto& shard = shard_for(std::hash<std::string>{}(items[i].key));
+    const std::size_t per_shard = std::max<std::size_t>(1, options_.max_keys / (shard_mask_ + 1));
+    std::lock_guard lock(shard.mu);
+    if (shard.denials.size() >= per_shard && !shard.denials.contains(items[i].key)) {
+      std::erase_if(shard.denials, [sent_at](const auto& kv) { return kv.second.until <= sent_at; });
+      if (shard.denials.size() >= per_shard) continue;
+    }
+    shard.denials[items[i].key] =
+        Denial{items[i].limit, items[i].cost, sent_at + d.retry_after, sent_at + d.reset_after, d.remaining};
+    recorded_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
+  if (now || items.empty()) {
+    inner_->check(std::move(items), now, std::move(done));
+    return;
+  }
+  const Micros sent_at = redis::steady_micros();
+  if (auto local = lookup(items, sent_at)) {
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    done(std::move(*local));
+    return;
+  }
+  // The items are needed again to record a denial: keys, limits and costs only.
+  auto shared = std::make_shared<std::vector<CheckItem>>(items);
+  inner_->check(std::move(items), now,
+                [this, shared, sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
+                  if (outcome && !outcome->decision.allowed) record(*shared, *outcome, sent_at);
+                  done(std::move(outcome));
+                });
+}
+
+DenialCache::Stats DenialCache::stats() const {
+  Stats s;
+  s.hits = hits_.load(std::memory_order_relaxed);
+  s.recorded = recorded_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    std::lock_guard lock(shards_[i].mu);
+    s.size += shards_[i].denials.size();
+  }
+  return s;
+}
+
+}  // namespace ratekeeper::store
