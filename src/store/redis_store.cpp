@@ -37,6 +37,7 @@ struct RedisStore::Lane {
   std::mutex mu;
   std::vector<Call*> queued;
   bool flush_posted = false;
+  std::size_t in_flight = 0;  // script calls sent and not answered yet
 };
 
 RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::Url& url) {
@@ -60,8 +61,9 @@ RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options))
 }
 
 RedisStore::~RedisStore() {
-  // Flushes already posted run first (they only queue commands), then closing the connections
-  // fails whatever is still pending, on the loop threads.
+  // Nothing new is sent; flushes already posted run out first, then closing the connections
+  // fails whatever is pending, and what is still queued fails here.
+  closing_.store(true);
   if (!loop_->on_loop_thread()) loop_->barrier();
   std::vector<Call*> left;
   for (auto& lane : lanes_) {
@@ -90,6 +92,7 @@ void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, 
   Lane& lane = *lanes_[index];
   call->lane = &lane;
   if (options_.max_batch <= 1) {
+    started(lane);
     send(call, false);
     return;
   }
@@ -106,13 +109,17 @@ void RedisStore::flush(Lane& lane) {
   std::vector<Call*> calls;
   {
     std::lock_guard lock(lane.mu);
-    calls.swap(lane.queued);
     lane.flush_posted = false;
+    if (closing_.load(std::memory_order_relaxed)) return;
+    // Enough in flight: what is queued goes with the next completion, in fewer, larger calls.
+    if (lane.in_flight >= options_.max_in_flight) return;
+    calls.swap(lane.queued);
   }
   // Runs of calls with the same `now` (the script takes one), at most max_batch each.
   for (std::size_t i = 0; i < calls.size();) {
     std::size_t j = i + 1;
     while (j < calls.size() && j - i < options_.max_batch && calls[j]->script.now() == calls[i]->script.now()) ++j;
+    started(lane);
     if (j - i == 1) {
       send(calls[i], false);
     } else {
@@ -140,12 +147,30 @@ void RedisStore::flush(Lane& lane) {
   }
 }
 
+void RedisStore::started(Lane& lane) {
+  std::lock_guard lock(lane.mu);
+  ++lane.in_flight;
+}
+
+void RedisStore::finished(Lane& lane) {
+  bool post = false;
+  {
+    std::lock_guard lock(lane.mu);
+    --lane.in_flight;
+    post = !lane.queued.empty() && !closing_.load(std::memory_order_relaxed) &&
+           !std::exchange(lane.flush_posted, true);
+  }
+  if (post) loop_->post(lane.context, [this, &lane] { flush(lane); });
+}
+
 void RedisStore::send(Call* call, bool retry) {
   // EVALSHA sha numkeys keys... args... (EVAL with the source when retrying after NOSCRIPT).
   auto argv = call->script.argv(retry);
   if (!argv) {
     auto done = std::move(call->done);
+    Lane& lane = *call->lane;
     delete call;
+    finished(lane);
     done(std::unexpected(argv.error()));
     return;
   }
@@ -164,7 +189,9 @@ void RedisStore::on_reply(Call* call, Result<redis::Reply> reply) {
   }
   auto done = std::move(call->done);
   const std::size_t n = call->script.items().size();
+  Lane& lane = *call->lane;
   delete call;
+  finished(lane);
   if (!reply) {
     done(std::unexpected(std::move(reply.error())));
     return;
@@ -194,7 +221,9 @@ void RedisStore::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
   std::vector<std::vector<Result<CheckOutcome>>> outcomes;
   if (reply) outcomes = detail::parse_batch(*reply, batch->entries);
   std::vector<std::vector<Call*>> calls = std::move(batch->calls);
+  Lane& lane = *batch->lane;
   delete batch;
+  finished(lane);
   for (std::size_t e = 0; e < calls.size(); ++e) {
     for (std::size_t r = 0; r < calls[e].size(); ++r) {
       auto done = std::move(calls[e][r]->done);

@@ -8,9 +8,11 @@
 // an HTTP server read in one turn of its event loop) are sent as one call of the batch script
 // (lua/batch.lua), which runs them one after the other at one instant, each all-or-nothing:
 // the same decisions as separate calls issued back to back, for one script call's overhead on
-// the Redis server. A check waits for at most the rest of its thread's current turn. One
-// check alone goes out as its own script, as before. An error reply to a batch (e.g. Redis
-// out of memory) answers every check of the batch with that error.
+// the Redis server. A check waits for the rest of its thread's current turn, and while
+// max_in_flight script calls are pending on its connection, for one of them to complete:
+// under load, the checks that arrive during one round trip go out as the next call. One
+// check alone goes out as its own script. An error reply to a batch (e.g. Redis out of
+// memory) answers every check of the batch with that error.
 
 #include <atomic>
 #include <memory>
@@ -35,6 +37,9 @@ struct RedisStoreOptions {
   // threads; see core/event_loop.hpp). `connections` is then ignored.
   std::shared_ptr<core::EventLoop> loop;
   std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
+  // Script calls in flight per connection before new checks wait for one to complete (and
+  // then go out together). Bounds nothing else: each check keeps its own deadline.
+  std::size_t max_in_flight = 1;
 };
 
 // StoreOptions + a parsed redis:// or unix:// URL → RedisStoreOptions.
@@ -71,6 +76,8 @@ class RedisStore final : public Store {
   void send(Call* call, bool retry);
   void on_reply(Call* call, Result<redis::Reply> reply);
   void flush(Lane& lane);
+  void started(Lane& lane);
+  void finished(Lane& lane);
   void send_batch(Batch* batch, bool retry);
   void on_batch_reply(Batch* batch, Result<redis::Reply> reply);
 
@@ -81,6 +88,7 @@ class RedisStore final : public Store {
   std::atomic<std::uint64_t> noscript_reloads_{0};
   std::atomic<std::uint64_t> batches_{0};
   std::atomic<std::uint64_t> batched_checks_{0};
+  std::atomic<bool> closing_{false};
 };
 
 }  // namespace ratekeeper::store
