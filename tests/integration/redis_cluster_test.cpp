@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/redis/key_slot.hpp"
+#include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_cluster_store.hpp"
 #include "support/http_client.hpp"
@@ -255,6 +256,48 @@ TEST(RedisClusterStore, CrossSlotScriptsAreLoadedAgainAfterAFlush) {
   EXPECT_EQ(after.refunds_sent, before.refunds_sent + 1);
   EXPECT_EQ(after.refunds_failed, before.refunds_failed);
   EXPECT_GE(after.noscript_reloads, before.noscript_reloads + 2) << "multi_at on both slots' masters";
+}
+
+// A refund that fails is counted, not retried, and the consumption it was to give back
+// stays. The refund fails here because its script cannot be loaded: the scripts are flushed,
+// "multi_at" is loaded again by hand, and EVAL is refused to the store's user, so the
+// refund's EVALSHA answers NOSCRIPT and its EVAL an error.
+TEST(RedisClusterStore, AFailedRefundIsCountedAndItsConsumptionStays) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  const auto ip = fmt::format("fail-span:{{ip-{}}}:r", unique("x"));
+  const auto user = fmt::format("fail-span:{{user-{}}}:r", unique("x"));
+  ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
+  const auto limit = *algorithms::Limit::make(Algorithm::token_bucket, 10, 60 * kMicrosPerSecond);
+  ASSERT_TRUE(store->check_sync({{user, limit, 10}}));
+  const auto masters = cluster.masters();
+  struct EvalAllowedAgain {
+    std::vector<RedisServer*> masters;
+    ~EvalAllowedAgain() {
+      for (auto* m : masters) testing::command_on(m->port(), {"ACL", "SETUSER", "default", "+eval"});
+    }
+  } restore{masters};
+  for (auto* m : masters) {
+    testing::command_on(m->port(), {"SCRIPT", "FLUSH"});
+    testing::command_on(m->port(), {"SCRIPT", "LOAD", std::string(*lua_script("multi_at"))});
+    testing::command_on(m->port(), {"ACL", "SETUSER", "default", "-eval"});
+  }
+  const auto before = store->stats();
+  auto denied = store->check_sync({{ip, limit, 3}, {user, limit, 1}});
+  ASSERT_TRUE(denied) << denied.error().message;
+  EXPECT_FALSE(denied->decision.allowed);
+  // The IP's item reports what its slot consumed: it was not given back.
+  EXPECT_TRUE(denied->items[0].allowed);
+  EXPECT_EQ(denied->items[0].remaining, 7);
+  const auto after = store->stats();
+  EXPECT_EQ(after.cross_slot_partial, before.cross_slot_partial + 1);
+  EXPECT_EQ(after.refunds_sent, before.refunds_sent + 1);
+  EXPECT_EQ(after.refunds_failed, before.refunds_failed + 1);
+
+  for (auto* m : masters) testing::command_on(m->port(), {"ACL", "SETUSER", "default", "+eval"});
+  auto peek = store->check_sync({{ip, limit, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 7);
 }
 
 TEST(RedisClusterStore, ServeOnTheClusterAdmitsExactlyCapacityOfAConcurrentBurst) {
