@@ -8,7 +8,8 @@
 -- Returns per entry the replies of its checks, each the 5 integers of single.lua for a
 -- one-key check or the reply of multi.lua otherwise, up to and including the first denial:
 -- at one instant a denied check changes nothing, so the identical checks after it get the
--- same reply.
+-- same reply. A one-key token bucket entry with repetitions answers in the closed form of
+-- token_bucket_repeated instead: a flat array {admitted, first decision, denial}.
 local function run_batch()
   local count = integer_arg(ARGV[2], 'entries')
   if count < 1 then fail('a batch holds at least one check') end
@@ -36,7 +37,7 @@ local function run_batch()
     local replies = {}
     local l = entry.limits[1]
     if #entry.limits == 1 and l.step == token_bucket and entry.repeats > 1 then
-      -- The same decisions as the loop below, without its per-check overhead.
+      -- The same decisions as the loop below, in closed form.
       local store
       replies, store = token_bucket_repeated(l.key, l.capacity, l.period, l.cost, now, entry.repeats)
       if store then store() end

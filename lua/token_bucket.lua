@@ -35,17 +35,31 @@ local function token_bucket(key, capacity, interval, cost, now)
          store_tat(key, t, allowed and cost > 0, exists, now)
 end
 
--- `repeats` identical checks one after the other at `now`: their decisions up to and
--- including the first denial (the ones after it are the same denial), and one store.
+-- `repeats` identical checks one after the other at `now`, in closed form: how many are
+-- admitted (a prefix: a denial changes nothing, so the checks after it are denied alike),
+-- and one store. Returns {admitted, the first decision if admitted > 0, the denial if
+-- admitted < repeats}; the k-th admitted decision is the first with remaining lower by
+-- (k - 1)·cost and reset_after longer by (k - 1)·cost·interval (RedisStore derives them).
 local function token_bucket_repeated(key, capacity, interval, cost, now, repeats)
   local stored, exists = read_tat(key)
+  local reply = {0}
   local t = stored
-  local decisions = {}
-  for r = 1, repeats do
-    local allowed, remaining, retry_after, reset_after
-    allowed, remaining, retry_after, reset_after, t = gcra(t, capacity, interval, cost, now)
-    decisions[r] = {allowed and 1 or 0, capacity, remaining, retry_after, reset_after}
-    if not allowed then break end
+  local allowed, remaining, retry_after, reset_after = gcra(stored, capacity, interval, cost, now)
+  local admitted = 0
+  if allowed then
+    admitted = repeats
+    if cost > 0 then
+      -- Admitted k-th iff max(tat, now) + k·cost·interval − now <= tau.
+      local room = capacity * interval - (math.max(stored, now) - now)
+      admitted = math.min(repeats, cdiv(room, cost * interval))
+      t = math.max(stored, now) + admitted * cost * interval
+    end
+    for _, v in ipairs({1, capacity, remaining, retry_after, reset_after}) do reply[#reply + 1] = v end
   end
-  return decisions, store_tat(key, t, t ~= stored, exists, now)
+  if admitted < repeats then
+    allowed, remaining, retry_after, reset_after = gcra(t, capacity, interval, cost, now)
+    for _, v in ipairs({0, capacity, remaining, retry_after, reset_after}) do reply[#reply + 1] = v end
+  end
+  reply[1] = admitted
+  return reply, store_tat(key, t, t ~= stored, exists, now)
 end

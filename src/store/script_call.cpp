@@ -187,6 +187,52 @@ Result<std::span<const std::string_view>> BatchArgv::build(std::span<const Batch
   return std::span<const std::string_view>(argv_);
 }
 
+namespace {
+
+// The closed-form reply of a repeated one-key token bucket entry (token_bucket_repeated in
+// lua/token_bucket.lua): {admitted, first decision if admitted > 0, denial if admitted <
+// repeats}. The k-th admitted check (k = 1, 2, ...) has remaining lower by (k − 1)·cost and
+// reset_after longer by (k − 1)·cost·interval than the first: GCRA's tat advances by
+// cost·interval per admission.
+bool is_compact(const BatchEntry& e) noexcept {
+  return e.repeats > 1 && e.items->size() == 1 && (*e.items)[0].limit.algorithm == algorithms::Algorithm::token_bucket;
+}
+
+std::vector<Result<CheckOutcome>> parse_compact(const redis::Reply& reply, const BatchEntry& e) {
+  const CheckItem& item = (*e.items)[0];
+  std::vector<Result<CheckOutcome>> out;
+  auto malformed = [&] {
+    out.assign(e.repeats, make_error(ErrorCode::protocol, fmt::format("batch script reply: token bucket entry: {}",
+                                                                      reply.to_string())));
+    return out;
+  };
+  if (!reply.is_array() || reply.elements.empty() || !reply.elements[0].is_integer()) return malformed();
+  const auto admitted = reply.elements[0].integer;
+  const auto repeats = static_cast<std::int64_t>(e.repeats);
+  const std::size_t expected = 1 + (admitted > 0 ? kDecisionFields : 0) + (admitted < repeats ? kDecisionFields : 0);
+  if (admitted < 0 || admitted > repeats || reply.elements.size() != expected) return malformed();
+  std::size_t at = 1;
+  if (admitted > 0) {
+    auto first = to_decision(reply.elements.data() + at);
+    if (!first) return malformed();
+    at += kDecisionFields;
+    for (std::int64_t k = 0; k < admitted; ++k) {
+      Decision d = *first;
+      d.remaining -= k * item.cost;
+      d.reset_after += k * item.cost * item.limit.period;
+      out.push_back(CheckOutcome{d, {d}});
+    }
+  }
+  if (admitted < repeats) {
+    auto denial = to_decision(reply.elements.data() + at);
+    if (!denial) return malformed();
+    out.resize(e.repeats, CheckOutcome{*denial, {*denial}});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
                                                            std::span<const BatchEntry> entries) {
   std::vector<std::vector<Result<CheckOutcome>>> out(entries.size());
@@ -203,6 +249,10 @@ std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& r
     const auto& replies = reply.elements[i];
     const std::size_t repeats = entries[i].repeats;
     const std::size_t items = entries[i].items->size();
+    if (is_compact(entries[i])) {
+      out[i] = parse_compact(replies, entries[i]);
+      continue;
+    }
     if (!replies.is_array() || replies.elements.empty() || replies.elements.size() > repeats) {
       out[i].assign(repeats, make_error(ErrorCode::protocol, fmt::format("batch script reply: entry {}: {}", i,
                                                                          replies.to_string())));

@@ -895,8 +895,28 @@ std::vector<std::vector<std::vector<std::int64_t>>> run_batch(const std::vector<
   const RedisReply r = runner().run("batch", batch_keys, args);
   if (r.type != RedisReply::Type::array) throw std::runtime_error("batch: " + r.text);
   std::vector<std::vector<std::vector<std::int64_t>>> out;
-  for (const auto& entry : r.elements) {
+  for (std::size_t e = 0; e < r.elements.size(); ++e) {
+    const auto& entry = r.elements[e];
     out.emplace_back();
+    const Limit& l = limits[entries[e].keys[0]];
+    if (entries[e].keys.size() == 1 && entries[e].repeats > 1 && l.algorithm == Algorithm::token_bucket) {
+      // Closed form: {admitted, first decision, denial}; the k-th admitted one has remaining
+      // lower by k·cost and reset_after longer by k·cost·interval than the first.
+      const auto flat = testing::integers(entry);
+      const std::int64_t admitted = flat.at(0);
+      for (std::int64_t k = 0; k < admitted; ++k) {
+        std::vector<std::int64_t> d(flat.begin() + 1, flat.begin() + 6);
+        d[2] -= k * entries[e].costs[0];
+        d[4] += k * entries[e].costs[0] * l.period;
+        out.back().push_back(d);
+      }
+      if (admitted < static_cast<std::int64_t>(entries[e].repeats)) {
+        const std::size_t at = admitted > 0 ? 6 : 1;
+        out.back().emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(at),
+                                flat.begin() + static_cast<std::ptrdiff_t>(at + 5));
+      }
+      continue;
+    }
     for (const auto& reply : entry.elements) out.back().push_back(testing::integers(reply));
   }
   return out;
@@ -971,7 +991,7 @@ TEST(LuaScripts, BatchDecidesAndStoresAsSeparateCallsInOrder) {
 
 TEST(LuaScripts, BatchRepeatsStopAtTheFirstDenial) {
   const std::string key = fresh_key("batch-repeats");
-  const Limit limit = make_limit(Algorithm::token_bucket, 3, 60'000'000);
+  const Limit limit = make_limit(Algorithm::fixed_window, 3, 60'000'000);
   const auto replies = run_batch({key}, {limit}, {{{0}, {1}, 10}}, 1'700'000'000'000'000);
   ASSERT_EQ(replies.size(), 1u);
   ASSERT_EQ(replies[0].size(), 4u);  // three admitted, then the first denial
@@ -994,6 +1014,22 @@ TEST(LuaScripts, BatchArgumentsAreCheckedBeforeAnythingIsWritten) {
   EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
   const RedisReply wrong = runner().run("batch", {key}, {"1700000000000000", "1", "2", "1", "0", "5", "1000000", "1"});
   EXPECT_TRUE(wrong.is_error());
+}
+
+
+TEST(LuaScripts, BatchAnswersRepeatedTokenBucketChecksInClosedForm) {
+  const std::string key = fresh_key("batch-closed-form");
+  const Micros now = 1'700'000'000'000'000;
+  // Seven checks of cost 2 on a full bucket of 5: two admitted, then denials.
+  const RedisReply r = runner().run("batch", {key}, {std::to_string(now), "1", "1", "7", "0", "5", "1000000", "2"});
+  ASSERT_EQ(r.type, RedisReply::Type::array) << r.text;
+  const auto flat = testing::integers(r.elements.at(0));
+  EXPECT_EQ(flat, (std::vector<std::int64_t>{2, 1, 5, 3, 0, 2'000'000, 0, 5, 1, 1'000'000, 4'000'000}));
+  EXPECT_EQ(connection().command({"GET", key}).text, std::to_string(now + 4'000'000));
+  // Peeks on the now partly used bucket: all admitted, nothing stored.
+  const RedisReply peeks = runner().run("batch", {key}, {std::to_string(now), "1", "1", "3", "0", "5", "1000000", "0"});
+  EXPECT_EQ(testing::integers(peeks.elements.at(0)), (std::vector<std::int64_t>{3, 1, 5, 1, 0, 4'000'000}));
+  EXPECT_EQ(connection().command({"GET", key}).text, std::to_string(now + 4'000'000));
 }
 
 }  // namespace
