@@ -1,0 +1,135 @@
+// The script calls of a refund across Redis Cluster slots (store/refund_call.hpp) against a
+// scripted sender: the argument vectors of "multi_at" and "refund", the NOSCRIPT → EVAL
+// fallback, and the parsing of their replies.
+
+#include "store/refund_call.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ratekeeper/redis/circuit_breaker.hpp"
+#include "ratekeeper/store/lua_scripts.hpp"
+
+namespace ratekeeper::store::detail {
+namespace {
+
+using algorithms::Algorithm;
+
+redis::Reply integer(std::int64_t v) {
+  redis::Reply r;
+  r.type = redis::Reply::Type::integer;
+  r.integer = v;
+  return r;
+}
+
+redis::Reply array(const std::vector<std::int64_t>& values) {
+  redis::Reply r;
+  r.type = redis::Reply::Type::array;
+  for (auto v : values) r.elements.push_back(integer(v));
+  return r;
+}
+
+redis::Reply error(const std::string& text) {
+  redis::Reply r;
+  r.type = redis::Reply::Type::error;
+  r.str = text;
+  return r;
+}
+
+// Records each command it is given and answers with the next scripted reply.
+struct ScriptedSender {
+  std::vector<std::vector<std::string>> sent;
+  std::vector<redis::Reply> replies;
+
+  ScriptSender sender() {
+    return [this](std::span<const std::string_view> argv, Micros, redis::ReplyCallback done) {
+      sent.emplace_back(argv.begin(), argv.end());
+      const redis::Reply reply = replies.at(sent.size() - 1);
+      done(reply);
+    };
+  }
+};
+
+std::vector<CheckItem> items() {
+  return {{"a:{x}:1", *algorithms::Limit::make(Algorithm::token_bucket, 10, 1000), 2},
+          {"a:{x}:2", *algorithms::Limit::make(Algorithm::fixed_window, 5, 60'000'000), 1}};
+}
+
+Micros far() { return redis::steady_micros() + 60'000'000; }
+
+TEST(RefundCall, TimedCheckSendsMultiAtAndParsesTheInstant) {
+  ScriptedSender s;
+  s.replies = {array({1, 5, 3, 0, 9, /*first*/ 1, 10, 8, 0, 2000, /*second*/ 1, 5, 4, 0, 9, /*at*/ 1234})};
+  std::optional<Result<TimedOutcome>> got;
+  const auto batch = items();
+  run_timed_check(batch, std::nullopt, far(), s.sender(), [&](Result<TimedOutcome> r) { got = std::move(r); },
+                  nullptr);
+  ASSERT_EQ(s.sent.size(), 1u);
+  const std::vector<std::string> expected{"EVALSHA", s.sent[0][1], "2", "a:{x}:1", "a:{x}:2", "-1",
+                                          "0",       "10",         "1000", "2",     "3",       "5",
+                                          "60000000", "1"};
+  EXPECT_EQ(s.sent[0], expected);
+  ASSERT_TRUE(got && *got) << (got ? got->error().message : "no answer");
+  EXPECT_EQ((*got)->at, 1234);
+  EXPECT_TRUE((*got)->outcome.decision.allowed);
+  ASSERT_EQ((*got)->outcome.items.size(), 2u);
+  EXPECT_EQ((*got)->outcome.items[0].reset_after, 2000);
+  EXPECT_EQ((*got)->outcome.items[1].remaining, 4);
+}
+
+TEST(RefundCall, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
+  ScriptedSender s;
+  s.replies = {error("NOSCRIPT No matching script"), array({1, 1, 10, 10, 0, 0, 0, 1, 5, 5, 0, 0})};
+  std::atomic<std::uint64_t> reloads{0};
+  std::optional<Result<RefundOutcome>> got;
+  const auto batch = items();
+  const std::vector<Micros> reset_after{2000, 59'000'000};
+  run_refund(batch, reset_after, 777, 1000, far(), s.sender(), [&](Result<RefundOutcome> r) { got = std::move(r); },
+             &reloads);
+  ASSERT_EQ(s.sent.size(), 2u);
+  EXPECT_EQ(s.sent[0][0], "EVALSHA");
+  EXPECT_EQ(s.sent[1][0], "EVAL");
+  EXPECT_EQ(s.sent[1][1], *lua_script("refund"));
+  const std::vector<std::string> args(s.sent[1].begin() + 2, s.sent[1].end());
+  const std::vector<std::string> expected{"2", "a:{x}:1", "a:{x}:2", "777", "1000", "0",        "10", "1000",
+                                          "2", "2000",    "3",       "5",   "60000000", "1", "59000000"};
+  EXPECT_EQ(args, expected);
+  EXPECT_EQ(reloads.load(), 1u);
+  ASSERT_TRUE(got && *got) << (got ? got->error().message : "no answer");
+  EXPECT_EQ((*got)->refunded, (std::vector<bool>{true, false}));
+  EXPECT_EQ((*got)->items[0].remaining, 10);
+  EXPECT_EQ((*got)->items[1].limit, 5);
+}
+
+TEST(RefundCall, ASecondNoscriptIsAnError) {
+  ScriptedSender s;
+  s.replies = {error("NOSCRIPT No matching script"), error("NOSCRIPT No matching script")};
+  std::optional<Result<RefundOutcome>> got;
+  const auto batch = items();
+  const std::vector<Micros> reset_after{1, 1};
+  run_refund(batch, reset_after, 0, std::nullopt, far(), s.sender(),
+             [&](Result<RefundOutcome> r) { got = std::move(r); }, nullptr);
+  EXPECT_EQ(s.sent.size(), 2u);
+  ASSERT_TRUE(got);
+  ASSERT_FALSE(*got);
+  EXPECT_EQ(got->error().code, ErrorCode::reply);
+}
+
+TEST(RefundCall, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) {
+  EXPECT_EQ(parse_timed_outcome(error("ERR ratekeeper: bad"), 1).error().code, ErrorCode::reply);
+  // "multi" of one item without the instant.
+  EXPECT_EQ(parse_timed_outcome(array({1, 5, 4, 0, 1, 1, 5, 4, 0, 1}), 1).error().code, ErrorCode::protocol);
+  auto one = parse_timed_outcome(array({1, 5, 4, 0, 1, 1, 5, 4, 0, 1, 42}), 1);
+  ASSERT_TRUE(one) << one.error().message;
+  EXPECT_EQ(one->at, 42);
+  redis::Reply text = array({1, 5, 4, 0, 1, 1});
+  text.elements[5].type = redis::Reply::Type::string;
+  EXPECT_EQ(parse_refund(text, 1).error().code, ErrorCode::protocol);
+  EXPECT_EQ(parse_refund(array({1, 5, 4, 0, 1}), 1).error().code, ErrorCode::protocol);
+  EXPECT_EQ(parse_refund(error("NOPERM"), 1).error().code, ErrorCode::reply);
+}
+
+}  // namespace
+}  // namespace ratekeeper::store::detail
