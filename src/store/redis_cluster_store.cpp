@@ -232,12 +232,7 @@ void RedisClusterStore::answer(const std::shared_ptr<CrossSlotCheck>& check) {
 void RedisClusterStore::run(std::vector<CheckItem> items, std::uint16_t slot, std::optional<Micros> now,
                             Micros deadline, CheckCallback done) {
   auto call = std::make_shared<detail::ScriptCall>(std::move(items), now);
-  detail::run_script(
-      call, deadline,
-      [this, slot](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
-        cluster_->command(slot, argv, std::move(cb), timeout);
-      },
-      std::move(done), &noscript_reloads_);
+  detail::run_script(call, deadline, slot_sender(*cluster_, slot), std::move(done), &noscript_reloads_);
 }
 
 StoreHealth RedisClusterStore::health() const {
