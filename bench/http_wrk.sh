@@ -6,6 +6,10 @@
 # and the CPU time per request of the server and of redis-server (what the limiter costs
 # on a machine where wrk, the server and Redis share the cores). A third run, limited on
 # memory://, separates the limiter's own cost from the Redis round trip (SKIP_MEMORY=1: skip).
+# Two more runs (SKIP_EXTRA=1: skip) show the other shapes of traffic: every request from
+# its own user (X-User-ID drawn at random from 100,000: checks of different keys, nothing
+# for Redis to fold together), and every request denied (capacity 1: the denial cache
+# answers without Redis).
 #
 #   bench/http_wrk.sh [path/to/ratekeeper]
 #   WRK_THREADS=1 WRK_CONNECTIONS=32 WRK_DURATION=10s SERVER_THREADS=1 bench/http_wrk.sh
@@ -63,6 +67,31 @@ rules:
         refill_rate: 1000000
 YAML
 printf 'logging: {level: warn}\nrules: []\n' >"$work/unlimited.yaml"
+cat >"$work/users.yaml" <<YAML
+logging: {level: warn}
+rules:
+  - name: api
+    match: {path: /api/data}
+    identity: {type: header, header: X-User-ID, default: anonymous}
+    limits:
+      - capacity: 1000000000
+        refill_rate: 1000000
+YAML
+cat >"$work/denied.yaml" <<YAML
+logging: {level: warn}
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: 1
+        refill_rate: 0.001
+YAML
+cat >"$work/users.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/api/data", {["X-User-ID"] = "u" .. math.random(100000)})
+end
+LUA
 
 redis_cpu() {
   redis-cli -u "$store_url" info cpu 2>/dev/null |
@@ -72,7 +101,9 @@ redis_cpu() {
 # Runs wrk against a fresh server with configuration $1 and store $2; sets rps, p50, p99,
 # server_us and redis_us (CPU time per request of the server process and of redis-server).
 measure() {
-  local config=$1 store=$2 port r0 r1 ticks requests
+  local config=$1 store=$2 expect=${3:-2xx} script=${4:-} port r0 r1 ticks requests
+  local -a wrk_script=()
+  [ -n "$script" ] && wrk_script=(-s "$script")
   port=$(free_port 18000)
   "$binary" serve --config "$config" --store "$store" --listen "127.0.0.1:$port" \
     --threads "$server_threads" >"$work/server.log" 2>&1 &
@@ -86,14 +117,14 @@ measure() {
   local t0 t1
   t0=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
   r0=$(redis_cpu)
-  wrk -t"$wrk_threads" -c"$wrk_connections" -d"$wrk_duration" --latency \
+  wrk -t"$wrk_threads" -c"$wrk_connections" -d"$wrk_duration" --latency "${wrk_script[@]}" \
     "http://127.0.0.1:$port/api/data" >"$work/wrk.txt"
   r1=$(redis_cpu)
   t1=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
   kill -TERM "$server_pid"
   wait "$server_pid" || true
   server_pid=""
-  if grep -q "Non-2xx" "$work/wrk.txt"; then
+  if [ "$expect" = 2xx ] && grep -q "Non-2xx" "$work/wrk.txt"; then
     echo "unexpected non-2xx responses:" >&2
     cat "$work/wrk.txt" >&2
     exit 1
@@ -122,5 +153,23 @@ if [ -z "${SKIP_MEMORY:-}" ]; then
   measure "$work/limited.yaml" "memory://"
   row "limited (memory://, 1 rule)" "$rps" "$p50" "$p99" "$server_us" "-"
 fi
+if [ -z "${SKIP_EXTRA:-}" ]; then
+  measure "$work/users.yaml" "$store_url" 2xx "$work/users.lua"
+  users_rps=$rps
+  row "limited (redis, 100k users)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
+  measure "$work/unlimited.yaml" "$store_url" 2xx "$work/users.lua"
+  users_plain_rps=$rps
+  row "unlimited (100k users)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
+  measure "$work/denied.yaml" "$store_url" any
+  if ! grep -q "Non-2xx" "$work/wrk.txt"; then
+    echo "expected 429s in the denied run" >&2
+    exit 1
+  fi
+  row "denied (redis, all 429)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
+fi
 awk -v a="$limited_rps" -v b="$plain_rps" 'BEGIN {
   printf "limited (redis) / unlimited throughput: %.3f (limiter cost %.1f%%)\n", a / b, (1 - a / b) * 100 }'
+if [ -z "${SKIP_EXTRA:-}" ]; then
+  awk -v a="$users_rps" -v b="$users_plain_rps" 'BEGIN {
+    printf "100k users: limited (redis) / unlimited throughput: %.3f (limiter cost %.1f%%)\n", a / b, (1 - a / b) * 100 }'
+fi
