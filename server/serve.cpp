@@ -118,6 +118,21 @@ class Api {
   Api(limiter::Limiter& limiter, http::Middleware& middleware, bool metrics_enabled)
       : limiter_(limiter), middleware_(middleware), metrics_enabled_(metrics_enabled) {}
 
+  // The denial cache in front of the store, when there is one.
+  std::string denial_cache_text() const {
+    const auto* cache = dynamic_cast<const store::DenialCache*>(&limiter_.store());
+    if (cache == nullptr) return {};
+    const auto stats = cache->stats();
+    return fmt::format(
+        "# HELP ratekeeper_denial_cache_hits_total Checks answered as denied without the store (known denials).\n"
+        "# TYPE ratekeeper_denial_cache_hits_total counter\n"
+        "ratekeeper_denial_cache_hits_total {}\n"
+        "# HELP ratekeeper_denial_cache_entries Denials held (expired ones until swept).\n"
+        "# TYPE ratekeeper_denial_cache_entries gauge\n"
+        "ratekeeper_denial_cache_entries {}\n",
+        stats.hits, stats.size);
+  }
+
   void handle(ServerRequest request, Responder respond) {
     spdlog::debug("{} {} from {}", request.method, request.target, request.peer_address);
     const std::string_view path = request.path();
@@ -157,7 +172,7 @@ class Api {
     if (path == "/metrics") {
       if (method != "GET" && method != "HEAD") return respond(not_allowed("GET, HEAD"));
       if (!metrics_enabled_) return respond(error_response(404, "Not found"));
-      return respond(ServerResponse{200, std::string(kPrometheus), {}, limiter_.metrics_text()});
+      return respond(ServerResponse{200, std::string(kPrometheus), {}, limiter_.metrics_text() + denial_cache_text()});
     }
     if (path == "/v1/check") {
       if (method != "POST") return respond(not_allowed("POST"));

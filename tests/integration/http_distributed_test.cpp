@@ -132,6 +132,7 @@ TEST_F(HttpRedisDownWithDenialCache, KnownDenialHoldsThroughTheOutageAndTheRestF
   EXPECT_EQ(json::parse(fresh.body).at("allowed"), true) << fresh.body;
   const auto metrics = client_->get("/metrics").body;
   EXPECT_EQ(metric_value(metrics, R"(ratekeeper_decisions_total{rule="open",outcome="denied"})"), 4.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "ratekeeper_denial_cache_hits_total"), 3.0) << metrics;
 }
 
 TEST_F(HttpRedisDown, DenyPolicyRejectsEverything) {
