@@ -61,6 +61,10 @@ std::optional<Micros> parse_duration(std::string_view text) {
 
 namespace {
 
+// A sliding window log key holds one sorted-set entry (about 50-100 bytes in Redis) per unit
+// admitted in the window; beyond this, one key could hold megabytes.
+constexpr std::int64_t kMaxSlidingLogLimit = 100'000;
+
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -272,6 +276,11 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
     limit = algorithms::Limit::window(algorithm, count, window);
   }
   if (!limit) r.fail(blame, limit.error().message);
+  if (limit->algorithm == algorithms::Algorithm::sliding_window_log && limit->capacity > kMaxSlidingLogLimit) {
+    r.fail(blame, fmt::format("sliding_window_log keeps one entry per admitted unit: at most {} per window "
+                              "(sliding_window_counter keeps two numbers for any limit)",
+                              kMaxSlidingLogLimit));
+  }
   out.limit = *limit;
   return out;
 }

@@ -25,8 +25,28 @@ Result<std::string> escape_identity(std::string_view identity) {
   return out;
 }
 
+namespace {
+
+// Printable ASCII without the hash tag's braces.
+Result<void> check_name(std::string_view what, std::string_view name) {
+  for (unsigned char c : name) {
+    if (c <= 0x20 || c >= 0x7f || c == '{' || c == '}') {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{} '{}': names are printable ASCII without spaces or braces", what, name));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::string> make_key(std::string_view prefix, std::string_view identity,
                              std::string_view rule, std::string_view limit_name) {
+  if (prefix.empty()) return make_error(ErrorCode::invalid_argument, "key prefix must not be empty");
+  if (rule.empty()) return make_error(ErrorCode::invalid_argument, "rule name must not be empty");
+  if (auto ok = check_name("key prefix", prefix); !ok) return std::unexpected(ok.error());
+  if (auto ok = check_name("rule name", rule); !ok) return std::unexpected(ok.error());
+  if (auto ok = check_name("limit name", limit_name); !ok) return std::unexpected(ok.error());
   auto id = escape_identity(identity);
   if (!id) return std::unexpected(id.error());
   if (limit_name.empty()) return fmt::format("{}:{{{}}}:{}", prefix, *id, rule);

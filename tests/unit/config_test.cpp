@@ -218,6 +218,9 @@ TEST(ConfigTest, BadValuesAreNamedWithTheirPath) {
                "characters");
   expect_error(kRules + "  - {name: c, match: {path: api}, limits: [{rate: 1/s}]}\n",
                "rules[2].match.path", "must start with '/'");
+  expect_error(kRules + "  - {name: c, limits: [{algorithm: sliding_window_log, rate: 200000/h}]}\n",
+               "rules[2].limits[0].rate", "one entry per admitted unit");
+  expect_error("store: {denied_cache_keys: -1}\n", "store.denied_cache_keys", "between");
 }
 
 TEST(ConfigTest, InvalidYamlNamesTheFileAndLine) {

@@ -2,6 +2,8 @@
 // cannot be broken and no identity can spell another one's key.
 
 #include <gtest/gtest.h>
+
+#include <tuple>
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
@@ -80,6 +82,17 @@ TEST(Keys, AnIdentityCannotEndTheHashTagEarly) {
 TEST(Keys, AnIdentityCannotSpellAnotherIdentitysEscapedForm) {
   // The '%' of an already escaped-looking identity is itself escaped.
   EXPECT_NE(must_key(kDefaultPrefix, "a%7Db", "api"), must_key(kDefaultPrefix, "a}b", "api"));
+}
+
+TEST(Keys, PrefixAndNamesCannotMoveTheHashTag) {
+  for (auto [prefix, rule, limit] : {std::tuple{"rl{x}", "api", ""}, std::tuple{"rl", "a}pi", ""},
+                                     std::tuple{"rl", "api", "{per_s"}, std::tuple{"rl", "a pi", ""},
+                                     std::tuple{"", "api", ""}, std::tuple{"rl", "", ""}}) {
+    auto key = make_key(prefix, "ip:192.0.2.7", rule, limit);
+    ASSERT_FALSE(key) << prefix << " " << rule << " " << limit << " → " << *key;
+    EXPECT_EQ(key.error().code, ErrorCode::invalid_argument);
+  }
+  EXPECT_EQ(*make_key("app:rl", "ip:192.0.2.7", "api:/v1", "pro:per_s"), "app:rl:{ip:192.0.2.7}:api:/v1:pro:per_s");
 }
 
 TEST(Keys, EmptyAndOverlongIdentitiesAreInvalidArguments) {

@@ -18,6 +18,9 @@ inline constexpr std::size_t kMaxIdentityBytes = 256;
 Result<std::string> escape_identity(std::string_view identity);
 
 // The key of `identity` (escaped here) under `rule`, optionally one of the rule's limits.
+// The prefix and the names are non-empty (the limit name may be empty: no limit part),
+// printable ASCII without spaces, '{' or '}' (a brace would move the hash tag out of the
+// identity). Anything else is an invalid argument.
 Result<std::string> make_key(std::string_view prefix, std::string_view identity,
                              std::string_view rule, std::string_view limit_name = {});
 
