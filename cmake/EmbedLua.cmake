@@ -7,8 +7,7 @@ function(ratekeeper_embed_lua output)
   # A ';' would split the argument on the command line: the script splits on '|'.
   string(REPLACE ";" "|" input_arg "${inputs}")
   get_filename_component(dir ${output} DIRECTORY)
-  set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi)
-  list(APPEND scripts multi_at refund)
+  include(${PROJECT_SOURCE_DIR}/cmake/LuaScripts.cmake)
   set(outputs ${output})
   foreach(name IN LISTS scripts)
     list(APPEND outputs ${dir}/lua/${name}.lua)
@@ -16,7 +15,7 @@ function(ratekeeper_embed_lua output)
   add_custom_command(
     OUTPUT ${outputs}
     COMMAND ${CMAKE_COMMAND} -DOUTPUT=${output} "-DINPUTS=${input_arg}" -P ${PROJECT_SOURCE_DIR}/cmake/EmbedLuaScript.cmake
-    DEPENDS ${inputs} ${PROJECT_SOURCE_DIR}/cmake/EmbedLuaScript.cmake
+    DEPENDS ${inputs} ${PROJECT_SOURCE_DIR}/cmake/EmbedLuaScript.cmake ${PROJECT_SOURCE_DIR}/cmake/LuaScripts.cmake
     COMMENT "Embedding Lua scripts"
     VERBATIM)
 endfunction()

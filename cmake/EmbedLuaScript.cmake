@@ -1,23 +1,8 @@
 # cmake -DOUTPUT=<file.cpp> -DINPUTS=<lua/*.lua, separated by '|' or ';'> -P EmbedLuaScript.cmake
 # Writes OUTPUT (the embedded scripts, see store/lua_scripts.hpp) and <dir of OUTPUT>/lua/<name>.lua.
 #
-# Each script: lua/prelude.lua, the algorithm(s), the entry part, then the call of the entry.
-set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch)
-foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_window)
-  set(parts_${algorithm} prelude ${algorithm} single)
-  set(call_${algorithm} "return run_single(${algorithm})")
-endforeach()
-set(parts_multi prelude token_bucket sliding_window_log sliding_window_counter fixed_window multi)
-set(call_multi "return run_multi()")
-# Refunds across Redis Cluster slots (RedisClusterStore): "multi" that also reports the
-# instant it decided at, and the refund of what such a check consumed.
-list(APPEND scripts multi_at refund)
-set(parts_multi_at prelude token_bucket sliding_window_log sliding_window_counter fixed_window multi multi_at)
-set(call_multi_at "return run_multi_at()")
-set(parts_refund prelude token_bucket sliding_window_log sliding_window_counter fixed_window refund)
-set(call_refund "return run_refund()")
-set(parts_batch prelude token_bucket sliding_window_log sliding_window_counter fixed_window multi batch)
-set(call_batch "return run_batch()")
+# The scripts and their parts: LuaScripts.cmake.
+include(${CMAKE_CURRENT_LIST_DIR}/LuaScripts.cmake)
 
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
 foreach(file IN LISTS INPUTS)

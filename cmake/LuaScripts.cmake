@@ -1,0 +1,21 @@
+# The embedded Redis scripts and the lua/*.lua parts each is assembled from, in order:
+# lua/prelude.lua, the algorithm(s), the entry part, then the call of the entry. Included by
+# EmbedLua.cmake (the build's outputs) and EmbedLuaScript.cmake (the assembly).
+set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch multi_at refund)
+foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_window)
+  set(parts_${algorithm} prelude ${algorithm} single)
+  set(call_${algorithm} "return run_single(${algorithm})")
+endforeach()
+set(all_algorithms token_bucket sliding_window_log sliding_window_counter fixed_window)
+# Several limits of one identity, all-or-nothing.
+set(parts_multi prelude ${all_algorithms} multi)
+set(call_multi "return run_multi()")
+# Independent checks coalesced into one call (RedisStore).
+set(parts_batch prelude ${all_algorithms} multi batch)
+set(call_batch "return run_batch()")
+# Refunds across Redis Cluster slots (RedisClusterStore): "multi" that also reports the
+# instant it decided at, and the refund of what such a check consumed.
+set(parts_multi_at prelude ${all_algorithms} multi multi_at)
+set(call_multi_at "return run_multi_at()")
+set(parts_refund prelude ${all_algorithms} refund)
+set(call_refund "return run_refund()")
