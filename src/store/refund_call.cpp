@@ -119,16 +119,8 @@ Result<void> expect_integers(const redis::Reply& reply, std::size_t count, std::
   return {};
 }
 
-Decision decision_at(const redis::Reply& reply, std::size_t offset) {
-  const auto* f = reply.elements.data() + offset;
-  Decision d;
-  d.allowed = f[0].integer == 1;
-  d.limit = f[1].integer;
-  d.remaining = f[2].integer;
-  d.retry_after = f[3].integer;
-  d.reset_after = f[4].integer;
-  return d;
-}
+// Five integers at `offset`, already checked to be integers.
+Decision decision_at(const redis::Reply& reply, std::size_t offset) { return *to_decision(reply.elements.data() + offset); }
 
 }  // namespace
 

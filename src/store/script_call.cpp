@@ -52,6 +52,17 @@ std::string_view append_number(std::string& buf, std::int64_t v) {
   return std::string_view(buf).substr(start);
 }
 
+std::vector<EmbeddedScript> load_scripts() {
+  std::vector<EmbeddedScript> out;
+  for (std::string_view name :
+       {"token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "multi", "batch"}) {
+    if (auto source = lua_script(name)) out.push_back({name, *source, redis::detail::sha1_hex(*source)});
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Decision> to_decision(const redis::Reply* fields) {
   for (std::size_t i = 0; i < kDecisionFields; ++i) {
     if (!fields[i].is_integer()) {
@@ -67,17 +78,6 @@ Result<Decision> to_decision(const redis::Reply* fields) {
   d.reset_after = fields[4].integer;
   return d;
 }
-
-std::vector<EmbeddedScript> load_scripts() {
-  std::vector<EmbeddedScript> out;
-  for (std::string_view name :
-       {"token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "multi", "batch"}) {
-    if (auto source = lua_script(name)) out.push_back({name, *source, redis::detail::sha1_hex(*source)});
-  }
-  return out;
-}
-
-}  // namespace
 
 Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micros> now) {
   if (now && *now < 0) {

@@ -101,6 +101,9 @@ class BatchArgv {
 std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
                                                            std::span<const BatchEntry> entries);
 
+// The five integers at `fields` as a Decision; protocol error when one is not an integer.
+Result<Decision> to_decision(const redis::Reply* fields);
+
 // True when the reply says the server does not know the script (EVALSHA → EVAL).
 bool is_noscript(const Result<redis::Reply>& reply) noexcept;
 

@@ -150,7 +150,9 @@ TEST_P(StoreSuite, ChecksOfSeveralIdentitiesAreAnsweredItemByItem) {
 
 TEST_P(StoreSuite, SeedLimiterClassesAllowTheirCapacityThenDeny) {
   limiter::RateLimiterOptions options;
-  options.prefix = key("seed", "p");  // any prefix: the identity carries the hash tag
+  // A prefix of this test's own; no braces: the identity carries the hash tag.
+  options.prefix = fmt::format("suite-{}-{}-{}", name_of(GetParam()),
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name(), ::getpid());
   auto bucket = limiter::TokenBucketRateLimiter::create(*store_, 10, 1.0, options);
   auto sliding = limiter::SlidingWindowRateLimiter::create(*store_, 60000, 10, options);
   auto fixed = limiter::FixedWindowRateLimiter::create(*store_, 60, 10, options);
