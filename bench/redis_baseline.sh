@@ -10,7 +10,10 @@
 # Rows:
 #   redis-benchmark        -c C -P P: C connections, P commands in flight on each
 #   ratekeeper c=C         C decisions in flight over the client's auto-pipelined connection
-#   ratekeeper c=C*P       as many decisions in flight as redis-benchmark has commands
+#   ratekeeper c=C*P       as many decisions in flight as redis-benchmark has commands (the
+#                          client coalesces checks into calls of the batch script)
+#   ratekeeper c=C*P one   the same with --max-batch 1: one call of the same token bucket
+#                          script per decision, as redis-benchmark sends
 #   ratekeeper memory://   the embedded store, for scale
 # "cmds/read" is the number of script calls (EVALSHA, EVAL) per read from a client socket on
 # the server during the run (INFO commandstats / total_reads_processed): the effective pipelining.
@@ -135,14 +138,14 @@ print(f"redis-benchmark\t{rps:.0f}\t{p50}\t{p99}\t-\t{sys.argv[2]}\t{sys.argv[3]
 EOF
 }
 
-run_ratekeeper() {  # name store concurrency
-  local name=$1 store=$2 c=$3
+run_ratekeeper() {  # name store concurrency [max_batch]
+  local name=$1 store=$2 c=$3 max_batch=${4:-64}
   reset_server
   local out cpu0
   cpu0=$(server_cpu)
   out=$(timed "$ratekeeper" bench --store "$store" --algorithm token_bucket --keys "$keys" \
     --concurrency "$c" --requests "$requests" --capacity "$capacity" --rate "$rate" \
-    --threads "$threads" --json)
+    --threads "$threads" --max-batch "$max_batch" --json)
   local per_read=- server=- client
   client=$(per_decision "$(client_cpu)")
   if [[ $store != memory://* ]]; then
@@ -172,6 +175,7 @@ for i in $(seq "$repeat"); do
   if ((pipeline > 1)); then
     run_ratekeeper "ratekeeper c=$wide" "$store" "$wide"
   fi
+  run_ratekeeper "ratekeeper c=$wide one" "$store" "$wide" 1
   run_ratekeeper "ratekeeper memory://" "memory://" "$concurrency"
   echo "run $i/$repeat done" >&2
 done

@@ -51,6 +51,7 @@ struct BenchOptions {
   std::int64_t timeout_ms = 1000;
   std::int64_t ready_timeout_ms = 5000;
   std::uint64_t seed = 1;
+  int max_batch = 64;  // redis:// only: checks coalesced into one script call at most
   bool json = false;
 
   // Whether each limit option was given on the command line.
@@ -248,6 +249,7 @@ int run_bench(const BenchOptions& o) {
   so.url = o.store_url;
   so.command_timeout = o.timeout_ms * kMicrosPerMilli;
   so.io_threads = o.threads;
+  so.max_batch = static_cast<std::size_t>(o.max_batch);
   so.max_keys = static_cast<std::size_t>(std::max<std::int64_t>(o.keys + 1, 1'000'000));
   auto opened = store::open_store(so);
   if (!opened) return fail(fmt::format("--store: {}", opened.error().message));
@@ -417,6 +419,10 @@ void register_bench_command(CLI::App& app) {
                   "How long to wait for a remote store to become ready (ms)")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the key choice")->capture_default_str();
+  sub->add_option("--max-batch", o->max_batch,
+                  "redis:// only: checks coalesced into one script call at most (1: one call per check)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON line instead of text");
   sub->callback([o] {
     const int rc = run_bench(*o);

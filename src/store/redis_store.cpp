@@ -45,6 +45,7 @@ RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::
   out.connection = detail::connection_options(options, url);
   out.connections = std::max(1, options.io_threads);
   out.loop = options.loop;
+  out.max_batch = std::max<std::size_t>(1, options.max_batch);
   return out;
 }
 

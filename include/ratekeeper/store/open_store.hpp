@@ -28,6 +28,9 @@ struct StoreOptions {
   // redis:// and unix://: run on this loop (shared with e.g. the HTTP server) instead of
   // starting io_threads threads; see RedisStoreOptions::loop.
   std::shared_ptr<core::EventLoop> loop;
+  // redis:// and unix://: checks coalesced into one script call at most (1: one script call
+  // per check). See RedisStoreOptions::max_batch.
+  std::size_t max_batch = 64;
   // memory:// only.
   std::size_t max_keys = 1'000'000;
   const Clock* clock = nullptr;  // nullptr: the system clock
