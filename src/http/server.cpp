@@ -156,11 +156,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // From any thread: the response to request `id`.
+  // On the connection's own thread (a store answered inline, or a Redis reply arrived on the
+  // shared loop) it is handled at once; from any other thread it is posted there.
   void post_response(std::uint64_t id, ServerResponse response) {
-    net::post(stream_.get_executor(),
-              [self = shared_from_this(), id, response = std::move(response)]() mutable {
-                self->on_response(id, std::move(response));
-              });
+    net::dispatch(stream_.get_executor(),
+                  [self = shared_from_this(), id, response = std::move(response)]() mutable {
+                    self->on_response(id, std::move(response));
+                  });
   }
 
  private:
