@@ -10,11 +10,13 @@
 #include <thread>
 
 #include "ratekeeper/core/event_loop.hpp"
+#include "subscriber.hpp"
 
 namespace ratekeeper::redis {
 namespace {
 
 thread_local const void* tl_sending = nullptr;
+constexpr std::string_view kSwitchMaster = "+switch-master";
 
 }  // namespace
 
@@ -38,10 +40,27 @@ struct Sentinel::Impl {
       o.endpoint = ep;
       sentinels.push_back(std::make_unique<Connection>(*loop, o));
     }
+    if (!options.sentinels.empty()) {
+      detail::SubscriberOptions so;
+      so.endpoints = options.sentinels;
+      so.credentials = options.sentinel.credentials;
+      so.channels = {std::string(kSwitchMaster)};
+      so.connect_timeout = options.sentinel.connect_timeout;
+      so.reconnect_min = options.sentinel.reconnect_min;
+      so.reconnect_max = options.sentinel.reconnect_max;
+      subscriber = std::make_unique<detail::Subscriber>(
+          loop->context(0), std::move(so),
+          [this](std::string_view, std::string_view message) { on_switch_master(message); },
+          [this](const Endpoint&, bool first) {
+            // Switches announced while no subscription was up are found by resolving now.
+            if (!first) request_resolve();
+          });
+    }
     resolver = std::thread([this] { resolver_main(); });
   }
 
   ~Impl() {
+    subscriber.reset();  // no message callback runs once this returns
     {
       std::lock_guard lock(mu);
       stopping = true;
@@ -65,6 +84,7 @@ struct Sentinel::Impl {
   std::atomic<bool> closing{false};
   std::vector<std::unique_ptr<Connection>> sentinels;
   std::atomic<std::shared_ptr<Connection>> current;
+  std::unique_ptr<detail::Subscriber> subscriber;
 
   std::thread resolver;
   mutable std::mutex mu;
@@ -76,7 +96,19 @@ struct Sentinel::Impl {
   std::vector<std::pair<Micros, std::shared_ptr<Connection>>> retired;  // under mu
   std::string last_error = "resolving the master";  // under mu
 
-  std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, unsent_retries{0};
+  std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, unsent_retries{0},
+      switch_messages{0};
+
+  // ---- +switch-master ----
+
+  // "<name> <old-ip> <old-port> <new-ip> <new-port>": for our master, the address is asked
+  // of the sentinels again and verified with ROLE rather than taken from the message.
+  void on_switch_master(std::string_view message) {
+    const auto space = message.find(' ');
+    if (message.substr(0, space) != options.master_name) return;
+    switch_messages.fetch_add(1, std::memory_order_relaxed);
+    request_resolve();
+  }
 
   // ---- resolution ----
 
@@ -287,10 +319,21 @@ std::string Sentinel::status() const {
   return "ok";
 }
 
+std::string Sentinel::subscription_status() const {
+  if (!impl_->subscriber) return "no sentinel to subscribe to";
+  return impl_->subscriber->status();
+}
+
 Sentinel::Stats Sentinel::stats() const noexcept {
   const auto& i = *impl_;
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return Stats{r(i.resolutions), r(i.switches), r(i.topology_errors), r(i.unsent_retries)};
+  Stats s{r(i.resolutions), r(i.switches), r(i.topology_errors), r(i.unsent_retries), r(i.switch_messages)};
+  if (i.subscriber) {
+    const auto sub = i.subscriber->stats();
+    s.subscriptions = sub.subscriptions;
+    s.subscription_failures = sub.failures;
+  }
+  return s;
 }
 
 }  // namespace ratekeeper::redis

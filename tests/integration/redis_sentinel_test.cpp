@@ -7,14 +7,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "ratekeeper/redis/sentinel.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_sentinel_store.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_sentinel.hpp"
+#include "support/redis_server.hpp"
 
 namespace ratekeeper::store {
 namespace {
@@ -159,6 +163,99 @@ TEST(RedisSentinelStore, FollowsTheMasterWhenSentinelsPromoteTheReplica) {
   auto peek = store.check_sync({{key, limit, 0}});
   ASSERT_TRUE(peek) << peek.error().message;
   EXPECT_LT(peek->decision.remaining, 100'000 - 100);
+}
+
+// A Sentinel client whose periodic re-resolution never runs within a test: a new master can
+// only be found through +switch-master (or a command error, and these tests send none while
+// the master changes).
+redis::SentinelOptions client_options(testing::RedisSentinelGroup& group) {
+  redis::SentinelOptions o;
+  for (std::size_t i = 0; i < group.sentinel_count(); ++i) {
+    o.sentinels.push_back(redis::Endpoint{"127.0.0.1", group.sentinel(i).port(), ""});
+  }
+  o.master_name = group.master_name();
+  o.master.command_timeout = 2 * kMicrosPerSecond;
+  o.sentinel.command_timeout = 2 * kMicrosPerSecond;
+  o.sentinel.reconnect_min = 10 * kMicrosPerMilli;
+  o.sentinel.reconnect_max = 200 * kMicrosPerMilli;
+  o.poll_interval = 3600 * kMicrosPerSecond;
+  return o;
+}
+
+TEST(RedisSentinel, FollowsAFailoverThroughSwitchMasterWithPollingOff) {
+  testing::RedisSentinelGroup group;  // its own: this one fails over
+  redis::Sentinel client(client_options(group));
+  ASSERT_TRUE(eventually([&] { return client.ready(); })) << client.status();
+  ASSERT_TRUE(eventually([&] { return client.stats().subscriptions >= 1; })) << client.subscription_status();
+  const int old_port = group.master_port();
+  ASSERT_EQ(client.master()->port, old_port);
+  EXPECT_EQ(client.subscription_status(), fmt::format("subscribed to 127.0.0.1:{}", group.sentinel(0).port()));
+
+  // The subscribed sentinel dies: the subscription moves on to the next one.
+  group.sentinel(0).kill();
+  ASSERT_TRUE(eventually([&] { return client.stats().subscriptions >= 2; })) << client.subscription_status();
+  EXPECT_GE(client.stats().subscription_failures, 1u);
+  EXPECT_EQ(client.subscription_status(), fmt::format("subscribed to 127.0.0.1:{}", group.sentinel(1).port()));
+  EXPECT_EQ(client.stats().switch_messages, 0u);
+
+  // A forced failover (no quorum needed) run by a live sentinel; it refuses while it does
+  // not yet consider the replica a good candidate.
+  std::string answer;
+  ASSERT_TRUE(eventually([&] {
+    try {
+      answer = testing::command_on(group.sentinel(1).port(), {"SENTINEL", "FAILOVER", group.master_name()});
+    } catch (const std::exception& e) {
+      answer = e.what();
+    }
+    return answer == "OK";
+  })) << answer;
+  const auto failover_at = std::chrono::steady_clock::now();
+
+  ASSERT_TRUE(eventually([&] {
+    auto m = client.master();
+    return m && m->port != old_port;
+  }, 40s)) << "the client never switched; " << client.status() << "; " << client.subscription_status();
+  std::cout << fmt::format("SENTINEL FAILOVER → client on the new master: {:.2f} s (poll interval {} s)\n",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - failover_at).count(),
+                           client_options(group).poll_interval / kMicrosPerSecond);
+  EXPECT_GE(client.stats().switch_messages, 1u);
+  EXPECT_EQ(client.stats().switches, 1u);
+  EXPECT_EQ(client.master()->port, group.master_port());
+  EXPECT_NE(testing::command_on(client.master()->port, {"ROLE"}).find("master"), std::string::npos);
+
+  // Commands reach the new master.
+  const auto key = fmt::format("sentinel-switch-{}", ::getpid());
+  std::string_view set[] = {"SET", key, "1"};
+  std::promise<Result<redis::Reply>> done;
+  auto reply_future = done.get_future();
+  client.command(set, [&done](Result<redis::Reply> r) { done.set_value(std::move(r)); });
+  auto reply = reply_future.get();
+  ASSERT_TRUE(reply) << reply.error().message;
+  EXPECT_EQ(reply->str, "OK") << reply->to_string();
+  EXPECT_EQ(testing::command_on(group.master_port(), {"GET", key}), "1");
+}
+
+TEST(RedisSentinel, SubscribesThroughTheNextSentinelWhenTheFirstIsUnreachable) {
+  auto& group = testing::shared_sentinel_group();
+  auto o = client_options(group);
+  o.sentinels.insert(o.sentinels.begin(), redis::Endpoint{"127.0.0.1", testing::free_port(), ""});
+  redis::Sentinel client(o);
+  ASSERT_TRUE(eventually([&] { return client.stats().subscriptions >= 1; })) << client.subscription_status();
+  EXPECT_GE(client.stats().subscription_failures, 1u);
+  EXPECT_EQ(client.subscription_status(), fmt::format("subscribed to 127.0.0.1:{}", group.sentinel(0).port()));
+  EXPECT_TRUE(eventually([&] { return client.ready(); })) << client.status();
+  EXPECT_EQ(client.master()->port, group.master_port());
+}
+
+// Destroyed at every stage of resolving and subscribing: no callback runs on freed memory
+// (what the sanitizer build checks) and no destructor hangs.
+TEST(RedisSentinel, ClosesWhileTheSubscriptionIsStillConnecting) {
+  auto& group = testing::shared_sentinel_group();
+  for (int i = 0; i < 20; ++i) {
+    redis::Sentinel client(client_options(group));
+    if (i % 2) std::this_thread::sleep_for(std::chrono::milliseconds(i));
+  }
+  SUCCEED();
 }
 
 }  // namespace

@@ -41,6 +41,8 @@ class RedisSentinelGroup {
   std::string url() const;
   const std::string& master_name() const { return master_name_; }
   RedisServer& server(std::size_t index) { return *servers_.at(index); }  // 0: first master
+  SentinelProcess& sentinel(std::size_t index) { return *sentinels_.at(index); }
+  std::size_t sentinel_count() const { return sentinels_.size(); }
   // The master's port according to the first sentinel that answers.
   int master_port() const;
   RedisServer& current_master();

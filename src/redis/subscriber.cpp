@@ -1,0 +1,349 @@
+#include "subscriber.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <future>
+#include <mutex>
+
+#include "resp.hpp"
+
+namespace ratekeeper::redis::detail {
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
+  Impl(asio::io_context& context, SubscriberOptions opts, MessageCallback message, SubscribedCallback subscribed)
+      : ctx(context),
+        options(std::move(opts)),
+        on_message(std::move(message)),
+        on_subscribed(std::move(subscribed)),
+        socket(ctx),
+        resolver(ctx),
+        connect_timer(ctx),
+        reconnect_timer(ctx),
+        ping_timer(ctx),
+        read_buffer(16 * 1024) {
+    options.reconnect_min = std::max<Micros>(1, options.reconnect_min);
+    options.reconnect_max = std::max(options.reconnect_min, options.reconnect_max);
+    if (options.ping_interval <= 0) options.ping_interval = 2 * kMicrosPerSecond;
+    backoff = options.reconnect_min;
+    status_text = options.endpoints.empty() ? "no endpoint to subscribe to" : "connecting";
+  }
+
+  asio::io_context& ctx;
+  SubscriberOptions options;
+  MessageCallback on_message;
+  SubscribedCallback on_subscribed;
+
+  // Loop thread only.
+  asio::generic::stream_protocol::socket socket;
+  asio::ip::tcp::resolver resolver;
+  asio::steady_timer connect_timer;
+  asio::steady_timer reconnect_timer;
+  asio::steady_timer ping_timer;
+  std::vector<char> read_buffer;
+  std::string inflight;  // being written
+  std::string queued;    // written once `inflight` is
+  bool writing = false;
+  RespReader reader;
+  std::uint64_t generation = 0;  // handlers of an older connection are ignored
+  std::size_t index = 0;         // the endpoint in use
+  Micros backoff = 0;
+  bool closed = false;
+  bool awaiting_auth = false;
+  std::size_t confirmations_left = 0;
+  bool heard = false;  // bytes received since the last PING
+  bool ever_subscribed = false;
+
+  mutable std::mutex mu;
+  std::string status_text;  // under mu
+  std::atomic<bool> is_subscribed{false};
+  std::atomic<std::uint64_t> messages{0}, subscriptions{0}, failures{0};
+
+  const Endpoint& endpoint() const { return options.endpoints[index]; }
+
+  void set_status(std::string text) {
+    std::lock_guard lock(mu);
+    status_text = std::move(text);
+  }
+
+  // ---- connecting ----
+
+  void start_attempt() {
+    if (closed || options.endpoints.empty()) return;
+    const std::uint64_t gen = ++generation;
+    set_status(fmt::format("subscribing to {}", endpoint().to_string()));
+    connect_timer.expires_after(std::chrono::microseconds(options.connect_timeout));
+    connect_timer.async_wait([self = shared_from_this(), gen](const error_code& ec) {
+      if (ec || gen != self->generation) return;
+      self->fail(fmt::format("redis {}: no subscription within {} ms", self->endpoint().to_string(),
+                             self->options.connect_timeout / kMicrosPerMilli));
+    });
+    const Endpoint& ep = endpoint();
+    if (ep.is_unix()) {
+      connect_to({asio::generic::stream_protocol::endpoint(asio::local::stream_protocol::endpoint(ep.path))}, 0, gen);
+      return;
+    }
+    error_code ec;
+    auto address = asio::ip::make_address(ep.host, ec);
+    if (!ec) {
+      connect_to({asio::generic::stream_protocol::endpoint(
+                     asio::ip::tcp::endpoint(address, static_cast<unsigned short>(ep.port)))},
+                 0, gen);
+      return;
+    }
+    resolver.async_resolve(ep.host, std::to_string(ep.port),
+                           [self = shared_from_this(), gen](const error_code& rec,
+                                                            asio::ip::tcp::resolver::results_type results) {
+                             if (gen != self->generation) return;
+                             if (rec || results.empty()) {
+                               self->fail(fmt::format("redis {}: cannot resolve: {}", self->endpoint().to_string(),
+                                                      rec ? rec.message() : "no address"));
+                               return;
+                             }
+                             std::vector<asio::generic::stream_protocol::endpoint> eps;
+                             for (const auto& r : results) eps.emplace_back(r.endpoint());
+                             self->connect_to(std::move(eps), 0, gen);
+                           });
+  }
+
+  void connect_to(std::vector<asio::generic::stream_protocol::endpoint> eps, std::size_t i, std::uint64_t gen) {
+    error_code ignored;
+    socket.close(ignored);
+    auto ep = eps[i];
+    socket.async_connect(ep, [self = shared_from_this(), eps = std::move(eps), i, gen](const error_code& ec) mutable {
+      if (gen != self->generation) return;
+      if (ec) {
+        if (i + 1 < eps.size()) {
+          self->connect_to(std::move(eps), i + 1, gen);
+          return;
+        }
+        self->fail(fmt::format("redis {}: connect failed: {}", self->endpoint().to_string(), ec.message()));
+        return;
+      }
+      self->on_connected(gen);
+    });
+  }
+
+  void on_connected(std::uint64_t gen) {
+    if (!endpoint().is_unix()) {
+      error_code ignored;
+      socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+    }
+    reader.reset();
+    std::string hello;
+    awaiting_auth = !options.credentials.empty();
+    if (awaiting_auth) {
+      if (options.credentials.user.empty()) {
+        std::string_view argv[] = {"AUTH", options.credentials.password};
+        append_command(hello, argv);
+      } else {
+        std::string_view argv[] = {"AUTH", options.credentials.user, options.credentials.password};
+        append_command(hello, argv);
+      }
+    }
+    std::vector<std::string_view> argv{"SUBSCRIBE"};
+    for (const auto& c : options.channels) argv.emplace_back(c);
+    append_command(hello, argv);
+    confirmations_left = options.channels.size();
+    writing = false;
+    queued.clear();
+    write(gen, std::move(hello));
+    do_read(gen);
+  }
+
+  // ---- writing (the handshake, then PINGs) ----
+
+  void write(std::uint64_t gen, std::string data) {
+    if (writing) {
+      queued += data;
+      return;
+    }
+    writing = true;
+    inflight = std::move(data);
+    asio::async_write(socket, asio::buffer(inflight), [self = shared_from_this(), gen](const error_code& ec, std::size_t) {
+      if (gen != self->generation) return;
+      self->writing = false;
+      if (ec) {
+        self->fail(fmt::format("redis {}: write failed: {}", self->endpoint().to_string(), ec.message()));
+        return;
+      }
+      if (!self->queued.empty()) {
+        std::string next;
+        next.swap(self->queued);
+        self->write(gen, std::move(next));
+      }
+    });
+  }
+
+  void arm_ping(std::uint64_t gen) {
+    ping_timer.expires_after(std::chrono::microseconds(options.ping_interval));
+    ping_timer.async_wait([self = shared_from_this(), gen](const error_code& ec) {
+      if (ec || gen != self->generation) return;
+      if (!self->heard) {
+        self->fail(fmt::format("redis {}: no reply to PING within {} ms", self->endpoint().to_string(),
+                               self->options.ping_interval / kMicrosPerMilli));
+        return;
+      }
+      self->heard = false;
+      std::string ping;
+      std::string_view argv[] = {"PING"};
+      append_command(ping, argv);
+      self->write(gen, std::move(ping));
+      self->arm_ping(gen);
+    });
+  }
+
+  // ---- reading ----
+
+  void do_read(std::uint64_t gen) {
+    socket.async_read_some(asio::buffer(read_buffer), [self = shared_from_this(), gen](const error_code& ec, std::size_t n) {
+      self->on_read(gen, ec, n);
+    });
+  }
+
+  void on_read(std::uint64_t gen, const error_code& ec, std::size_t n) {
+    if (gen != generation) return;
+    if (ec) {
+      fail(fmt::format("redis {}: subscription lost: {}", endpoint().to_string(),
+                       ec == asio::error::eof ? std::string("closed by server") : ec.message()));
+      return;
+    }
+    heard = true;
+    if (auto ok = reader.feed(read_buffer.data(), n); !ok) {
+      fail(ok.error().message);
+      return;
+    }
+    while (true) {
+      auto next = reader.next();
+      if (!next) {
+        fail(next.error().message);
+        return;
+      }
+      if (!*next) break;
+      on_reply(**next);
+      if (gen != generation) return;  // failed or closed while handling it
+    }
+    do_read(gen);
+  }
+
+  void on_reply(const Reply& reply) {
+    if (awaiting_auth) {
+      awaiting_auth = false;
+      if (reply.is_error()) fail(fmt::format("redis {}: AUTH refused: {}", endpoint().to_string(), reply.str));
+      return;
+    }
+    if (reply.is_error()) {
+      fail(fmt::format("redis {}: {}", endpoint().to_string(), reply.str));
+      return;
+    }
+    if (!reply.is_array() || reply.elements.empty()) {
+      fail(fmt::format("redis {}: unexpected reply in subscribed mode: {}", endpoint().to_string(), reply.to_string()));
+      return;
+    }
+    const std::string& kind = reply.elements[0].str;
+    if (kind == "message" && reply.elements.size() == 3) {
+      messages.fetch_add(1, std::memory_order_relaxed);
+      if (on_message) on_message(reply.elements[1].str, reply.elements[2].str);
+      return;
+    }
+    if (kind == "subscribe" && confirmations_left > 0 && --confirmations_left == 0) on_confirmed();
+    // "pong" (the reply to PING while subscribed) and anything else: the connection is alive.
+  }
+
+  void on_confirmed() {
+    connect_timer.cancel();
+    backoff = options.reconnect_min;
+    subscriptions.fetch_add(1, std::memory_order_relaxed);
+    is_subscribed.store(true, std::memory_order_release);
+    set_status(fmt::format("subscribed to {}", endpoint().to_string()));
+    heard = true;
+    arm_ping(generation);
+    const bool first = !ever_subscribed;
+    ever_subscribed = true;
+    if (on_subscribed) on_subscribed(endpoint(), first);
+  }
+
+  // ---- failing and closing ----
+
+  void teardown() {
+    ++generation;
+    error_code ignored;
+    socket.close(ignored);
+    resolver.cancel();
+    connect_timer.cancel();
+    ping_timer.cancel();
+    writing = false;
+    queued.clear();
+    awaiting_auth = false;
+    is_subscribed.store(false, std::memory_order_release);
+  }
+
+  // Drops the connection and tries the next endpoint after the backoff.
+  void fail(std::string why) {
+    teardown();
+    failures.fetch_add(1, std::memory_order_relaxed);
+    set_status(std::move(why));
+    if (closed) return;
+    index = (index + 1) % options.endpoints.size();
+    const Micros delay = backoff;
+    backoff = std::min(options.reconnect_max, backoff * 2);
+    reconnect_timer.expires_after(std::chrono::microseconds(delay));
+    reconnect_timer.async_wait([self = shared_from_this()](const error_code& ec) {
+      if (!ec) self->start_attempt();
+    });
+  }
+
+  void close_now() {
+    closed = true;
+    reconnect_timer.cancel();
+    teardown();
+    set_status("closed");
+    on_message = nullptr;
+    on_subscribed = nullptr;
+  }
+};
+
+Subscriber::Subscriber(asio::io_context& context, SubscriberOptions options, MessageCallback on_message,
+                       SubscribedCallback on_subscribed)
+    : impl_(std::make_shared<Impl>(context, std::move(options), std::move(on_message), std::move(on_subscribed))) {
+  asio::post(impl_->ctx, [self = impl_] { self->start_attempt(); });
+}
+
+Subscriber::~Subscriber() {
+  if (impl_->ctx.get_executor().running_in_this_thread()) {
+    impl_->close_now();
+    return;
+  }
+  std::promise<void> closed;
+  auto done = closed.get_future();
+  asio::post(impl_->ctx, [self = impl_, &closed] {
+    self->close_now();
+    closed.set_value();
+  });
+  done.wait();
+}
+
+bool Subscriber::subscribed() const noexcept { return impl_->is_subscribed.load(std::memory_order_acquire); }
+
+std::string Subscriber::status() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->status_text;
+}
+
+Subscriber::Stats Subscriber::stats() const noexcept {
+  auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return Stats{r(impl_->messages), r(impl_->subscriptions), r(impl_->failures)};
+}
+
+}  // namespace ratekeeper::redis::detail
