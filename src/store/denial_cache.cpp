@@ -95,11 +95,11 @@ void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now,
     done(std::move(*local));
     return;
   }
-  // The items are needed again to record a denial: keys, limits and costs only.
-  auto shared = std::make_shared<std::vector<CheckItem>>(items);
+  // The items are needed again to record a denial (the store takes the originals).
+  std::vector<CheckItem> copy = items;
   inner_->check(std::move(items), now,
-                [this, shared, sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
-                  if (outcome && !outcome->decision.allowed) record(*shared, *outcome, sent_at);
+                [this, copy = std::move(copy), sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
+                  if (outcome && !outcome->decision.allowed) record(copy, *outcome, sent_at);
                   done(std::move(outcome));
                 });
 }
