@@ -247,6 +247,64 @@ TEST(RedisSentinel, SubscribesThroughTheNextSentinelWhenTheFirstIsUnreachable) {
   EXPECT_EQ(client.master()->port, group.master_port());
 }
 
+// Plain Redis servers stand in for sentinels here: they carry pub/sub (PUBLISH reaches the
+// subscription) but do not know SENTINEL, so no master is ever resolved through them.
+redis::SentinelOptions stand_in_options(std::vector<int> ports) {
+  redis::SentinelOptions o;
+  for (int port : ports) o.sentinels.push_back(redis::Endpoint{"127.0.0.1", port, ""});
+  o.master_name = "mymaster";
+  o.sentinel.command_timeout = 500 * kMicrosPerMilli;
+  o.sentinel.reconnect_min = 10 * kMicrosPerMilli;
+  o.sentinel.reconnect_max = 200 * kMicrosPerMilli;
+  o.poll_interval = 3600 * kMicrosPerSecond;
+  return o;
+}
+
+TEST(RedisSentinel, SwitchMessagesAreAuthenticatedFilteredByNameAndNotTrustedBlindly) {
+  testing::RedisServer::Options so;
+  so.args = {"--requirepass", "s3cret"};
+  so.password = "s3cret";
+  testing::RedisServer server(so);
+  auto o = stand_in_options({server.port()});
+  o.sentinel.credentials.password = "s3cret";
+  redis::Sentinel client(o);
+  ASSERT_TRUE(eventually([&] { return client.stats().subscriptions >= 1; })) << client.subscription_status();
+  EXPECT_EQ(client.stats().subscription_failures, 0u);
+
+  EXPECT_EQ(server.command({"PUBLISH", "+switch-master", "othermaster 127.0.0.1 1 127.0.0.1 2"}), "1");
+  EXPECT_EQ(server.command({"PUBLISH", "+switch-master", "mymaster 127.0.0.1 1 127.0.0.1 2"}), "1");
+  // Delivered in order on one connection: once the second is counted, the first was skipped.
+  ASSERT_TRUE(eventually([&] { return client.stats().switch_messages >= 1; }));
+  EXPECT_EQ(client.stats().switch_messages, 1u);
+  // The message only triggered a resolution, which these servers cannot answer.
+  EXPECT_FALSE(client.master());
+  EXPECT_FALSE(client.ready());
+
+  auto wrong = stand_in_options({server.port()});
+  wrong.sentinel.credentials.password = "wrong";
+  redis::Sentinel refused(wrong);
+  ASSERT_TRUE(eventually([&] { return refused.stats().subscription_failures >= 1; }));
+  EXPECT_EQ(refused.stats().subscriptions, 0u);
+  EXPECT_NE(refused.subscription_status().find("AUTH"), std::string::npos) << refused.subscription_status();
+}
+
+TEST(RedisSentinel, ASilentSentinelIsLeftForTheNextOne) {
+  testing::RedisServer first, second;
+  struct Resume {
+    testing::RedisServer& server;
+    ~Resume() { server.resume(); }
+  } resume{first};
+  redis::Sentinel client(stand_in_options({first.port(), second.port()}));
+  ASSERT_TRUE(eventually([&] { return client.stats().subscriptions >= 1; })) << client.subscription_status();
+  EXPECT_EQ(client.subscription_status(), fmt::format("subscribed to 127.0.0.1:{}", first.port()));
+  first.pause();  // the connection stays open, nothing answers the PINGs
+  ASSERT_TRUE(eventually([&] { return client.stats().subscriptions >= 2; })) << client.subscription_status();
+  EXPECT_EQ(client.subscription_status(), fmt::format("subscribed to 127.0.0.1:{}", second.port()));
+  EXPECT_GE(client.stats().subscription_failures, 1u);
+  EXPECT_EQ(second.command({"PUBLISH", "+switch-master", "mymaster 127.0.0.1 1 127.0.0.1 2"}), "1");
+  EXPECT_TRUE(eventually([&] { return client.stats().switch_messages == 1; }));
+}
+
 // Destroyed at every stage of resolving and subscribing: no callback runs on freed memory
 // (what the sanitizer build checks) and no destructor hangs.
 TEST(RedisSentinel, ClosesWhileTheSubscriptionIsStillConnecting) {
