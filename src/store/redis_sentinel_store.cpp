@@ -3,6 +3,7 @@
 #include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/redis/url.hpp"
+#include "coalescer.hpp"
 #include "script_call.hpp"
 
 namespace ratekeeper::store {
@@ -18,24 +19,29 @@ RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& optio
   s.sentinel.credentials = {};
   s.sentinel.db = 0;
   s.io_threads = std::max(1, options.io_threads);
+  out.max_batch = std::max<std::size_t>(1, options.max_batch);
   return out;
 }
 
 RedisSentinelStore::RedisSentinelStore(RedisSentinelStoreOptions options)
-    : options_(std::move(options)), sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {}
+    : options_(std::move(options)), sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {
+  // No event loop of its own to post to: checks that waited go out when a call completes.
+  coalescer_ = std::make_unique<detail::Coalescer>(
+      [this](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
+        sentinel_->command(argv, std::move(cb), timeout);
+      },
+      detail::Coalescer::Post{}, detail::Coalescer::Options{options_.max_batch, 1}, &noscript_reloads_);
+}
 
-RedisSentinelStore::~RedisSentinelStore() = default;
+RedisSentinelStore::~RedisSentinelStore() {
+  coalescer_->close();  // the checks still waiting fail
+  sentinel_.reset();    // fails what is pending; its callbacks still reach the coalescer
+}
 
 void RedisSentinelStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
   const Micros deadline = redis::steady_micros() + options_.sentinel.master.command_timeout;
-  auto call = std::make_shared<detail::ScriptCall>(std::move(items), now);
-  detail::run_script(
-      std::move(call), deadline,
-      [this](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
-        sentinel_->command(argv, std::move(cb), timeout);
-      },
-      std::move(done), &noscript_reloads_);
+  coalescer_->check(std::move(items), now, deadline, std::move(done));
 }
 
 StoreHealth RedisSentinelStore::health() const {

@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
+#include <algorithm>
+
+#include <mutex>
+
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -191,6 +197,52 @@ TEST_P(StoreSuite, ServerClockIsUsedWithoutAnExplicitNow) {
   ASSERT_TRUE(third) << third.error().message;
   EXPECT_FALSE(third->decision.allowed);
   EXPECT_GT(third->decision.retry_after, 50 * kMicrosPerSecond);
+}
+
+// Many checks in flight at once (coalesced into batch script calls on the stores that do):
+// exactly the capacity is admitted, each admission with its own remaining count, and checks
+// of other keys in the same calls are answered too.
+TEST_P(StoreSuite, ConcurrentChecksAreExact) {
+  const Limit hot = *Limit::make(algorithms::Algorithm::token_bucket, 100, 3'600'000'000);
+  const Limit other = *Limit::make(algorithms::Algorithm::fixed_window, 1, 3'600'000'000);
+  const std::string hot_key = key("hot");
+  std::mutex mu;
+  std::vector<std::int64_t> remaining;
+  int denied = 0, others = 0, errors = 0;
+  std::atomic<int> answered{0};
+  constexpr int kHot = 250, kOther = 50;
+  for (int i = 0; i < kHot + kOther; ++i) {
+    std::vector<CheckItem> items;
+    const bool is_hot = i % 6 != 5;  // one in six is another identity's key
+    if (is_hot) {
+      items.push_back({hot_key, hot, 1});
+    } else {
+      items.push_back({key(fmt::format("other-{}", i)), other, 1});
+    }
+    store_->check(std::move(items), std::nullopt, [&, is_hot](Result<CheckOutcome> r) {
+      std::lock_guard lock(mu);
+      if (!r) {
+        ++errors;
+      } else if (!is_hot) {
+        others += r->decision.allowed;
+      } else if (r->decision.allowed) {
+        remaining.push_back(r->decision.remaining);
+      } else {
+        ++denied;
+      }
+      answered.fetch_add(1);
+    });
+  }
+  const auto end = std::chrono::steady_clock::now() + 20s;
+  while (answered.load() < kHot + kOther && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+  std::lock_guard lock(mu);
+  ASSERT_EQ(answered.load(), kHot + kOther);
+  EXPECT_EQ(errors, 0);
+  EXPECT_EQ(others, kOther);
+  ASSERT_EQ(remaining.size(), 100u);
+  EXPECT_EQ(denied, kHot - 100);
+  std::sort(remaining.begin(), remaining.end());
+  for (std::size_t i = 0; i < remaining.size(); ++i) EXPECT_EQ(remaining[i], static_cast<std::int64_t>(i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,

@@ -2,8 +2,9 @@
 // The distributed store on a Sentinel-managed master: the Lua scripts of lua/*.lua by EVALSHA
 // on the master that redis::Sentinel resolves and follows across failovers (periodic and
 // on-error re-resolution). Scripts are loaded on NOSCRIPT (EVAL once), e.g. on the promoted
-// replica. Every check is one script call on one server: all-or-nothing, as RedisStore.
-// Thread-safe.
+// replica. Every check is all-or-nothing on one server, as RedisStore, and checks issued while
+// a script call is pending go out together in one call of the batch script (coalescing as in
+// RedisStore: store/coalescer.hpp). Thread-safe.
 
 #include <atomic>
 #include <memory>
@@ -15,8 +16,13 @@
 
 namespace ratekeeper::store {
 
+namespace detail {
+class Coalescer;
+}
+
 struct RedisSentinelStoreOptions {
   redis::SentinelOptions sentinel;
+  std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
 };
 
 // StoreOptions + a parsed redis-sentinel:// URL → options. The URL's credentials and db
@@ -39,8 +45,9 @@ class RedisSentinelStore final : public Store {
 
  private:
   RedisSentinelStoreOptions options_;
-  std::unique_ptr<redis::Sentinel> sentinel_;
   std::atomic<std::uint64_t> noscript_reloads_{0};
+  std::unique_ptr<detail::Coalescer> coalescer_;  // destroyed after the sentinel's callbacks ran
+  std::unique_ptr<redis::Sentinel> sentinel_;
 };
 
 }  // namespace ratekeeper::store

@@ -70,25 +70,13 @@ class RedisStore final : public Store {
   Stats stats() const noexcept;
 
  private:
-  struct Call;
-  struct Batch;
   struct Lane;
-  void send(Call* call, bool retry);
-  void on_reply(Call* call, Result<redis::Reply> reply);
-  void flush(Lane& lane);
-  void started(Lane& lane);
-  void finished(Lane& lane);
-  void send_batch(Batch* batch, bool retry);
-  void on_batch_reply(Batch* batch, Result<redis::Reply> reply);
 
   RedisStoreOptions options_;
   std::shared_ptr<core::EventLoop> loop_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<std::size_t> next_{0};
   std::atomic<std::uint64_t> noscript_reloads_{0};
-  std::atomic<std::uint64_t> batches_{0};
-  std::atomic<std::uint64_t> batched_checks_{0};
-  std::atomic<bool> closing_{false};
 };
 
 }  // namespace ratekeeper::store
