@@ -9,15 +9,15 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <condition_variable>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <unordered_map>
@@ -155,9 +155,9 @@ class Session : public std::enable_shared_from_this<Session> {
     net::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
   }
 
-  // From any thread: the response to request `id`.
-  // On the connection's own thread (a store answered inline, or a Redis reply arrived on the
-  // shared loop) it is handled at once; from any other thread it is posted there.
+  // From any thread: the response to request `id`. On the connection's own thread (a store
+  // answered inline, or a Redis reply arrived on the shared loop) it is handled at once;
+  // from any other thread it is posted there.
   void post_response(std::uint64_t id, ServerResponse response) {
     net::dispatch(stream_.get_executor(),
                   [self = shared_from_this(), id, response = std::move(response)]() mutable {
