@@ -39,7 +39,7 @@ struct RedisStoreOptions {
   std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
   // Script calls in flight per connection before new checks wait for one to complete (and
   // then go out together). Bounds nothing else: each check keeps its own deadline.
-  std::size_t max_in_flight = 1;
+  std::size_t max_in_flight = 4;
 };
 
 // StoreOptions + a parsed redis:// or unix:// URL → RedisStoreOptions.
