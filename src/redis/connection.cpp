@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -18,6 +16,7 @@
 #include <mutex>
 
 #include "ratekeeper/core/event_loop.hpp"
+#include "connect.hpp"
 #include "resp.hpp"
 
 namespace ratekeeper::redis {
@@ -271,49 +270,11 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
                                               self->options.endpoint.to_string(),
                                               self->options.connect_timeout / kMicrosPerMilli)});
     });
-    if (options.endpoint.is_unix()) {
-      connect_to({asio::generic::stream_protocol::endpoint(asio::local::stream_protocol::endpoint(options.endpoint.path))}, 0, gen);
-      return;
-    }
-    error_code ec;
-    auto address = asio::ip::make_address(options.endpoint.host, ec);
-    if (!ec) {
-      connect_to({asio::generic::stream_protocol::endpoint(
-                     asio::ip::tcp::endpoint(address, static_cast<unsigned short>(options.endpoint.port)))},
-                 0, gen);
-      return;
-    }
-    resolver.async_resolve(options.endpoint.host, std::to_string(options.endpoint.port),
-                           [self = shared_from_this(), gen](const error_code& rec,
-                                                            asio::ip::tcp::resolver::results_type results) {
-                             if (gen != self->generation) return;
-                             if (rec || results.empty()) {
-                               self->fail_connection(Error{ErrorCode::unavailable,
-                                                           fmt::format("redis {}: cannot resolve: {}",
-                                                                       self->options.endpoint.to_string(),
-                                                                       rec ? rec.message() : "no address")});
-                               return;
-                             }
-                             std::vector<asio::generic::stream_protocol::endpoint> eps;
-                             for (const auto& r : results) eps.emplace_back(r.endpoint());
-                             self->connect_to(std::move(eps), 0, gen);
-                           });
-  }
-
-  void connect_to(std::vector<asio::generic::stream_protocol::endpoint> eps, std::size_t index, std::uint64_t gen) {
-    error_code ignored;
-    socket.close(ignored);
-    auto ep = eps[index];
-    socket.async_connect(ep, [self = shared_from_this(), eps = std::move(eps), index, gen](const error_code& ec) mutable {
+    detail::async_open(socket, resolver, options.endpoint, [self = shared_from_this(), gen](std::string error) {
       if (gen != self->generation) return;
-      if (ec) {
-        if (index + 1 < eps.size()) {
-          self->connect_to(std::move(eps), index + 1, gen);
-          return;
-        }
-        self->fail_connection(Error{ErrorCode::unavailable, fmt::format("redis {}: connect failed: {}",
-                                                                        self->options.endpoint.to_string(),
-                                                                        ec.message())});
+      if (!error.empty()) {
+        self->fail_connection(
+            Error{ErrorCode::unavailable, fmt::format("redis {}: {}", self->options.endpoint.to_string(), error)});
         return;
       }
       self->on_connected(gen);

@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <future>
 #include <mutex>
 
+#include "connect.hpp"
 #include "resp.hpp"
 
 namespace ratekeeper::redis::detail {
@@ -89,46 +88,10 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
       self->fail(fmt::format("redis {}: no subscription within {} ms", self->endpoint().to_string(),
                              self->options.connect_timeout / kMicrosPerMilli));
     });
-    const Endpoint& ep = endpoint();
-    if (ep.is_unix()) {
-      connect_to({asio::generic::stream_protocol::endpoint(asio::local::stream_protocol::endpoint(ep.path))}, 0, gen);
-      return;
-    }
-    error_code ec;
-    auto address = asio::ip::make_address(ep.host, ec);
-    if (!ec) {
-      connect_to({asio::generic::stream_protocol::endpoint(
-                     asio::ip::tcp::endpoint(address, static_cast<unsigned short>(ep.port)))},
-                 0, gen);
-      return;
-    }
-    resolver.async_resolve(ep.host, std::to_string(ep.port),
-                           [self = shared_from_this(), gen](const error_code& rec,
-                                                            asio::ip::tcp::resolver::results_type results) {
-                             if (gen != self->generation) return;
-                             if (rec || results.empty()) {
-                               self->fail(fmt::format("redis {}: cannot resolve: {}", self->endpoint().to_string(),
-                                                      rec ? rec.message() : "no address"));
-                               return;
-                             }
-                             std::vector<asio::generic::stream_protocol::endpoint> eps;
-                             for (const auto& r : results) eps.emplace_back(r.endpoint());
-                             self->connect_to(std::move(eps), 0, gen);
-                           });
-  }
-
-  void connect_to(std::vector<asio::generic::stream_protocol::endpoint> eps, std::size_t i, std::uint64_t gen) {
-    error_code ignored;
-    socket.close(ignored);
-    auto ep = eps[i];
-    socket.async_connect(ep, [self = shared_from_this(), eps = std::move(eps), i, gen](const error_code& ec) mutable {
+    detail::async_open(socket, resolver, endpoint(), [self = shared_from_this(), gen](std::string error) {
       if (gen != self->generation) return;
-      if (ec) {
-        if (i + 1 < eps.size()) {
-          self->connect_to(std::move(eps), i + 1, gen);
-          return;
-        }
-        self->fail(fmt::format("redis {}: connect failed: {}", self->endpoint().to_string(), ec.message()));
+      if (!error.empty()) {
+        self->fail(fmt::format("redis {}: {}", self->endpoint().to_string(), error));
         return;
       }
       self->on_connected(gen);

@@ -239,6 +239,22 @@ TEST(RedisConnection, UnreachableServerIsUnavailableFast) {
   EXPECT_NE(conn.state(), ConnectionState::connected);
 }
 
+TEST(RedisConnection, ResolvesAHostNameAndFailsCleanlyOnOneThatDoesNotResolve) {
+  RedisServer server;
+  EventLoop loop(1);
+  Connection conn(loop, options_for(fmt::format("redis://localhost:{}", server.port())));
+  auto r = conn.command_sync({"PING"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->str, "PONG");
+
+  Connection bad(loop, options_for("redis://no-such-host.invalid:6379"));
+  auto failed = bad.command_sync({"PING"});
+  ASSERT_FALSE(failed);
+  // "cannot resolve", or "connect timed out" where DNS itself does not answer in time.
+  EXPECT_EQ(failed.error().code, ErrorCode::unavailable) << failed.error().message;
+  EXPECT_NE(bad.status(), "ok");
+}
+
 TEST(RedisConnection, TalksOverAUnixSocket) {
   const int port = testing::free_port();
   const std::string path = fmt::format("/tmp/ratekeeper-test-{}-{}.sock", ::getpid(), port);
