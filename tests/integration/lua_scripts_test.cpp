@@ -696,6 +696,7 @@ TEST(LuaRefund, ServerClockRefundRestoresEveryAlgorithmsState) {
                                   make_limit(Algorithm::sliding_window_counter, 10, 3'600'000'000),
                                   make_limit(Algorithm::fixed_window, 10, 3'600'000'000)};
   // Some earlier use, then the state to come back to.
+  const std::int64_t started = connection().server_time_us();
   ASSERT_TRUE(runner().check_all(keys, limits, std::vector<std::int64_t>{3, 3, 3, 3}, std::nullopt)[0].allowed);
   std::map<std::string, std::string> before;
   for (const auto& k : keys) before[k] = raw_state(k);
@@ -708,12 +709,14 @@ TEST(LuaRefund, ServerClockRefundRestoresEveryAlgorithmsState) {
   const auto refund =
       runner().run_integers("refund", keys, refund_args(limits, costs, reset_after, consumed.back(), std::nullopt));
   ASSERT_EQ(refund.size(), 24u);
+  // The windows are aligned on the server's clock (one hour here): a run that crossed the end
+  // of one cannot compare states, whatever the refund did.
+  const Micros window = limits[3].period;
+  if (started / window != connection().server_time_us() / window) {
+    GTEST_SKIP() << "the test ran across the end of an hour-long window";
+  }
   for (std::size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(refund[6 * i], 1) << keys[i];
-    // The fixed window is aligned on the server's clock: the test cannot run across its end.
-    if (limits[i].algorithm == Algorithm::fixed_window && raw_state(keys[i]) != before[keys[i]]) {
-      GTEST_SKIP() << "the fixed window ended during the test";
-    }
     EXPECT_EQ(raw_state(keys[i]), before[keys[i]]) << keys[i];
     EXPECT_EQ(refund[6 * i + 3], 7) << keys[i] << ": remaining after the refund";
   }
