@@ -2,6 +2,8 @@
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <future>
 #include <memory>
 #include <vector>
 
@@ -64,6 +66,20 @@ void async_open(Socket& socket, asio::ip::tcp::resolver& resolver, const Endpoin
                            for (const auto& r : results) targets.emplace_back(r.endpoint());
                            open_targets(socket, std::move(targets), std::move(done));
                          });
+}
+
+void run_on_and_wait(asio::io_context& context, const std::function<void()>& fn) {
+  if (context.get_executor().running_in_this_thread()) {
+    fn();
+    return;
+  }
+  std::promise<void> ran;
+  auto done = ran.get_future();
+  asio::post(context, [&fn, &ran] {
+    fn();
+    ran.set_value();
+  });
+  done.wait();
 }
 
 }  // namespace ratekeeper::redis::detail

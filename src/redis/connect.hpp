@@ -1,8 +1,9 @@
 #pragma once
-// Opening a socket to a Redis endpoint, shared by the pipelined Connection and the sentinel
-// Subscriber. Internal to src/redis.
+// Opening and closing the sockets of the pipelined Connection and the sentinel Subscriber.
+// Internal to src/redis.
 
 #include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <functional>
 #include <string>
@@ -18,5 +19,10 @@ namespace ratekeeper::redis::detail {
 // capturing their owner in `done`) and discards completions of attempts it has abandoned.
 void async_open(boost::asio::generic::stream_protocol::socket& socket, boost::asio::ip::tcp::resolver& resolver,
                 const Endpoint& endpoint, std::function<void(std::string error)> done);
+
+// Runs `fn` on `context`'s thread and returns once it has run: at once when called on that
+// thread, otherwise posted there and waited for (the thread must be running). For the
+// destructors, which close the socket where its handlers run.
+void run_on_and_wait(boost::asio::io_context& context, const std::function<void()>& fn);
 
 }  // namespace ratekeeper::redis::detail

@@ -479,17 +479,7 @@ Connection::Connection(EventLoop& loop, ConnectionOptions options, std::size_t c
 }
 
 Connection::~Connection() {
-  if (impl_->ctx.get_executor().running_in_this_thread()) {
-    impl_->close_now();
-    return;
-  }
-  std::promise<void> closed;
-  auto done = closed.get_future();
-  asio::post(impl_->ctx, [self = impl_, &closed] {
-    self->close_now();
-    closed.set_value();
-  });
-  done.wait();
+  detail::run_on_and_wait(impl_->ctx, [self = impl_] { self->close_now(); });
 }
 
 void Connection::command(std::span<const std::string_view> argv, ReplyCallback done, Micros timeout) {

@@ -10,7 +10,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <future>
 #include <mutex>
 
 #include "connect.hpp"
@@ -284,17 +283,7 @@ Subscriber::Subscriber(asio::io_context& context, SubscriberOptions options, Mes
 }
 
 Subscriber::~Subscriber() {
-  if (impl_->ctx.get_executor().running_in_this_thread()) {
-    impl_->close_now();
-    return;
-  }
-  std::promise<void> closed;
-  auto done = closed.get_future();
-  asio::post(impl_->ctx, [self = impl_, &closed] {
-    self->close_now();
-    closed.set_value();
-  });
-  done.wait();
+  detail::run_on_and_wait(impl_->ctx, [self = impl_] { self->close_now(); });
 }
 
 bool Subscriber::subscribed() const noexcept { return impl_->is_subscribed.load(std::memory_order_acquire); }
