@@ -61,7 +61,7 @@ std::chrono::microseconds to_duration(Micros us) {
 // (an oversized body, say), the rest is read and discarded, up to this much for this long,
 // before the socket is closed: closing with unread data would reset the connection and could
 // destroy the response before the client reads it.
-constexpr std::size_t kLingerBytes = 4 * 1024 * 1024;
+constexpr std::size_t kLingerBytes = 16 * 1024 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 // Accepting again after the process or system ran out of descriptors (or memory) waits, from
