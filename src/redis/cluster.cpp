@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 
@@ -154,7 +155,12 @@ struct Cluster::Impl {
       if (stopping) break;
       refresh_wanted = false;
       lock.unlock();
-      std::string error = refresh_once();
+      std::string error;
+      // The reply parsed here comes from outside: whatever it makes throw ends this refresh,
+      // not the process.
+      if (!core::contain("a Redis Cluster topology refresh", [&] { error = refresh_once(); })) {
+        error = "the topology refresh failed with an exception";
+      }
       lock.lock();
       last_refresh_error = std::move(error);
       // Refreshes asked for meanwhile coalesce into the next one, at least a gap later.
