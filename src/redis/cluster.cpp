@@ -14,6 +14,7 @@
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 
 namespace ratekeeper::redis {
@@ -110,7 +111,7 @@ struct Cluster::Impl {
 
   mutable std::mutex nodes_mu;
   std::vector<std::unique_ptr<Node>> nodes;  // never removed before destruction
-  std::atomic<std::shared_ptr<const SlotMap>> map;
+  core::SharedValue<const SlotMap> map;
 
   std::thread topology;
   std::mutex topo_mu;
