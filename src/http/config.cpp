@@ -112,6 +112,16 @@ std::optional<unsigned char> control_byte(std::string_view text) {
   return std::nullopt;
 }
 
+// An HTTP token (RFC 9110 §5.6.2), as header names and methods are: a name with a space or
+// a colon would never match a request.
+bool http_token(std::string_view text) {
+  if (text.empty()) return false;
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -452,7 +462,10 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
   r.expect_map(node, path, {"default", "header", "trust_header", "levels", "users"});
   auto& t = c.limiter.tiers;
   if (node["default"]) t.default_tier = r.string(node["default"], Reader::field(path, "default"));
-  if (node["header"]) t.header = r.string(node["header"], Reader::field(path, "header"));
+  if (node["header"]) {
+    t.header = r.string(node["header"], Reader::field(path, "header"));
+    if (!http_token(t.header)) r.fail(Reader::field(path, "header"), "must be an HTTP header name");
+  }
   if (node["trust_header"])
     t.trust_header = r.boolean(node["trust_header"], Reader::field(path, "trust_header"));
   if (const auto levels = node["levels"]) {
@@ -507,7 +520,10 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
         rule.match.methods = r.strings(m["methods"], methods_path);
       }
       for (auto& method : rule.match.methods) {
-        if (method.empty()) r.fail(methods_path, "a method must not be empty");
+        if (!http_token(method)) {
+          r.fail(methods_path,
+                 fmt::format("'{}' is not an HTTP method (a token such as GET)", method));
+        }
         std::transform(method.begin(), method.end(), method.begin(),
                        [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
       }
@@ -542,7 +558,12 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     else
       r.fail(Reader::field(ip, "type"),
              fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
-    if (id["header"]) rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
+    if (id["header"]) {
+      rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
+      if (!http_token(rule.identity.header)) {
+        r.fail(Reader::field(ip, "header"), "must be an HTTP header name");
+      }
+    }
     if (rule.identity.kind == IdentityKind::ip) {
       for (auto f : {"header", "default", "prefix"}) {
         if (id[f]) r.fail(Reader::field(ip, f), "not used by identity type ip");

@@ -510,6 +510,27 @@ TEST(ConfigTest, ListenHostIsABareAddress) {
   EXPECT_EQ(parse_config("listen: localhost:80\n").listen.host, "localhost");
 }
 
+TEST(ConfigTest, HeaderNamesAndMethodsAreHttpTokens) {
+  // A header name with a space or a colon never matches: every request would fall back.
+  expect_error(
+      kRules + "  - {name: c, identity: {type: header, header: 'X User'}, limits: [{rate: 1/s}]}\n",
+      "rules[2].identity.header", "HTTP header name");
+  expect_error(
+      kRules +
+          "  - {name: c, identity: {type: api_key, header: 'X-Key:'}, limits: [{rate: 1/s}]}\n",
+      "rules[2].identity.header", "HTTP header name");
+  expect_error("tiers: {header: ''}\n", "tiers.header", "HTTP header name");
+  expect_error(kRules + "  - {name: c, match: {methods: ['GET ']}, limits: [{rate: 1/s}]}\n",
+               "rules[2].match.methods", "not an HTTP method");
+  expect_error(kRules + "  - {name: c, match: {methods: ''}, limits: [{rate: 1/s}]}\n",
+               "rules[2].match.methods", "not an HTTP method");
+  const auto c = parse_config(kRules +
+                              "  - {name: c, match: {methods: [get, M-SEARCH]}, identity: "
+                              "{type: header, header: X-Tenant_ID}, limits: [{rate: 1/s}]}\n");
+  EXPECT_EQ(c.limiter.rules[2].match.methods, (std::vector<std::string>{"GET", "M-SEARCH"}));
+  EXPECT_EQ(c.limiter.rules[2].identity.header, "X-Tenant_ID");
+}
+
 TEST(ConfigTest, TrustedProxyWithOverflowingPrefixLengthIsRejected) {
   expect_error("trusted_proxies: [127.0.0.1/99999999999999999999]\n", "trusted_proxies[0]",
                "prefix length");
