@@ -303,7 +303,10 @@ struct Sentinel::Impl {
     }
     if (reply->is_error()) {
       const std::string_view code = reply->error_code();
-      if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING") {
+      // The command did not run: the server is a replica now, has lost its master, is loading
+      // its data, or refuses writes while it has fewer good replicas than min-replicas-to-write
+      // (a master cut off from them, maybe replaced by one of them).
+      if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING" || code == "NOREPLICAS") {
         topology_errors.fetch_add(1, std::memory_order_relaxed);
         request_resolve();
         retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis sentinel master: {}", reply->str)});

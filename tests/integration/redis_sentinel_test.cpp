@@ -388,6 +388,42 @@ TEST(RedisSentinel, AnUnreachableSentinelDoesNotKeepTheOthersFromSubscribing) {
   EXPECT_EQ(client.master()->port, group.master_port());
 }
 
+// The master refuses writes (min-replicas-to-write above the replicas it has): NOREPLICAS
+// means the command did not run, as READONLY does. It is retried until its deadline, the
+// master re-resolved meanwhile, and runs once the master takes writes again.
+TEST(RedisSentinel, WritesRefusedForLackOfReplicasAreRetriedWithinTheDeadline) {
+  auto& group = testing::shared_sentinel_group();
+  redis::Sentinel client(client_options(group));
+  ASSERT_TRUE(eventually([&] { return client.ready(); })) << client.status();
+  const int master = group.master_port();
+  struct Restore {
+    int port;
+    ~Restore() { testing::command_on(port, {"CONFIG", "SET", "min-replicas-to-write", "0"}); }
+  } restore{master};
+  ASSERT_EQ(testing::command_on(master, {"CONFIG", "SET", "min-replicas-to-write", "2"}), "OK");
+  const auto key = fmt::format("sentinel-noreplicas-{}", ::getpid());
+  std::string_view set[] = {"SET", key, "1"};
+
+  const auto resolutions = client.stats().resolutions;
+  auto refused = command_sync(client, set, 200 * kMicrosPerMilli);
+  ASSERT_FALSE(refused) << refused->to_string();
+  EXPECT_EQ(refused.error().code, ErrorCode::unavailable) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("NOREPLICAS"), std::string::npos) << refused.error().message;
+  EXPECT_GE(client.stats().topology_errors, 1u);
+  EXPECT_TRUE(eventually([&] { return client.stats().resolutions > resolutions; }));
+
+  std::promise<Result<redis::Reply>> done;
+  auto later = done.get_future();
+  const auto errors = client.stats().topology_errors;
+  client.command(set, [&done](Result<redis::Reply> r) { done.set_value(std::move(r)); }, 20 * kMicrosPerSecond);
+  ASSERT_TRUE(eventually([&] { return client.stats().topology_errors > errors; }));
+  ASSERT_EQ(testing::command_on(master, {"CONFIG", "SET", "min-replicas-to-write", "0"}), "OK");
+  auto reply = later.get();
+  ASSERT_TRUE(reply) << reply.error().message;
+  EXPECT_EQ(reply->str, "OK") << reply->to_string();
+  EXPECT_EQ(testing::command_on(master, {"GET", key}), "1");
+}
+
 // Plain Redis servers stand in for sentinels here: they carry pub/sub (PUBLISH reaches the
 // subscription) but do not know SENTINEL, so no master is ever resolved through them.
 redis::SentinelOptions stand_in_options(std::vector<int> ports) {

@@ -15,15 +15,15 @@
 // the announcing sentinel is asked first (then the others in turn) and the answer is verified
 // with ROLE. Messages published while a subscription was down are lost, so the client also
 // re-resolves when a subscription is confirmed again, periodically (poll_interval, the
-// fallback), and at once after a connection error, READONLY, MASTERDOWN or LOADING.
-// READONLY, MASTERDOWN, LOADING and commands that could not be sent (connection down, breaker
-// open, no master known) did not run: they are retried with a bounded backoff until their
-// deadline. A command that was sent and then lost
+// fallback), and at once after a connection error, READONLY, MASTERDOWN, LOADING or
+// NOREPLICAS. Commands answered READONLY, MASTERDOWN, LOADING or NOREPLICAS, and commands that
+// could not be sent (connection down, breaker open, no master known) did not run: they are
+// retried with a bounded backoff until their deadline. A command that was sent and then lost
 // (timeout, connection dropped) may have run: the caller gets the error.
 //
 // Writes the old master acknowledged and had not replicated when the replica was promoted,
 // and writes it took until the first announcement reached the client, are lost (replication
-// is asynchronous).
+// is asynchronous); docs/configuration.md says how min-replicas-to-write bounds them.
 //
 // Thread-safe. Callbacks run on the client's event-loop threads; they must not block.
 
@@ -84,7 +84,7 @@ class Sentinel {
   struct Stats {
     std::uint64_t resolutions = 0;      // successful answers from a sentinel
     std::uint64_t switches = 0;         // changes of master after the first
-    std::uint64_t topology_errors = 0;  // READONLY, MASTERDOWN, LOADING replies
+    std::uint64_t topology_errors = 0;  // READONLY, MASTERDOWN, LOADING, NOREPLICAS replies
     std::uint64_t unsent_retries = 0;
     std::uint64_t switch_messages = 0;        // +switch-master messages naming this master
     std::uint64_t switch_announcements = 0;   // of those, the first of each switch (acted on)
