@@ -9,7 +9,9 @@
 #include <mutex>
 #include <thread>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/shared_value.hpp"
 #include "subscriber.hpp"
 
 namespace ratekeeper::redis {
@@ -82,7 +84,7 @@ struct Sentinel::Impl {
   std::unique_ptr<EventLoop> loop;
   std::atomic<bool> closing{false};
   std::vector<std::unique_ptr<Connection>> sentinels;
-  std::atomic<std::shared_ptr<Connection>> current;
+  core::SharedValue<Connection> current;
   std::vector<std::unique_ptr<detail::Subscriber>> subscribers;  // one per sentinel, same order
 
   std::thread resolver;
@@ -158,7 +160,12 @@ struct Sentinel::Impl {
       std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
       const std::size_t first = first_asked;
       lock.unlock();
-      std::string error = resolve_once(first);
+      std::string error;
+      // Sentinel replies come from outside: whatever they make throw ends this resolution,
+      // not the process.
+      if (!core::contain("a Sentinel master resolution", [&] { error = resolve_once(first); })) {
+        error = "the master resolution failed with an exception";
+      }
       lock.lock();
       if (!error.empty()) last_error = std::move(error);
       cv.wait_for(lock, std::chrono::microseconds(options.min_resolve_gap), [this] { return stopping; });
