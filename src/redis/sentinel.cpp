@@ -68,7 +68,7 @@ struct Sentinel::Impl {
     if (resolver.joinable()) resolver.join();
     closing.store(true, std::memory_order_release);
     loop->barrier();
-    current.store(nullptr);
+    set_current(nullptr);
     {
       std::lock_guard lock(mu);
       retired.clear();
@@ -82,7 +82,12 @@ struct Sentinel::Impl {
   std::unique_ptr<EventLoop> loop;
   std::atomic<bool> closing{false};
   std::vector<std::unique_ptr<Connection>> sentinels;
-  std::atomic<std::shared_ptr<Connection>> current;
+  // The master connection commands go to. Under its own mutex rather than in a
+  // std::atomic<std::shared_ptr>, whose load() in libstdc++ 12 releases its internal lock with
+  // a relaxed store: a data race with the next store() (ThreadSanitizer reports it). The
+  // atomic takes a lock per load as well, so this costs no more.
+  mutable std::mutex current_mu;
+  std::shared_ptr<Connection> current_conn;  // under current_mu
   std::vector<std::unique_ptr<detail::Subscriber>> subscribers;  // one per sentinel, same order
 
   std::thread resolver;
@@ -91,7 +96,7 @@ struct Sentinel::Impl {
   bool wanted = true;
   bool stopping = false;
   std::optional<Endpoint> master_ep;            // under mu
-  std::shared_ptr<Connection> in_use;           // under mu: the connection in `current`
+  std::shared_ptr<Connection> in_use;           // under mu: the connection in current_conn
   std::vector<std::pair<Micros, std::shared_ptr<Connection>>> retired;  // under mu
   std::string last_error = "resolving the master";  // under mu
   std::size_t first_asked = 0;  // under mu: the sentinel resolutions ask first
@@ -100,6 +105,19 @@ struct Sentinel::Impl {
 
   std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, unsent_retries{0},
       switch_messages{0}, switch_announcements{0};
+
+  std::shared_ptr<Connection> current() const {
+    std::lock_guard lock(current_mu);
+    return current_conn;
+  }
+
+  // The connection replaced is released after the lock (it may be the last reference).
+  void set_current(std::shared_ptr<Connection> conn) {
+    {
+      std::lock_guard lock(current_mu);
+      current_conn.swap(conn);
+    }
+  }
 
   // ---- +switch-master ----
 
@@ -220,7 +238,7 @@ struct Sentinel::Impl {
     master_ep = ep;
     if (in_use) retired.emplace_back(steady_micros(), std::move(in_use));
     in_use = conn;
-    current.store(std::move(conn));
+    set_current(std::move(conn));
     last_error.clear();
     return {};
   }
@@ -242,7 +260,7 @@ struct Sentinel::Impl {
       finish(req, std::unexpected(req->last_error));
       return;
     }
-    auto conn = current.load();
+    auto conn = current();
     if (!conn) {
       request_resolve();
       std::string why;
@@ -339,7 +357,7 @@ std::optional<Endpoint> Sentinel::master() const {
 bool Sentinel::ready() const { return status() == "ok"; }
 
 std::string Sentinel::status() const {
-  auto conn = impl_->current.load();
+  auto conn = impl_->current();
   if (!conn) {
     std::lock_guard lock(impl_->mu);
     return fmt::format("master '{}' not resolved: {}", impl_->options.master_name, impl_->last_error);
