@@ -300,6 +300,44 @@ TEST(RedisClusterStore, AFailedRefundIsCountedAndItsConsumptionStays) {
   EXPECT_EQ(peek->decision.remaining, 7);
 }
 
+// Concurrent checks across slots, each consuming from a slow bucket and denied by another
+// slot: the refunds, in whatever order they run, give every consumption back (the issue's
+// figures: a bucket of 20 refilled 0.01 per second, 24 checks).
+TEST(RedisClusterStore, ConcurrentChecksDeniedByAnotherSlotLeaveTheBucketFull) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 5 * kMicrosPerSecond);
+  const auto ip = fmt::format("order-span:{{ip-{}}}:r", unique("x"));
+  const auto user = fmt::format("order-span:{{user-{}}}:r", unique("x"));
+  ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
+  const auto bucket = *algorithms::Limit::token_bucket(20, 0.01);
+  const auto tight = *algorithms::Limit::make(Algorithm::fixed_window, 1, 3600 * kMicrosPerSecond);
+  auto full = store->check_sync({{user, tight, 1}});
+  ASSERT_TRUE(full && full->decision.allowed);
+
+  constexpr int kChecks = 24;
+  std::mutex mu;
+  std::vector<Result<CheckOutcome>> outcomes;
+  std::latch answered(kChecks);
+  for (int i = 0; i < kChecks; ++i) {
+    store->check({{ip, bucket, 1}, {user, tight, 1}}, std::nullopt, [&](Result<CheckOutcome> r) {
+      {
+        std::lock_guard lock(mu);
+        outcomes.push_back(std::move(r));
+      }
+      answered.count_down();
+    });
+  }
+  answered.wait();
+  for (const auto& r : outcomes) {
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_FALSE(r->decision.allowed);
+  }
+  EXPECT_EQ(store->stats().refunds_failed, 0u);
+  auto peek = store->check_sync({{ip, bucket, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 20);
+}
+
 TEST(RedisClusterStore, ServeOnTheClusterAdmitsExactlyCapacityOfAConcurrentBurst) {
   auto& cluster = testing::shared_cluster();
   testing::ServerProcess::Options o;

@@ -12,14 +12,15 @@
 // concurrently. When every slot admits, the check is admitted. When some slot denies, each
 // slot that admitted a positive cost is sent a refund ("refund", lua/refund.lua) within the
 // check's deadline, and only then is the combined denial answered; the items of refunded
-// slots report a peek taken right after the refund. The refund gives back what that call
-// consumed, per algorithm as exactly as its state allows, never more than the cost and never
-// below empty (token bucket: tat −= cost·T when nothing drew on the bucket since, otherwise
-// less what could have refilled since, so that it never returns a part that no longer
-// counts; fixed window and sliding window counter: the count of the window the consumption
-// was counted in, while it still counts; sliding window log: that many entries stamped with
-// the check's instant, while it is in the window), and leaves exact key lifetimes. See
-// docs/configuration.md, "Redis Cluster: checks that span slots".
+// slots report a peek taken right after the refund. The refund gives back what that call's
+// consumption still holds, whatever order the refunds of several checks arrive in, never
+// more than the cost and never below empty (token bucket: min(cost·T, tat_c − now, tat −
+// now), tat_c the tat the consumption left, so refunding every consumption leaves the
+// bucket full; fixed window and sliding window counter: the cost, from the count of the
+// window the consumption was counted in, while it still counts; sliding window log: that
+// many entries stamped with the check's instant, while it is in the window), and leaves
+// exact key lifetimes. See lua/refund.lua and docs/configuration.md, "Redis Cluster: checks
+// that span slots".
 // The refund is NOT atomic with the check: from the moment a slot's call consumed until its
 // refund runs (at most the deadline, normally one round trip after the slowest slot
 // answered), other clients see that consumption and may be denied because of it. A refund
