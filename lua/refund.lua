@@ -147,9 +147,10 @@ local function run_refund()
   local seen = {}
   for i = 1, n do
     local base = 2 + 5 * (i - 1)
-    local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
+    local number = tonumber(ARGV[base + 1])
+    local algorithm = ALGORITHMS[number]
     if algorithm == nil then fail('unknown algorithm ' .. tostring(ARGV[base + 1])) end
-    local capacity, period, cost = limit_args(ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
+    local capacity, period, cost = limit_args(number, ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
     if seen[KEYS[i]] then fail("key '" .. KEYS[i] .. "' appears twice in one refund") end
     seen[KEYS[i]] = true
     local reset_after = integer_arg(ARGV[base + 5], 'reset_after')
