@@ -50,11 +50,13 @@ namespace ratekeeper::store {
 namespace detail {
 struct TimedOutcome;
 struct RefundOutcome;
+class ScriptReplies;
 }  // namespace detail
 
 struct RedisClusterStoreOptions {
   redis::ClusterOptions cluster;
   bool reject_cross_slot = false;  // true: a check spanning slots is invalid_argument
+  ReplyHealthOptions health;
 };
 
 // StoreOptions + a parsed redis-cluster:// URL → RedisClusterStoreOptions.
@@ -68,7 +70,9 @@ class RedisClusterStore final : public Store {
   // Store interface. Invalid arguments are answered on the caller's stack, as MemoryStore.
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
   std::string_view kind() const noexcept override { return "redis-cluster"; }
-  // Ready iff every slot has a master and every master's connection is up.
+  // Ready iff every slot has a master and every master's connection is up, and no script
+  // call (on any node) got an error reply within the last health.error_window (see
+  // ReplyHealthOptions).
   StoreHealth health() const override;
 
   struct Stats {
@@ -94,8 +98,8 @@ class RedisClusterStore final : public Store {
   void answer(const std::shared_ptr<CrossSlotCheck>& check);
 
   RedisClusterStoreOptions options_;
+  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the cluster's callbacks
   std::unique_ptr<redis::Cluster> cluster_;
-  std::atomic<std::uint64_t> noscript_reloads_{0};
   std::atomic<std::uint64_t> cross_slot_checks_{0};
   std::atomic<std::uint64_t> cross_slot_partial_{0};
   std::atomic<std::uint64_t> refunds_sent_{0};
