@@ -264,7 +264,8 @@ RC_GTEST_PROP(LuaScripts, SlidingWindowCounterWeighsExactlyWhereDoublesRound, ()
   auto both = [&](Micros now, std::int64_t cost) {
     auto expected = algorithms::step(limit, state, now, cost);
     RC_ASSERT(expected.has_value());
-    RC_ASSERT(runner().check(key, limit, cost, now) == expected->decision);
+    const Observed o = run_observed("sliding_window_counter", {key}, testing::single_args(limit, cost, now));
+    RC_ASSERT(testing::decision_at(o.reply, 0) == expected->decision);
     state = stored(*expected);
     return expected->decision;
   };
@@ -293,7 +294,9 @@ TEST(LuaScripts, DailyAndMonthlyQuotasCountExactly) {
       auto both = [&](Micros now, std::int64_t cost) {
         auto expected = algorithms::step(limit, state, now, cost);
         ASSERT_TRUE(expected) << expected.error().message;
-        EXPECT_EQ(runner().check(key, limit, cost, now), expected->decision) << "cost " << cost << " at " << now;
+        // Observed: a key must not expire on Redis's clock while it counts at this `now`.
+        const Observed o = run_observed(std::string(to_string(a)), {key}, testing::single_args(limit, cost, now));
+        EXPECT_EQ(testing::decision_at(o.reply, 0), expected->decision) << "cost " << cost << " at " << now;
         state = stored(*expected);
       };
       const Micros now = start + window / 3;
@@ -307,7 +310,7 @@ TEST(LuaScripts, DailyAndMonthlyQuotasCountExactly) {
         both(start + window + e, fill ? quota / 3 : 1'000);
       }
       both(start + 3 * window, 0);
-      EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+      EXPECT_EQ(connection().integer({"EXISTS", key}), 0);  // the state is absent: deleted
     }
   }
 }
