@@ -13,7 +13,8 @@ constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
 constexpr std::string_view kWindowLimitBound = "2^40 (1099511627776) per window";
 
 // A whole number in [1, max] (`bound` names max in the error).
-Result<std::int64_t> whole_positive(std::string_view field, double value, std::int64_t max, std::string_view bound) {
+Result<std::int64_t> whole_positive(std::string_view field, double value, std::int64_t max,
+                                    std::string_view bound) {
   if (!std::isfinite(value)) {
     return make_error(ErrorCode::invalid_argument, fmt::format("{} must be finite, got {}", field, value));
   }
@@ -22,7 +23,8 @@ Result<std::int64_t> whole_positive(std::string_view field, double value, std::i
                       fmt::format("{} must be a whole number >= 1, got {}", field, value));
   }
   if (value > static_cast<double>(max)) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("{} must be at most {}, got {}", field, bound, value));
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{} must be at most {}, got {}", field, bound, value));
   }
   return static_cast<std::int64_t>(value);
 }
@@ -60,18 +62,21 @@ Result<Limit> Limit::make(Algorithm algorithm, std::int64_t capacity, Micros per
   }
   if (algorithm == Algorithm::token_bucket) {
     if (capacity > kMaxHorizon / period) {
-      return make_error(ErrorCode::invalid_argument,
-                        fmt::format("capacity × refill interval must stay below 2^51 microseconds ({} × {})",
-                                    capacity, period));
+      return make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("capacity × refill interval must stay below 2^51 microseconds ({} × {})",
+                      capacity, period));
     }
     return Limit{algorithm, capacity, period};
   }
   if (capacity > kMaxWindowLimit) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("limit must be at most {}, got {}", kWindowLimitBound, capacity));
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("limit must be at most {}, got {}", kWindowLimitBound, capacity));
   }
   if (period > kMaxWindow) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("window must be at most 2^45 microseconds (about 407 days), got {}", period));
+                      fmt::format("window must be at most 2^45 microseconds (about 407 days), got {}",
+                                  period));
   }
   return Limit{algorithm, capacity, period};
 }

@@ -37,7 +37,9 @@ class ScriptReplies {
   // The final reply of one script call (after the EVAL, if any), however many checks it answers.
   void answered(const Result<redis::Reply>& reply);
 
-  std::uint64_t noscript_reloads() const noexcept { return noscript_reloads_.load(std::memory_order_relaxed); }
+  std::uint64_t noscript_reloads() const noexcept {
+    return noscript_reloads_.load(std::memory_order_relaxed);
+  }
   // Why the store is not ready (the last error reply, its text bounded), or nothing.
   std::optional<std::string> failing() const;
 

@@ -84,13 +84,14 @@ TEST(ScriptReplies, TheErrorTextIsBoundedAndValidUtf8) {
 
 TEST(BoundedText, KeepsValidUtf8AndReplacesEveryInvalidByte) {
   EXPECT_EQ(bounded_text("plain ascii", 100), "plain ascii");
-  EXPECT_EQ(bounded_text("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", 100), "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(bounded_text("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", 100),
+            "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
   const std::string r = "\xEF\xBF\xBD";
-  EXPECT_EQ(bounded_text("a\xFF" "b", 100), "a" + r + "b");
-  EXPECT_EQ(bounded_text("\xC0\xAF", 100), r + r);          // overlong '/'
-  EXPECT_EQ(bounded_text("\xED\xA0\x80", 100), r + r + r);  // a surrogate
+  EXPECT_EQ(bounded_text(std::string("a\xFF") + "b", 100), "a" + r + "b");
+  EXPECT_EQ(bounded_text("\xC0\xAF", 100), r + r);                  // overlong '/'
+  EXPECT_EQ(bounded_text("\xED\xA0\x80", 100), r + r + r);          // a surrogate
   EXPECT_EQ(bounded_text("\xF4\x90\x80\x80", 100), r + r + r + r);  // above U+10FFFF
-  EXPECT_EQ(bounded_text("end \xE2\x82", 100), "end " + r + r);  // a sequence cut short
+  EXPECT_EQ(bounded_text("end \xE2\x82", 100), "end " + r + r);     // a sequence cut short
   EXPECT_EQ(bounded_text("\x80", 100), r);
 }
 
