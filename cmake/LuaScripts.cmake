@@ -2,9 +2,12 @@
 # lua/prelude.lua, the algorithm(s), the entry part, then the call of the entry. Included by
 # EmbedLua.cmake (the build's outputs) and EmbedLuaScript.cmake (the assembly).
 set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch multi_at refund)
+# The algorithms, numbered as enum algorithms::Algorithm.
+set(number 0)
 foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_window)
   set(parts_${algorithm} prelude ${algorithm} single)
-  set(call_${algorithm} "return run_single(${algorithm})")
+  set(call_${algorithm} "return run_single(${algorithm}, ${number})")
+  math(EXPR number "${number} + 1")
 endforeach()
 set(all_algorithms token_bucket sliding_window_log sliding_window_counter fixed_window)
 # Several limits of one identity, all-or-nothing.

@@ -34,9 +34,10 @@ local function parse_limits(first, n, arg)
   local seen = {}
   for i = 1, n do
     local base = arg + 4 * (i - 1)
-    local step = STEPS[tonumber(ARGV[base])]
+    local algorithm = tonumber(ARGV[base])
+    local step = STEPS[algorithm]
     if step == nil then fail('unknown algorithm ' .. tostring(ARGV[base])) end
-    local capacity, period, cost = limit_args(ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])
+    local capacity, period, cost = limit_args(algorithm, ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])
     local key = KEYS[first + i - 1]
     if seen[key] then fail("key '" .. key .. "' appears twice in one check") end
     seen[key] = true

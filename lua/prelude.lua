@@ -1,9 +1,14 @@
 -- ratekeeper: shared by every script. Lua numbers are doubles: every value stays below 2^53
--- (Limit::make bounds capacity × period by 2^51), so integer arithmetic here is exact, and
--- a quotient of two integers rounds the same way as in C++ through cdiv.
+-- (the bounds of Limit::make: a token bucket's capacity × interval at most 2^51, a window's
+-- limit at most 2^40 and its length at most 2^45 µs, with products beyond 2^53 taken apart,
+-- see mul_div), so integer arithmetic here is exact, and a quotient of two integers rounds
+-- the same way as in C++ through cdiv.
 
 local MAX_EXACT = 2 ^ 53
-local MAX_HORIZON = 2 ^ 51
+local MAX_HORIZON = 2 ^ 51       -- token bucket: capacity × interval
+local MAX_WINDOW_LIMIT = 2 ^ 40  -- algorithms::kMaxWindowLimit
+local MAX_WINDOW = 2 ^ 45        -- algorithms::kMaxWindow
+local TOKEN_BUCKET = 0           -- the algorithm numbers of enum algorithms::Algorithm
 
 local function fail(message)
   error({err = 'ERR ratekeeper: ' .. message})
@@ -29,15 +34,22 @@ local function integer_arg(text, field)
   return n
 end
 
--- One limit's arguments, checked as Limit::make and validate_cost check them.
-local function limit_args(capacity_text, period_text, cost_text)
+-- One limit's arguments, checked as Limit::make and validate_cost check them; `algorithm`
+-- is its number (0: token bucket, otherwise a window).
+local function limit_args(algorithm, capacity_text, period_text, cost_text)
   local capacity = integer_arg(capacity_text, 'capacity')
   local period = integer_arg(period_text, 'period')
   local cost = integer_arg(cost_text, 'cost')
   if capacity < 1 then fail('capacity must be >= 1, got ' .. str(capacity)) end
   if period < 1 then fail('period must be >= 1 microsecond, got ' .. str(period)) end
-  if capacity > MAX_HORIZON / period then
-    fail('capacity x period must stay below 2^51 microseconds')
+  if algorithm == TOKEN_BUCKET then
+    if capacity > MAX_HORIZON / period then
+      fail('capacity x refill interval must stay below 2^51 microseconds')
+    end
+  elseif capacity > MAX_WINDOW_LIMIT then
+    fail('limit must be at most 2^40 per window, got ' .. str(capacity))
+  elseif period > MAX_WINDOW then
+    fail('window must be at most 2^45 microseconds, got ' .. str(period))
   end
   if cost < 0 then fail('cost must be >= 0, got ' .. str(cost)) end
   if cost > capacity then

@@ -9,21 +9,26 @@
 -- A refund never gives back more than `cost`, never goes below an empty state, and leaves
 -- each key with the lifetime a step would give the state it leaves.
 
--- Token bucket: tat −= cost·T, the key deleted once the bucket is full. The consumption
--- left tat_c = at + reset_after. Still the stored tat: nothing drew on the bucket since, the
--- refund is exact. Beyond it: other checks consumed since, and GCRA does not record whether
--- the bucket would have filled up meanwhile without the refunded consumption (then a part
--- of it no longer counts); the refund gives back cost·T less what could have refilled
--- between tat_c − cost·T and now, so never more than the consumption still holds (nothing
--- once tat_c <= now: it has refilled). Below it: the key was lost since, nothing to undo.
+-- Token bucket. GCRA keeps one number, `tat`, the end of the line of consumptions the
+-- bucket still owes, which refill oldest first. The consumption left tat_c = at +
+-- reset_after; it ends there in the line, or earlier once consumptions before it were
+-- refunded (a refund takes its part out and moves the later ones forward). It still holds
+-- at most min(cost·T, tat_c − now) (it has refilled by tat_c at the latest), and never more
+-- than the bucket owes, tat − now: that is given back, tat −= held, the key deleted once
+-- the bucket is full. So refunds in any order give back every consumption that has not
+-- refilled, and refunding them all leaves the bucket full. The line itself is not kept: where
+-- an earlier refund moved this consumption forward far enough that part of it refilled,
+-- that part is given back as well. Each refund thus leaves the bucket within what refills
+-- between `at` and now (and within cost·T) of the bucket rebuilt from the consumptions not
+-- refunded. A key lost since (evicted) cannot be told apart: the refund then gives back at
+-- most cost·T of what the key holds now.
 local function refund_token_bucket(key, _, interval, cost, _, now, tat_c)
   local value = read_string(key)
   local tat = value and string.match(value, '^%d+$') and tonumber(value)
-  if cost == 0 or not tat or tat <= now or tat < tat_c then return false end
-  local refund = cost * interval
-  if tat > tat_c then refund = refund - math.min(refund, math.max(0, now - (tat_c - refund))) end
-  if refund <= 0 then return false end
-  local refunded = tat - refund
+  if cost == 0 or not tat then return false end
+  local held = math.min(cost * interval, tat_c - now, tat - now)
+  if held <= 0 then return false end
+  local refunded = tat - held
   if refunded > now then
     write_string(key, str(refunded), expiry(refunded))
   else
@@ -142,9 +147,10 @@ local function run_refund()
   local seen = {}
   for i = 1, n do
     local base = 2 + 5 * (i - 1)
-    local algorithm = ALGORITHMS[tonumber(ARGV[base + 1])]
+    local number = tonumber(ARGV[base + 1])
+    local algorithm = ALGORITHMS[number]
     if algorithm == nil then fail('unknown algorithm ' .. tostring(ARGV[base + 1])) end
-    local capacity, period, cost = limit_args(ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
+    local capacity, period, cost = limit_args(number, ARGV[base + 2], ARGV[base + 3], ARGV[base + 4])
     if seen[KEYS[i]] then fail("key '" .. KEYS[i] .. "' appears twice in one refund") end
     seen[KEYS[i]] = true
     local reset_after = integer_arg(ARGV[base + 5], 'reset_after')

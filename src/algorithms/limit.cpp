@@ -7,10 +7,14 @@
 namespace ratekeeper::algorithms {
 namespace {
 
-// Bound on τ = C·T and on L·W so that now + 2τ and every product stays below 2^53.
+// Token bucket: τ = C·T at most 2^51 µs, so that now + 2τ and every product of
+// lua/token_bucket.lua stays below 2^53, where Lua's doubles are exact.
 constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
+constexpr std::string_view kWindowLimitBound = "2^40 (1099511627776) per window";
 
-Result<std::int64_t> whole_positive(std::string_view field, double value) {
+// A whole number in [1, max] (`bound` names max in the error).
+Result<std::int64_t> whole_positive(std::string_view field, double value, std::int64_t max,
+                                    std::string_view bound) {
   if (!std::isfinite(value)) {
     return make_error(ErrorCode::invalid_argument, fmt::format("{} must be finite, got {}", field, value));
   }
@@ -18,9 +22,9 @@ Result<std::int64_t> whole_positive(std::string_view field, double value) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("{} must be a whole number >= 1, got {}", field, value));
   }
-  if (value > static_cast<double>(kMaxHorizon)) {
+  if (value > static_cast<double>(max)) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("{} must be at most 2^51, got {}", field, value));
+                      fmt::format("{} must be at most {}, got {}", field, bound, value));
   }
   return static_cast<std::int64_t>(value);
 }
@@ -56,17 +60,29 @@ Result<Limit> Limit::make(Algorithm algorithm, std::int64_t capacity, Micros per
                                   algorithm == Algorithm::token_bucket ? "refill interval" : "window",
                                   period));
   }
-  if (capacity > kMaxHorizon / period) {
+  if (algorithm == Algorithm::token_bucket) {
+    if (capacity > kMaxHorizon / period) {
+      return make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("capacity × refill interval must stay below 2^51 microseconds ({} × {})",
+                      capacity, period));
+    }
+    return Limit{algorithm, capacity, period};
+  }
+  if (capacity > kMaxWindowLimit) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("capacity × {} must stay below 2^51 microseconds ({} × {})",
-                                  algorithm == Algorithm::token_bucket ? "refill interval" : "window",
-                                  capacity, period));
+                      fmt::format("limit must be at most {}, got {}", kWindowLimitBound, capacity));
+  }
+  if (period > kMaxWindow) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("window must be at most 2^45 microseconds (about 407 days), got {}",
+                                  period));
   }
   return Limit{algorithm, capacity, period};
 }
 
 Result<Limit> Limit::token_bucket(double capacity, double refill_per_second) {
-  auto c = whole_positive("capacity", capacity);
+  auto c = whole_positive("capacity", capacity, kMaxHorizon, "2^51");
   if (!c) return std::unexpected(c.error());
   if (!std::isfinite(refill_per_second) || refill_per_second <= 0) {
     return make_error(ErrorCode::invalid_argument,
@@ -89,7 +105,7 @@ Result<Limit> Limit::window(Algorithm algorithm, double limit, Micros window) {
   if (algorithm == Algorithm::token_bucket) {
     return make_error(ErrorCode::invalid_argument, "algorithm must be a window algorithm");
   }
-  auto l = whole_positive("limit", limit);
+  auto l = whole_positive("limit", limit, kMaxWindowLimit, kWindowLimitBound);
   if (!l) return std::unexpected(l.error());
   if (window < 1) {
     return make_error(ErrorCode::invalid_argument,

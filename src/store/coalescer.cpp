@@ -25,8 +25,8 @@ struct Coalescer::Batch {
   bool retried = false;
 };
 
-Coalescer::Coalescer(ScriptSender send, Post post, Options options, std::atomic<std::uint64_t>* noscript_reloads)
-    : send_(std::move(send)), post_(std::move(post)), options_(options), noscript_reloads_(noscript_reloads) {
+Coalescer::Coalescer(ScriptSender send, Post post, Options options, ScriptReplies* replies)
+    : send_(std::move(send)), post_(std::move(post)), options_(options), replies_(replies) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
   options_.max_in_flight = std::max<std::size_t>(1, options_.max_in_flight);
 }
@@ -140,10 +140,9 @@ void Coalescer::send_one(Call* call, bool eval) {
 }
 
 void Coalescer::on_reply(Call* call, Result<redis::Reply> reply) {
-  if (is_noscript(reply) && !call->retried) {
+  if (needs_eval(reply, call->retried, replies_)) {
     // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
     call->retried = true;
-    if (noscript_reloads_ != nullptr) noscript_reloads_->fetch_add(1, std::memory_order_relaxed);
     send_one(call, true);
     return;
   }
@@ -170,9 +169,8 @@ void Coalescer::send_batch(Batch* batch, bool eval) {
 }
 
 void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
-  if (is_noscript(reply) && !batch->retried) {
+  if (needs_eval(reply, batch->retried, replies_)) {
     batch->retried = true;
-    if (noscript_reloads_ != nullptr) noscript_reloads_->fetch_add(1, std::memory_order_relaxed);
     send_batch(batch, true);
     return;
   }

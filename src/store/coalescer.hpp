@@ -7,7 +7,8 @@
 // waiting checks go out together as one call of the batch script (lua/batch.lua), at most
 // max_batch per call, identical checks as one entry. A check alone goes out as its own
 // script. NOSCRIPT is answered by EVAL with the source, once per call. Every check keeps its
-// own deadline: a check that waited gets what is left of it. Thread-safe.
+// own deadline: a check that waited gets what is left of it. The replies are noted in the
+// store's ScriptReplies (NOSCRIPT reloads, health). Thread-safe.
 
 #include <atomic>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "script_call.hpp"
+#include "script_replies.hpp"
 
 namespace ratekeeper::store::detail {
 
@@ -30,7 +32,8 @@ class Coalescer {
   using Post = std::function<void(std::function<void()>)>;
 
   // `post` empty: waiting checks go out when a call completes, from its callback.
-  Coalescer(ScriptSender send, Post post, Options options, std::atomic<std::uint64_t>* noscript_reloads);
+  // `replies` may be null.
+  Coalescer(ScriptSender send, Post post, Options options, ScriptReplies* replies);
   // close() must have been called, and no callback of `send` be pending.
   ~Coalescer();
   Coalescer(const Coalescer&) = delete;
@@ -60,7 +63,7 @@ class Coalescer {
   ScriptSender send_;
   Post post_;
   Options options_;
-  std::atomic<std::uint64_t>* noscript_reloads_;
+  ScriptReplies* replies_;
   std::mutex mu_;
   std::vector<Call*> queued_;
   bool flush_posted_ = false;

@@ -12,6 +12,7 @@
 #include "ratekeeper/redis/url.hpp"
 #include "refund_call.hpp"
 #include "script_call.hpp"
+#include "script_replies.hpp"
 
 namespace ratekeeper::store {
 namespace {
@@ -54,11 +55,14 @@ RedisClusterStoreOptions redis_cluster_store_options(const StoreOptions& options
   c.node = detail::connection_options(options, url);
   c.node.endpoint = {};  // each node's own, from the slot map
   c.io_threads = std::max(1, options.io_threads);
+  out.health = detail::reply_health_options(options);
   return out;
 }
 
 RedisClusterStore::RedisClusterStore(RedisClusterStoreOptions options)
-    : options_(std::move(options)), cluster_(std::make_unique<redis::Cluster>(options_.cluster)) {}
+    : options_(std::move(options)),
+      replies_(std::make_unique<detail::ScriptReplies>(options_.health)),
+      cluster_(std::make_unique<redis::Cluster>(options_.cluster)) {}
 
 RedisClusterStore::~RedisClusterStore() = default;
 
@@ -121,7 +125,7 @@ void RedisClusterStore::check_across_slots(std::vector<CheckItem> items, std::sp
     detail::run_timed_check(
         group, now, deadline, slot_sender(*cluster_, part.slot),
         [this, check, g](Result<detail::TimedOutcome> r) { part_answered(check, g, std::move(r)); },
-        &noscript_reloads_);
+        replies_.get());
   }
 }
 
@@ -195,7 +199,7 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
                        [this, check, p = r.part, positions = r.positions](Result<detail::RefundOutcome> outcome) {
                          refund_answered(check, p, positions, std::move(outcome));
                        },
-                       &noscript_reloads_);
+                       replies_.get());
   }
 }
 
@@ -232,16 +236,18 @@ void RedisClusterStore::answer(const std::shared_ptr<CrossSlotCheck>& check) {
 void RedisClusterStore::run(std::vector<CheckItem> items, std::uint16_t slot, std::optional<Micros> now,
                             Micros deadline, CheckCallback done) {
   auto call = std::make_shared<detail::ScriptCall>(std::move(items), now);
-  detail::run_script(call, deadline, slot_sender(*cluster_, slot), std::move(done), &noscript_reloads_);
+  detail::run_script(call, deadline, slot_sender(*cluster_, slot), std::move(done), replies_.get());
 }
 
 StoreHealth RedisClusterStore::health() const {
   auto status = cluster_->status();
-  return {status == "ok", std::move(status)};
+  if (status != "ok") return {false, std::move(status)};
+  if (auto why = replies_->failing()) return {false, std::move(*why)};
+  return {true, "ok"};
 }
 
 RedisClusterStore::Stats RedisClusterStore::stats() const noexcept {
-  return Stats{noscript_reloads_.load(std::memory_order_relaxed), cross_slot_checks_.load(std::memory_order_relaxed),
+  return Stats{replies_->noscript_reloads(), cross_slot_checks_.load(std::memory_order_relaxed),
                cross_slot_partial_.load(std::memory_order_relaxed), refunds_sent_.load(std::memory_order_relaxed),
                refunds_failed_.load(std::memory_order_relaxed)};
 }

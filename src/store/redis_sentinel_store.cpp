@@ -5,6 +5,7 @@
 #include "ratekeeper/redis/url.hpp"
 #include "coalescer.hpp"
 #include "script_call.hpp"
+#include "script_replies.hpp"
 
 namespace ratekeeper::store {
 
@@ -20,17 +21,20 @@ RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& optio
   s.sentinel.db = 0;
   s.io_threads = std::max(1, options.io_threads);
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
+  out.health = detail::reply_health_options(options);
   return out;
 }
 
 RedisSentinelStore::RedisSentinelStore(RedisSentinelStoreOptions options)
-    : options_(std::move(options)), sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {
+    : options_(std::move(options)),
+      replies_(std::make_unique<detail::ScriptReplies>(options_.health)),
+      sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {
   // No event loop of its own to post to: checks that waited go out when a call completes.
   coalescer_ = std::make_unique<detail::Coalescer>(
       [this](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
         sentinel_->command(argv, std::move(cb), timeout);
       },
-      detail::Coalescer::Post{}, detail::Coalescer::Options{options_.max_batch, 1}, &noscript_reloads_);
+      detail::Coalescer::Post{}, detail::Coalescer::Options{options_.max_batch, 1}, replies_.get());
 }
 
 RedisSentinelStore::~RedisSentinelStore() {
@@ -46,7 +50,11 @@ void RedisSentinelStore::check(std::vector<CheckItem> items, std::optional<Micro
 
 StoreHealth RedisSentinelStore::health() const {
   auto status = sentinel_->status();
-  return {status == "ok", std::move(status)};
+  if (status != "ok") return {false, std::move(status)};
+  if (auto why = replies_->failing()) return {false, std::move(*why)};
+  return {true, "ok"};
 }
+
+std::uint64_t RedisSentinelStore::noscript_reloads() const noexcept { return replies_->noscript_reloads(); }
 
 }  // namespace ratekeeper::store

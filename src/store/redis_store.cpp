@@ -8,6 +8,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "coalescer.hpp"
 #include "script_call.hpp"
+#include "script_replies.hpp"
 
 namespace ratekeeper::store {
 
@@ -24,12 +25,14 @@ RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::
   out.connections = std::max(1, options.io_threads);
   out.loop = options.loop;
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
+  out.health = detail::reply_health_options(options);
   return out;
 }
 
 std::string RedisStore::script_sha1(std::string_view source) { return redis::detail::sha1_hex(source); }
 
-RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {
+RedisStore::RedisStore(RedisStoreOptions options)
+    : options_(std::move(options)), replies_(std::make_unique<detail::ScriptReplies>(options_.health)) {
   loop_ = options_.loop ? options_.loop : std::make_shared<core::EventLoop>(std::max(1, options_.connections));
   for (std::size_t i = 0; i < loop_->size(); ++i) {
     auto lane = std::make_unique<Lane>();
@@ -41,7 +44,7 @@ RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options))
           connection->command(argv, std::move(cb), timeout);
         },
         [loop = loop_.get(), i](std::function<void()> fn) { loop->post(i, std::move(fn)); },
-        detail::Coalescer::Options{options_.max_batch, options_.max_in_flight}, &noscript_reloads_);
+        detail::Coalescer::Options{options_.max_batch, options_.max_in_flight}, replies_.get());
     lanes_.push_back(std::move(lane));
   }
 }
@@ -73,8 +76,11 @@ StoreHealth RedisStore::health() const {
       return {false, c.status()};
     }
   }
+  if (auto why = replies_->failing()) return {false, std::move(*why)};
   return {true, "ok"};
 }
+
+std::uint64_t RedisStore::noscript_reloads() const noexcept { return replies_->noscript_reloads(); }
 
 redis::Connection& RedisStore::connection(std::size_t index) { return *lanes_.at(index)->connection; }
 

@@ -46,7 +46,7 @@ struct Call {
   Micros deadline = 0;
   ScriptSender send;
   redis::ReplyCallback done;
-  std::atomic<std::uint64_t>* noscript_reloads = nullptr;
+  ScriptReplies* replies = nullptr;
   bool evaluated = false;
 };
 
@@ -61,8 +61,7 @@ void send_call(std::shared_ptr<Call> call, bool eval) {
   // The sender keeps `call` (and so the argument vector) alive until it answers.
   auto& send = call->send;
   send(call->argv, left, [call](Result<redis::Reply> reply) {
-    if (is_noscript(reply) && !call->evaluated) {
-      if (call->noscript_reloads != nullptr) call->noscript_reloads->fetch_add(1, std::memory_order_relaxed);
+    if (needs_eval(reply, call->evaluated, call->replies)) {
       send_call(call, true);
       return;
     }
@@ -92,7 +91,7 @@ std::vector<std::string> script_args(std::span<const CheckItem> items, std::init
 }
 
 void start(std::string_view script, std::vector<std::string> args, Micros deadline, ScriptSender send,
-           redis::ReplyCallback done, std::atomic<std::uint64_t>* noscript_reloads) {
+           redis::ReplyCallback done, ScriptReplies* replies) {
   const Script* s = embedded(script);
   if (s == nullptr) {
     done(make_error(ErrorCode::protocol, fmt::format("lua script {} is not embedded", script)));
@@ -104,7 +103,7 @@ void start(std::string_view script, std::vector<std::string> args, Micros deadli
   call->deadline = deadline;
   call->send = std::move(send);
   call->done = std::move(done);
-  call->noscript_reloads = noscript_reloads;
+  call->replies = replies;
   send_call(std::move(call), false);
 }
 
@@ -149,7 +148,7 @@ Result<RefundOutcome> parse_refund(const redis::Reply& reply, std::size_t items)
 }
 
 void run_timed_check(std::span<const CheckItem> items, std::optional<Micros> now, Micros deadline, ScriptSender send,
-                     TimedCallback done, std::atomic<std::uint64_t>* noscript_reloads) {
+                     TimedCallback done, ScriptReplies* replies) {
   const std::size_t n = items.size();
   start("multi_at", script_args(items, {now ? *now : -1}, {}), deadline, std::move(send),
         [n, done = std::move(done)](Result<redis::Reply> reply) {
@@ -159,12 +158,12 @@ void run_timed_check(std::span<const CheckItem> items, std::optional<Micros> now
           }
           done(parse_timed_outcome(*reply, n));
         },
-        noscript_reloads);
+        replies);
 }
 
 void run_refund(std::span<const CheckItem> items, std::span<const Micros> reset_after, Micros at,
                 std::optional<Micros> now, Micros deadline, ScriptSender send, RefundCallback done,
-                std::atomic<std::uint64_t>* noscript_reloads) {
+                ScriptReplies* replies) {
   const std::size_t n = items.size();
   start("refund", script_args(items, {at, now ? *now : -1}, reset_after), deadline, std::move(send),
         [n, done = std::move(done)](Result<redis::Reply> reply) {
@@ -174,7 +173,7 @@ void run_refund(std::span<const CheckItem> items, std::span<const Micros> reset_
           }
           done(parse_refund(*reply, n));
         },
-        noscript_reloads);
+        replies);
 }
 
 }  // namespace ratekeeper::store::detail

@@ -33,8 +33,9 @@ using RefundCallback = std::function<void(Result<RefundOutcome>)>;
 
 // Runs "multi_at" over `items` (keys of one slot) through `send`: EVALSHA, and EVAL once
 // after NOSCRIPT. `deadline` is absolute on the steady clock. `done` is called exactly once.
+// The replies are noted in `replies` (may be null).
 void run_timed_check(std::span<const CheckItem> items, std::optional<Micros> now, Micros deadline, ScriptSender send,
-                     TimedCallback done, std::atomic<std::uint64_t>* noscript_reloads);
+                     TimedCallback done, ScriptReplies* replies);
 
 // Runs "refund" of `items`, each with the cost it consumed in a check decided at `at` (a
 // TimedOutcome's) and the reset_after of its admitted decision there (`reset_after[i]`).
@@ -42,7 +43,7 @@ void run_timed_check(std::span<const CheckItem> items, std::optional<Micros> now
 // it. As run_timed_check otherwise.
 void run_refund(std::span<const CheckItem> items, std::span<const Micros> reset_after, Micros at,
                 std::optional<Micros> now, Micros deadline, ScriptSender send, RefundCallback done,
-                std::atomic<std::uint64_t>* noscript_reloads);
+                ScriptReplies* replies);
 
 // The replies, parsed. Errors: ErrorCode::reply for an error reply, protocol for any
 // other shape than the script's.

@@ -38,6 +38,11 @@ redis::ConnectionOptions connection_options(const StoreOptions& options, const r
   c.breaker.open_for = options.breaker_open_for;
   return c;
 }
+
+ReplyHealthOptions reply_health_options(const StoreOptions& options) {
+  return {options.error_window, options.clock};
+}
+
 namespace {
 
 constexpr std::size_t kDecisionFields = 5;
@@ -277,6 +282,18 @@ bool is_noscript(const Result<redis::Reply>& reply) noexcept {
   return reply && reply->is_error() && reply->error_code() == "NOSCRIPT";
 }
 
+bool needs_eval(const Result<redis::Reply>& reply, bool evaluated, ScriptReplies* replies) {
+  const bool again = !evaluated && is_noscript(reply);
+  if (replies != nullptr) {
+    if (again) {
+      replies->reloaded();
+    } else {
+      replies->answered(reply);
+    }
+  }
+  return again;
+}
+
 Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items) {
   if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
   const std::size_t expected = items == 1 ? kDecisionFields : kDecisionFields * (items + 1);
@@ -311,7 +328,7 @@ struct ScriptRun {
   Micros deadline = 0;
   ScriptSender send;
   CheckCallback done;
-  std::atomic<std::uint64_t>* noscript_reloads = nullptr;
+  ScriptReplies* replies = nullptr;
 };
 
 void run_step(std::shared_ptr<ScriptRun> run, bool eval) {
@@ -325,8 +342,7 @@ void run_step(std::shared_ptr<ScriptRun> run, bool eval) {
   // The sender keeps `run` (and so the argument vector) alive until it answers.
   auto& send = run->send;
   send(*argv, left, [run](Result<redis::Reply> reply) {
-    if (is_noscript(reply) && !run->call->evaluated()) {
-      if (run->noscript_reloads != nullptr) run->noscript_reloads->fetch_add(1, std::memory_order_relaxed);
+    if (needs_eval(reply, run->call->evaluated(), run->replies)) {
       run_step(run, true);
       return;
     }
@@ -342,9 +358,9 @@ void run_step(std::shared_ptr<ScriptRun> run, bool eval) {
 }  // namespace
 
 void run_script(std::shared_ptr<ScriptCall> call, Micros deadline, ScriptSender send, CheckCallback done,
-                std::atomic<std::uint64_t>* noscript_reloads) {
+                ScriptReplies* replies) {
   auto run = std::make_shared<ScriptRun>(ScriptRun{std::move(call), deadline, std::move(send), std::move(done),
-                                                   noscript_reloads});
+                                                   replies});
   run_step(std::move(run), false);
 }
 

@@ -21,6 +21,7 @@
 #include "ratekeeper/redis/url.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/store.hpp"
+#include "script_replies.hpp"
 
 namespace ratekeeper::store::detail {
 
@@ -36,6 +37,9 @@ bool answered_locally(std::span<const CheckItem> items, std::optional<Micros> no
 // The connection settings every Redis store derives from StoreOptions and its URL
 // (credentials, db, deadlines, reconnect backoff, breaker).
 redis::ConnectionOptions connection_options(const StoreOptions& options, const redis::Url& url);
+
+// The health settings every Redis store derives from StoreOptions.
+ReplyHealthOptions reply_health_options(const StoreOptions& options);
 
 // An embedded script with the SHA1 Redis knows it by.
 struct EmbeddedScript {
@@ -107,6 +111,11 @@ Result<Decision> to_decision(const redis::Reply* fields);
 // True when the reply says the server does not know the script (EVALSHA → EVAL).
 bool is_noscript(const Result<redis::Reply>& reply) noexcept;
 
+// The reply to a script call sent as EVALSHA, or as EVAL once `evaluated`: true when it asks
+// for the call again as EVAL (NOSCRIPT, not evaluated yet), counted in `replies`; otherwise it
+// is the call's final reply, noted in `replies` (health). `replies` may be null.
+bool needs_eval(const Result<redis::Reply>& reply, bool evaluated, ScriptReplies* replies);
+
 // A script reply for `items` items → decisions. An error reply is ErrorCode::reply.
 Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items);
 
@@ -121,8 +130,9 @@ using ScriptSender =
 
 // Runs `call` through `send`: EVALSHA, and after NOSCRIPT (a node that restarted, a promoted
 // replica, SCRIPT FLUSH) EVAL with the source once, which also loads it on that node. The
-// deadline is absolute on the steady clock. `done` is called exactly once.
+// deadline is absolute on the steady clock. `done` is called exactly once. The replies are
+// noted in `replies` (may be null).
 void run_script(std::shared_ptr<ScriptCall> call, Micros deadline, ScriptSender send, CheckCallback done,
-                std::atomic<std::uint64_t>* noscript_reloads);
+                ScriptReplies* replies);
 
 }  // namespace ratekeeper::store::detail

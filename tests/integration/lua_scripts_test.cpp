@@ -181,8 +181,8 @@ Micros next_now(Micros now, Micros horizon) {
   return std::max<Micros>(0, now + step);
 }
 
-void differential_single(Algorithm a) {
-  const Limit limit = *gen_limit(a);
+void differential_single(const Limit& limit) {
+  const Algorithm a = limit.algorithm;
   const std::string key = fresh_key("diff");
   Micros now = *gen_start();
   const int steps = *rc::gen::inRange(1, 40);
@@ -205,19 +205,114 @@ void differential_single(Algorithm a) {
 }
 
 RC_GTEST_PROP(LuaScripts, TokenBucketDecidesAsTheCppAlgorithm, ()) {
-  differential_single(Algorithm::token_bucket);
+  differential_single(*gen_limit(Algorithm::token_bucket));
 }
 
 RC_GTEST_PROP(LuaScripts, SlidingWindowLogDecidesAsTheCppAlgorithm, ()) {
-  differential_single(Algorithm::sliding_window_log);
+  differential_single(*gen_limit(Algorithm::sliding_window_log));
 }
 
 RC_GTEST_PROP(LuaScripts, SlidingWindowCounterDecidesAsTheCppAlgorithm, ()) {
-  differential_single(Algorithm::sliding_window_counter);
+  differential_single(*gen_limit(Algorithm::sliding_window_counter));
 }
 
 RC_GTEST_PROP(LuaScripts, FixedWindowDecidesAsTheCppAlgorithm, ()) {
-  differential_single(Algorithm::fixed_window);
+  differential_single(*gen_limit(Algorithm::fixed_window));
+}
+
+// Quotas per day, month or year: limits up to 2^40 per window of up to 2^45 µs, where the
+// sliding window counter's count × time products leave the range of exact doubles (the
+// sliding window log keeps one entry per unit: its long windows are checked below).
+rc::Gen<Limit> gen_long_window(Algorithm a) {
+  constexpr Micros day = 86'400 * kMicrosPerSecond;
+  return rc::gen::map(
+      rc::gen::tuple(rc::gen::weightedOneOf<std::int64_t>(
+                         {{1, rc::gen::inRange<std::int64_t>(1, 1'000)},
+                          {1, rc::gen::element<std::int64_t>(100'000, 1'000'000, std::int64_t{algorithms::kMaxWindowLimit})},
+                          {2, rc::gen::inRange<std::int64_t>(1, algorithms::kMaxWindowLimit + 1)}}),
+                     rc::gen::weightedOneOf<Micros>({{2, rc::gen::element<Micros>(Micros{day}, 30 * day, 365 * day,
+                                                                                    Micros{algorithms::kMaxWindow})},
+                                                     {1, rc::gen::inRange<Micros>(1, algorithms::kMaxWindow + 1)}})),
+      [a](std::tuple<std::int64_t, Micros> t) { return make_limit(a, std::get<0>(t), std::get<1>(t)); });
+}
+
+RC_GTEST_PROP(LuaScripts, FixedWindowOfLongWindowsDecidesAsTheCppAlgorithm, ()) {
+  differential_single(*gen_long_window(Algorithm::fixed_window));
+}
+
+RC_GTEST_PROP(LuaScripts, SlidingWindowCounterOfLongWindowsDecidesAsTheCppAlgorithm, ()) {
+  differential_single(*gen_long_window(Algorithm::sliding_window_counter));
+}
+
+// The previous window's weight previous·(W − e)/W where doubles would round: the product
+// needs more than 53 bits and the quotient is an integer or within 1/W of one. Built as W =
+// g·h, previous = g·u, W − e = m·h + δ: the quotient is u·m + δ·previous/W. The request that
+// fits exactly, one unit more, and the wait for it decide as in C++.
+RC_GTEST_PROP(LuaScripts, SlidingWindowCounterWeighsExactlyWhereDoublesRound, ()) {
+  const auto g = *rc::gen::inRange<std::int64_t>(1 << 10, 1 << 20);
+  const auto h = *rc::gen::inRange<std::int64_t>(1, algorithms::kMaxWindow / g + 1);
+  const auto u = *rc::gen::inRange<std::int64_t>(1, algorithms::kMaxWindowLimit / g + 1);
+  const auto m = *rc::gen::inRange<std::int64_t>(1, g);
+  const Micros window = g * h;
+  const std::int64_t previous = g * u;
+  const Micros weight = std::clamp<Micros>(m * h + *rc::gen::inRange<Micros>(-1, 2), 1, window);
+  const std::int64_t quota = *rc::gen::inRange<std::int64_t>(previous, algorithms::kMaxWindowLimit + 1);
+  const Limit limit = make_limit(Algorithm::sliding_window_counter, quota, window);
+  const std::string key = fresh_key("swc-round");
+  const Micros start = (1'700'000'000'000'000 / window + 1) * window;
+  State state;
+  auto both = [&](Micros now, std::int64_t cost) {
+    auto expected = algorithms::step(limit, state, now, cost);
+    RC_ASSERT(expected.has_value());
+    const Observed o = run_observed("sliding_window_counter", {key}, testing::single_args(limit, cost, now));
+    RC_ASSERT(testing::decision_at(o.reply, 0) == expected->decision);
+    state = stored(*expected);
+    return expected->decision;
+  };
+  RC_ASSERT(both(start, previous).allowed);
+  const Micros now = start + window + (window - weight);
+  const Decision peek = both(now, 0);
+  both(now, std::min(quota, peek.remaining + 1));
+  both(now, peek.remaining);
+  both(now, 1);
+}
+
+// 100000 per day and 1000000 per 30 days load in every window script and count exactly: the
+// limit is reached, the next unit waits exactly as long as in C++, and the previous
+// window's weight decays as in C++. (The log of a million entries is filled by C++ only:
+// here a thousand of them.)
+TEST(LuaScripts, DailyAndMonthlyQuotasCountExactly) {
+  constexpr Micros day = 86'400 * kMicrosPerSecond;
+  for (Algorithm a : {Algorithm::fixed_window, Algorithm::sliding_window_counter, Algorithm::sliding_window_log}) {
+    for (const auto& [quota, window] : {std::pair<std::int64_t, Micros>{100'000, day}, {1'000'000, 30 * day}}) {
+      SCOPED_TRACE(std::string(to_string(a)) + " " + std::to_string(quota) + " per " + std::to_string(window));
+      const Limit limit = make_limit(a, quota, window);
+      const std::string key = fresh_key("quota");
+      const Micros start = (1'700'000'000'000'000 / window + 1) * window;
+      const bool fill = a != Algorithm::sliding_window_log || quota <= 100'000;
+      State state;
+      auto both = [&](Micros now, std::int64_t cost) {
+        auto expected = algorithms::step(limit, state, now, cost);
+        ASSERT_TRUE(expected) << expected.error().message;
+        // Observed: a key must not expire on Redis's clock while it counts at this `now`.
+        const Observed o = run_observed(std::string(to_string(a)), {key}, testing::single_args(limit, cost, now));
+        EXPECT_EQ(testing::decision_at(o.reply, 0), expected->decision) << "cost " << cost << " at " << now;
+        state = stored(*expected);
+      };
+      const Micros now = start + window / 3;
+      both(now, fill ? quota - 1 : 1'000);
+      both(now + 1, 1);
+      both(now + 1, 1);
+      both(now + 1, 0);
+      for (Micros e : {Micros{0}, Micros{1}, window / 7, window / 2, window - 1}) {
+        both(start + window + e, 0);
+        both(start + window + e, 1);
+        both(start + window + e, fill ? quota / 3 : 1'000);
+      }
+      both(start + 3 * window, 0);
+      EXPECT_EQ(connection().integer({"EXISTS", key}), 0);  // the state is absent: deleted
+    }
+  }
 }
 
 RC_GTEST_PROP(LuaScripts, MultiDecidesAsStepAll, ()) {
@@ -654,6 +749,217 @@ RC_GTEST_PROP(LuaRefund, TokenBucketRefundAfterOtherChecksNeverGivesMoreThanWith
   RC_ASSERT(tat >= std::max(without.t, now));
   // Nothing drew on the bucket after all (only peeks and denials): exactly without it.
   if (with.t == consumed->state.t) RC_ASSERT(tat == std::max(without.t, now));
+}
+
+// One key's part of a check across slots, as RedisClusterStore runs it ("multi_at"): whether it
+// admitted, and what a refund of it needs.
+struct Consumed {
+  bool allowed = false;
+  Micros at = 0;
+  Micros reset_after = 0;
+};
+
+Consumed consume(const std::string& key, const Limit& limit, std::int64_t cost, Micros now) {
+  const auto reply =
+      runner().run_integers("multi_at", {key}, testing::multi_args(std::span(&limit, 1), std::span(&cost, 1), now));
+  if (reply.size() != 11) throw std::runtime_error("multi_at: expected 11 integers");
+  return {reply[5] == 1, reply[10], reply[9]};
+}
+
+// Checks that consumed from one bucket and were then denied by another slot: every refund
+// gives back its own consumption whatever the order the refunds arrive in. An earlier
+// consumption's refund lowers the bucket's tat below what a later consumption left; that
+// later consumption is still held all the same. (The figures: a bucket of 20 that
+// refills 0.01 per second, 24 checks, all denied in the end.)
+TEST(LuaRefund, TokenBucketRefundsGiveBackEveryConsumptionInAnyOrder) {
+  const Limit limit = make_limit(Algorithm::token_bucket, 20, 100'000'000);
+  const Micros t0 = 1'700'000'000'000'000;
+  for (const bool oldest_first : {true, false}) {
+    SCOPED_TRACE(oldest_first ? "the oldest consumption refunded first" : "the newest refunded first");
+    const std::string key = fresh_key("refund-order");
+    std::vector<Consumed> consumed;
+    for (int i = 0; i < 24; ++i) {
+      const Consumed c = consume(key, limit, 1, t0 + i * 10);
+      if (c.allowed) consumed.push_back(c);
+    }
+    ASSERT_EQ(consumed.size(), 20u);
+    if (!oldest_first) std::reverse(consumed.begin(), consumed.end());
+    Micros now = t0 + 1'000;
+    for (const Consumed& c : consumed) {
+      const Refunded r = refund_one(key, limit, 1, c.reset_after, c.at, now);
+      EXPECT_TRUE(r.refunded) << "consumption at " << c.at;
+      now += 1'000;
+    }
+    // Full again: the little that refilled meanwhile is not counted twice.
+    EXPECT_EQ(runner().check(key, limit, 0, now).remaining, 20);
+    EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+  }
+}
+
+// ---- Refunds in any order, against a reference model ----
+//
+// A consumption still held is one the key's state still counts:
+// - windows: exactly its cost, in the window it was counted in (fixed window: until that
+//   window ends; sliding window counter: until it has left the previous window; sliding
+//   window log: its entries, until they leave the window). A refund takes exactly that out,
+//   so after any interleaving the key is the state built from the consumptions that were
+//   not refunded: the reference model below.
+// - token bucket: GCRA keeps only the end of the line of consumptions (tat), which refill
+//   oldest first. A consumption that left tat_c holds min(cost·T, tat_c − now, tat − now)
+//   (refill reaches its end by tat_c at the latest, and it never holds more than the bucket
+//   owes); the refund gives that back. The model applies that rule to its own tat and checks
+//   what it promises against the bucket rebuilt from the consumptions not refunded (GCRA
+//   over them in order): equal when every consumption was refunded (full), and otherwise
+//   within what refilled between each refunded consumption and its refund.
+
+// A consumption that can be refunded: an admitted "multi_at" call.
+struct Held {
+  Micros at = 0;
+  std::int64_t cost = 0;
+  Micros reset_after = 0;
+};
+
+// The state the consumptions `live` (admitted, not refunded, oldest first) leave at `now`,
+// for a window algorithm, with time moving forward only.
+State windows_state(const Limit& limit, const std::vector<Held>& live, Micros now) {
+  const Micros w = limit.period;
+  const Micros aligned = now / w * w;
+  State s;
+  for (const Held& h : live) {
+    const Micros start = h.at / w * w;
+    switch (limit.algorithm) {
+      case Algorithm::fixed_window:
+        if (start == aligned) s.current += h.cost;
+        break;
+      case Algorithm::sliding_window_counter:
+        if (start == aligned) s.current += h.cost;
+        if (start + w == aligned) s.previous += h.cost;
+        break;
+      case Algorithm::sliding_window_log:
+        if (h.at > now - w) s.log.insert(s.log.end(), static_cast<std::size_t>(h.cost), h.at);
+        break;
+      case Algorithm::token_bucket: break;
+    }
+  }
+  std::sort(s.log.begin(), s.log.end());
+  if (s.current > 0 || s.previous > 0) s.t = aligned;
+  return s;
+}
+
+// GCRA over `live` in order: the bucket without the refunded consumptions.
+Micros bucket_without_refunded(const Limit& limit, const std::vector<Held>& live) {
+  Micros tat = 0;
+  for (const Held& h : live) tat = std::max(tat, h.at) + h.cost * limit.period;
+  return tat;
+}
+
+void refunds_in_any_order(Algorithm a) {
+  const Limit limit = *gen_limit(a);
+  const std::string key = fresh_key("refund-any-order");
+  const bool bucket = a == Algorithm::token_bucket;
+  const std::string name(to_string(a));
+  Micros now = *gen_start();
+  std::vector<Held> live;      // oldest first
+  Micros tat = 0;              // token bucket: the model's
+  Micros drift = 0;            // token bucket: the bound on how far it may be from the bucket without refunds
+  std::string expiry;          // the last expiry asked for the key ("PX <ms>"), and when
+  Micros expiry_asked_at = 0;
+
+  // The model's state at `now`.
+  auto model = [&] {
+    if (!bucket) return windows_state(limit, live, now);
+    State s;
+    if (tat > now) s.t = tat;
+    return s;
+  };
+  // After every call: the key's existence and lifetime are the model's.
+  auto check_key = [&](const Observed& o) {
+    if (!o.expiry[0].empty()) {
+      expiry = o.expiry[0];
+      expiry_asked_at = now;
+    }
+    const auto peek = algorithms::step(limit, model(), now, 0);
+    RC_ASSERT(peek.has_value());
+    if (peek->expires_at == 0) {
+      RC_ASSERT(o.exists[0] == 0);
+    } else {
+      RC_ASSERT(o.exists[0] == 1);
+      RC_ASSERT(expiry == "PX " + std::to_string(ceil_ms(peek->expires_at - expiry_asked_at)));
+    }
+    if (bucket) {
+      RC_ASSERT(o.exists[0] == 0 || connection().command({"GET", key}).text == std::to_string(tat));
+      // Full when nothing is held any more; otherwise close to the bucket without the refunds.
+      const Micros owed = std::max<Micros>(0, tat - now);
+      const Micros owed_without = std::max<Micros>(0, bucket_without_refunded(limit, live) - now);
+      if (live.empty()) RC_ASSERT(owed == 0);
+      RC_ASSERT(std::abs(owed - owed_without) <= drift);
+    }
+  };
+
+  const int steps = *rc::gen::inRange(1, 40);
+  for (int i = 0; i < steps; ++i) {
+    const int op = *rc::gen::weightedOneOf<int>(
+        {{4, rc::gen::just(0)}, {live.empty() ? 0 : 4, rc::gen::just(1)}, {3, rc::gen::just(2)}, {1, rc::gen::just(3)}});
+    if (op == 0) {  // a check's part on this slot consumes
+      const std::int64_t cost = *rc::gen::weightedOneOf<std::int64_t>(
+          {{4, rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(limit.capacity, 3) + 1)},
+           {1, rc::gen::inRange<std::int64_t>(1, limit.capacity + 1)}});
+      const auto expected = algorithms::step(limit, model(), now, cost);
+      RC_ASSERT(expected.has_value());
+      const Observed o = run_observed("multi_at", {key}, testing::multi_args(std::span(&limit, 1),
+                                                                             std::span(&cost, 1), now));
+      RC_ASSERT(o.reply.size() == 11u);
+      RC_ASSERT(testing::decision_at(o.reply, 5) == expected->decision);
+      RC_ASSERT(o.reply[10] == now);
+      if (expected->decision.allowed) {
+        live.push_back({now, cost, expected->decision.reset_after});
+        if (bucket) tat = expected->state.t;
+      }
+      check_key(o);
+    } else if (op == 1) {  // another slot denied it: its refund, whichever is due
+      const auto k = static_cast<std::size_t>(*rc::gen::inRange<std::size_t>(0, live.size()));
+      const Held h = live[k];
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      bool held = false;
+      if (bucket) {
+        const Micros gives = std::min({h.cost * limit.period, h.at + h.reset_after - now, tat - now});
+        held = gives > 0;
+        if (held) tat -= gives;
+        drift += std::min(h.cost * limit.period, now - h.at);
+      } else {
+        held = windows_state(limit, {h}, now) != State{};
+      }
+      const Observed o = run_observed("refund", {key}, refund_args(limit, h.cost, h.reset_after, h.at, now));
+      RC_ASSERT(o.reply.size() == 6u);
+      RC_ASSERT((o.reply[0] == 1) == held);
+      RC_ASSERT(testing::decision_at(o.reply, 1) == algorithms::step(limit, model(), now, 0)->decision);
+      check_key(o);
+    } else if (op == 2) {  // time passes
+      now += *rc::gen::weightedOneOf<Micros>({{2, rc::gen::just<Micros>(0)},
+                                              {4, rc::gen::inRange<Micros>(0, limit.horizon() / 4 + 2)},
+                                              {1, rc::gen::inRange<Micros>(0, 2 * limit.horizon() + 2)}});
+    } else {  // a peek
+      const Observed o = run_observed(name, {key}, testing::single_args(limit, 0, now));
+      RC_ASSERT(testing::decision_at(o.reply, 0) == algorithms::step(limit, model(), now, 0)->decision);
+      check_key(o);
+    }
+  }
+}
+
+RC_GTEST_PROP(LuaRefund, TokenBucketRefundsInAnyOrderMatchTheModel, ()) {
+  refunds_in_any_order(Algorithm::token_bucket);
+}
+
+RC_GTEST_PROP(LuaRefund, SlidingWindowLogRefundsInAnyOrderMatchTheModel, ()) {
+  refunds_in_any_order(Algorithm::sliding_window_log);
+}
+
+RC_GTEST_PROP(LuaRefund, SlidingWindowCounterRefundsInAnyOrderMatchTheModel, ()) {
+  refunds_in_any_order(Algorithm::sliding_window_counter);
+}
+
+RC_GTEST_PROP(LuaRefund, FixedWindowRefundsInAnyOrderMatchTheModel, ()) {
+  refunds_in_any_order(Algorithm::fixed_window);
 }
 
 TEST(LuaRefund, MultiAtIsMultiFollowedByTheInstantItDecidedAt) {

@@ -300,6 +300,89 @@ TEST(RedisClusterStore, AFailedRefundIsCountedAndItsConsumptionStays) {
   EXPECT_EQ(peek->decision.remaining, 7);
 }
 
+// Concurrent checks across slots, each consuming from a slow bucket and denied by another
+// slot: the refunds, in whatever order they run, give every consumption back (the issue's
+// figures: a bucket of 20 refilled 0.01 per second, 24 checks).
+TEST(RedisClusterStore, ConcurrentChecksDeniedByAnotherSlotLeaveTheBucketFull) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 5 * kMicrosPerSecond);
+  const auto ip = fmt::format("order-span:{{ip-{}}}:r", unique("x"));
+  const auto user = fmt::format("order-span:{{user-{}}}:r", unique("x"));
+  ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
+  const auto bucket = *algorithms::Limit::token_bucket(20, 0.01);
+  const auto tight = *algorithms::Limit::make(Algorithm::fixed_window, 1, 3600 * kMicrosPerSecond);
+  auto full = store->check_sync({{user, tight, 1}});
+  ASSERT_TRUE(full && full->decision.allowed);
+
+  constexpr int kChecks = 24;
+  std::mutex mu;
+  std::vector<Result<CheckOutcome>> outcomes;
+  std::latch answered(kChecks);
+  for (int i = 0; i < kChecks; ++i) {
+    store->check({{ip, bucket, 1}, {user, tight, 1}}, std::nullopt, [&](Result<CheckOutcome> r) {
+      {
+        std::lock_guard lock(mu);
+        outcomes.push_back(std::move(r));
+      }
+      answered.count_down();
+    });
+  }
+  answered.wait();
+  for (const auto& r : outcomes) {
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_FALSE(r->decision.allowed);
+  }
+  EXPECT_EQ(store->stats().refunds_failed, 0u);
+  auto peek = store->check_sync({{ip, bucket, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 20);
+}
+
+// A master that answers scripts with errors (out of memory under noeviction) while every
+// connection is up: the store is not ready while such errors come, whichever kind of call
+// got them (one slot, or a part of a check across slots), and ready again once
+// error_window has passed without one (on a manual clock).
+TEST(RedisClusterStore, ErrorRepliesMakeTheStoreNotReadyUntilChecksSucceedAgain) {
+  auto& cluster = testing::shared_cluster();
+  ManualClock clock(0);
+  StoreOptions o;
+  o.url = cluster.url();
+  o.command_timeout = 2 * kMicrosPerSecond;
+  o.clock = &clock;
+  o.error_window = 10 * kMicrosPerSecond;
+  auto parsed = redis::parse_url(o.url);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  RedisClusterStore store(redis_cluster_store_options(o, *parsed));
+  ASSERT_TRUE(eventually([&] { return store.health().ready; })) << store.health().detail;
+  const auto ip = fmt::format("oom:{{ip-{}}}:r", unique("x"));
+  const auto user = fmt::format("oom:{{user-{}}}:r", unique("x"));
+  ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
+  const auto limit = *algorithms::Limit::make(Algorithm::token_bucket, 10, 60 * kMicrosPerSecond);
+
+  auto& master = cluster.master_of_slot(redis::key_slot(ip));
+  struct MemoryBack {
+    RedisServer& master;
+    ~MemoryBack() { master.command({"CONFIG", "SET", "maxmemory", "0"}); }
+  } restore{master};
+  ASSERT_EQ(master.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(master.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  for (const std::vector<CheckItem>& items :
+       {std::vector<CheckItem>{{ip, limit, 1}}, std::vector<CheckItem>{{ip, limit, 1}, {user, limit, 1}}}) {
+    auto r = store.check_sync(items);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::reply);
+    EXPECT_FALSE(store.health().ready);
+    EXPECT_NE(store.health().detail.find("OOM"), std::string::npos) << store.health().detail;
+    clock.advance(o.error_window);
+    EXPECT_TRUE(store.health().ready) << store.health().detail;
+  }
+  ASSERT_EQ(master.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  auto r = store.check_sync({{ip, limit, 1}, {user, limit, 1}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->decision.allowed);
+  EXPECT_TRUE(store.health().ready) << store.health().detail;
+}
+
 TEST(RedisClusterStore, ServeOnTheClusterAdmitsExactlyCapacityOfAConcurrentBurst) {
   auto& cluster = testing::shared_cluster();
   testing::ServerProcess::Options o;

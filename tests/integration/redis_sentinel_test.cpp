@@ -81,6 +81,44 @@ TEST(RedisSentinelStore, AnUnknownMasterNameIsNotReadyAndFailsWithinTheDeadline)
   EXPECT_NE((*store)->health().detail.find("no-such-master"), std::string::npos) << (*store)->health().detail;
 }
 
+// A master whose ACL refuses TIME to the scripts: every check on the server's clock fails
+// with an error reply while the connection is fine. The store is not ready while such errors
+// come, and ready again once error_window has passed without one (on a manual clock).
+TEST(RedisSentinelStore, ErrorRepliesMakeTheStoreNotReadyUntilChecksSucceedAgain) {
+  auto& group = testing::shared_sentinel_group();
+  ManualClock clock(0);
+  StoreOptions o;
+  o.url = group.url();
+  o.command_timeout = 2 * kMicrosPerSecond;
+  o.clock = &clock;
+  o.error_window = 10 * kMicrosPerSecond;
+  auto opened = open_store(o);
+  ASSERT_TRUE(opened) << opened.error().message;
+  auto& store = **opened;
+  ASSERT_TRUE(eventually([&] { return store.health().ready; })) << store.health().detail;
+  const auto limit = *algorithms::Limit::make(Algorithm::token_bucket, 1'000, kMicrosPerSecond);
+  const auto key = fmt::format("s:{{{}}}:acl", ::getpid());
+
+  auto& master = group.current_master();
+  struct TimeBack {
+    testing::RedisServer& master;
+    ~TimeBack() { master.command({"ACL", "SETUSER", "default", "+time"}); }
+  } restore{master};
+  ASSERT_EQ(master.command({"ACL", "SETUSER", "default", "-time"}), "OK");
+  auto r = store.check_sync({{key, limit, 1}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::reply);
+  EXPECT_FALSE(store.health().ready);
+  EXPECT_NE(store.health().detail.find("can't run this command"), std::string::npos) << store.health().detail;
+
+  ASSERT_EQ(master.command({"ACL", "SETUSER", "default", "+time"}), "OK");
+  auto ok = store.check_sync({{key, limit, 1}});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_FALSE(store.health().ready) << "within the window of the last error";
+  clock.advance(o.error_window);
+  EXPECT_TRUE(store.health().ready) << store.health().detail;
+}
+
 TEST(RedisSentinelStore, FollowsTheMasterWhenSentinelsPromoteTheReplica) {
   testing::RedisSentinelGroup group;  // its own: this one loses its master
   constexpr Micros kDeadline = 100 * kMicrosPerMilli;

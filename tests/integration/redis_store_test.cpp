@@ -111,6 +111,57 @@ TEST(RedisStore, OpensFromUrlsAndReportsHealth) {
   EXPECT_NE(unreachable->health().detail.find("connect"), std::string::npos) << unreachable->health().detail;
 }
 
+// A Redis that answers script calls with errors while its connection is fine: maxmemory with
+// noeviction (admissions fail with OOM, denials write nothing and still succeed), then an
+// ACL that refuses TIME (every check on the server's clock fails inside its script). The
+// store is not ready while such errors come, and ready again once error_window has passed
+// without one (on a manual clock: no waiting).
+TEST(RedisStore, ErrorRepliesMakeTheStoreNotReadyUntilChecksSucceedAgain) {
+  RedisServer server;
+  ManualClock clock(0);
+  StoreOptions o = options_for(server);
+  o.clock = &clock;
+  o.error_window = 10 * kMicrosPerSecond;
+  auto store = open(o);
+  const Limit l = limit(Algorithm::token_bucket, 2, 3600 * kMicrosPerSecond);
+  const std::string empty = unique_key("oom-empty");
+  ASSERT_TRUE(store->check_sync({{empty, l, 2}}));
+  ASSERT_TRUE(store->health().ready) << store->health().detail;
+
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  auto admission = store->check_sync({{unique_key("oom-new"), l, 1}});
+  ASSERT_FALSE(admission);
+  EXPECT_EQ(admission.error().code, ErrorCode::reply);
+  EXPECT_FALSE(store->health().ready);
+  EXPECT_NE(store->health().detail.find("OOM"), std::string::npos) << store->health().detail;
+  auto denial = store->check_sync({{empty, l, 1}});
+  ASSERT_TRUE(denial) << denial.error().message;
+  EXPECT_FALSE(denial->decision.allowed);
+  clock.advance(o.error_window - 1);
+  EXPECT_FALSE(store->health().ready) << "a denial in between does not make it ready";
+
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  auto after = store->check_sync({{unique_key("oom-after"), l, 1}});
+  ASSERT_TRUE(after && after->decision.allowed);
+  clock.advance(1);
+  EXPECT_TRUE(store->health().ready) << store->health().detail;
+  EXPECT_EQ(store->health().detail, "ok");
+
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "default", "-time"}), "OK");
+  for (int i = 0; i < 3; ++i) {
+    auto r = store->check_sync({{unique_key("acl"), l, 1}});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::reply);
+  }
+  EXPECT_FALSE(store->health().ready);
+  EXPECT_NE(store->health().detail.find("can't run this command"), std::string::npos) << store->health().detail;
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "default", "+time"}), "OK");
+  ASSERT_TRUE(store->check_sync({{unique_key("acl"), l, 1}}));
+  clock.advance(o.error_window);
+  EXPECT_TRUE(store->health().ready) << store->health().detail;
+}
+
 TEST(RedisStore, EveryAlgorithmAdmitsItsCapacityThenDenies) {
   auto store = open(options_for(shared_server()));
   const Micros t0 = 1'000'000'000;

@@ -568,5 +568,36 @@ TEST(ConfigTest, IdentityDefaultMustMakeAValidIdentity) {
   EXPECT_TRUE(result.admitted);
 }
 
+// Quotas per day, month or year load for every window algorithm (limits up to 2^40 per window
+// of up to 2^45 µs); beyond those bounds the limit is rejected with the bound.
+TEST(ConfigTest, DailyMonthlyAndYearlyQuotasLoad) {
+  const auto c = parse_config(R"(
+rules:
+  - name: daily
+    limits: [{algorithm: fixed_window, rate: 100000/1d}]
+  - name: monthly
+    limits: [{algorithm: sliding_window_counter, limit: 1000000, window: 30d}]
+  - name: daily_log
+    limits: [{algorithm: sliding_window_log, limit: 100000, window: 1d}]
+  - name: yearly
+    limits: [{algorithm: sliding_window_counter, limit: 1099511627776, window: 365d}]
+)",
+                              "q.yaml");
+  constexpr Micros day = 86'400 * kMicrosPerSecond;
+  const auto& rules = c.limiter.rules;
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[0].limits[0].limit.capacity, 100'000);
+  EXPECT_EQ(rules[0].limits[0].limit.period, day);
+  EXPECT_EQ(rules[1].limits[0].limit.capacity, 1'000'000);
+  EXPECT_EQ(rules[1].limits[0].limit.period, 30 * day);
+  EXPECT_EQ(rules[2].limits[0].limit.period, day);
+  EXPECT_EQ(rules[3].limits[0].limit.capacity, std::int64_t{1} << 40);
+  EXPECT_EQ(rules[3].limits[0].limit.period, 365 * day);
+  expect_error(kRules + "  - {name: c, limits: [{algorithm: fixed_window, rate: 1099511627777/1d}]}\n",
+               "rules[2].limits[0].rate", "at most 2^40");
+  expect_error(kRules + "  - {name: c, limits: [{algorithm: fixed_window, rate: 10/500d}]}\n",
+               "rules[2].limits[0].rate", "at most 2^45 microseconds");
+}
+
 }  // namespace
 }  // namespace ratekeeper::http

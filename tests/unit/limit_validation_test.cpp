@@ -72,7 +72,7 @@ TEST(LimitValidation, MakeChecksCapacityPeriodAndTheirProduct) {
   expect_invalid(Limit::make(Algorithm::token_bucket, std::int64_t{1} << 30, std::int64_t{1} << 22),
                  "capacity", "C·T = 2^52");
   expect_invalid(Limit::make(Algorithm::sliding_window_log, 1000, std::int64_t{1} << 51), "window",
-                 "L·W above 2^51");
+                 "window above 2^45");
   EXPECT_TRUE(Limit::make(Algorithm::token_bucket, std::int64_t{1} << 30, std::int64_t{1} << 21));
 }
 

@@ -82,12 +82,12 @@ TEST(RefundCall, TimedCheckSendsMultiAtAndParsesTheInstant) {
 TEST(RefundCall, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
   ScriptedSender s;
   s.replies = {error("NOSCRIPT No matching script"), array({1, 1, 10, 10, 0, 0, 0, 1, 5, 5, 0, 0})};
-  std::atomic<std::uint64_t> reloads{0};
+  ScriptReplies replies;
   std::optional<Result<RefundOutcome>> got;
   const auto batch = items();
   const std::vector<Micros> reset_after{2000, 59'000'000};
   run_refund(batch, reset_after, 777, 1000, far(), s.sender(), [&](Result<RefundOutcome> r) { got = std::move(r); },
-             &reloads);
+             &replies);
   ASSERT_EQ(s.sent.size(), 2u);
   EXPECT_EQ(s.sent[0][0], "EVALSHA");
   EXPECT_EQ(s.sent[1][0], "EVAL");
@@ -96,7 +96,7 @@ TEST(RefundCall, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
   const std::vector<std::string> expected{"2", "a:{x}:1", "a:{x}:2", "777", "1000", "0",        "10", "1000",
                                           "2", "2000",    "3",       "5",   "60000000", "1", "59000000"};
   EXPECT_EQ(args, expected);
-  EXPECT_EQ(reloads.load(), 1u);
+  EXPECT_EQ(replies.noscript_reloads(), 1u);
   ASSERT_TRUE(got && *got) << (got ? got->error().message : "no answer");
   EXPECT_EQ((*got)->refunded, (std::vector<bool>{true, false}));
   EXPECT_EQ((*got)->items[0].remaining, 10);

@@ -20,8 +20,14 @@ enum class Algorithm : std::uint8_t {
 std::string_view to_string(Algorithm a) noexcept;
 std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept;
 
+// Windows: at most 2^40 units per window of at most 2^45 µs (about 407 days). Within these
+// bounds every step of the window algorithms is exact, in 64-bit integers and in Lua's
+// doubles (exact below 2^53) alike, for any `now` up to 2^53 − 2^47 µs (the year 2251).
+inline constexpr std::int64_t kMaxWindowLimit = std::int64_t{1} << 40;
+inline constexpr Micros kMaxWindow = Micros{1} << 45;
+
 // Token bucket: capacity C tokens, one token every `period` microseconds (GCRA emission
-// interval T; a refill rate r tokens/s is T = round(1e6 / r)).
+// interval T; a refill rate r tokens/s is T = round(1e6 / r)); C·T at most 2^51 µs.
 // Windows: `capacity` requests per window of `period` microseconds.
 struct Limit {
   Algorithm algorithm = Algorithm::token_bucket;

@@ -14,6 +14,14 @@ class EventLoop;
 
 namespace ratekeeper::store {
 
+// How a Redis store's health() judges whether its script calls currently succeed: not ready
+// while a script call got an error reply (OOM under maxmemory with noeviction, a command an
+// ACL refuses, ...) within the last error_window, ready again once it has passed without one.
+struct ReplyHealthOptions {
+  Micros error_window = 10 * kMicrosPerSecond;
+  const Clock* clock = nullptr;  // measures error_window; nullptr: the steady clock
+};
+
 struct StoreOptions {
   std::string url = "memory://";
   Micros connect_timeout = 1 * kMicrosPerSecond;  // per connection attempt
@@ -31,9 +39,14 @@ struct StoreOptions {
   // redis:// and unix://: checks coalesced into one script call at most (1: one script call
   // per check). See RedisStoreOptions::max_batch.
   std::size_t max_batch = 64;
+  // Redis stores: health() reports not ready while a script call got an error reply within
+  // this long (see ReplyHealthOptions).
+  Micros error_window = 10 * kMicrosPerSecond;
   // memory:// only.
   std::size_t max_keys = 1'000'000;
-  const Clock* clock = nullptr;  // nullptr: the system clock
+  // memory://: the time of checks without an explicit `now` (nullptr: the system clock).
+  // Redis stores: the clock of error_window (nullptr: the steady clock).
+  const Clock* clock = nullptr;
 };
 
 // Errors: invalid_argument naming the URL part that is wrong; unsupported schemes.

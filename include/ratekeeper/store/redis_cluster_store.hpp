@@ -12,14 +12,15 @@
 // concurrently. When every slot admits, the check is admitted. When some slot denies, each
 // slot that admitted a positive cost is sent a refund ("refund", lua/refund.lua) within the
 // check's deadline, and only then is the combined denial answered; the items of refunded
-// slots report a peek taken right after the refund. The refund gives back what that call
-// consumed, per algorithm as exactly as its state allows, never more than the cost and never
-// below empty (token bucket: tat −= cost·T when nothing drew on the bucket since, otherwise
-// less what could have refilled since, so that it never returns a part that no longer
-// counts; fixed window and sliding window counter: the count of the window the consumption
-// was counted in, while it still counts; sliding window log: that many entries stamped with
-// the check's instant, while it is in the window), and leaves exact key lifetimes. See
-// docs/configuration.md, "Redis Cluster: checks that span slots".
+// slots report a peek taken right after the refund. The refund gives back what that call's
+// consumption still holds, whatever order the refunds of several checks arrive in, never
+// more than the cost and never below empty (token bucket: min(cost·T, tat_c − now, tat −
+// now), tat_c the tat the consumption left, so refunding every consumption leaves the
+// bucket full; fixed window and sliding window counter: the cost, from the count of the
+// window the consumption was counted in, while it still counts; sliding window log: that
+// many entries stamped with the check's instant, while it is in the window), and leaves
+// exact key lifetimes. See lua/refund.lua and docs/configuration.md, "Redis Cluster: checks
+// that span slots".
 // The refund is NOT atomic with the check: from the moment a slot's call consumed until its
 // refund runs (at most the deadline, normally one round trip after the slowest slot
 // answered), other clients see that consumption and may be denied because of it. A refund
@@ -49,11 +50,13 @@ namespace ratekeeper::store {
 namespace detail {
 struct TimedOutcome;
 struct RefundOutcome;
+class ScriptReplies;
 }  // namespace detail
 
 struct RedisClusterStoreOptions {
   redis::ClusterOptions cluster;
   bool reject_cross_slot = false;  // true: a check spanning slots is invalid_argument
+  ReplyHealthOptions health;
 };
 
 // StoreOptions + a parsed redis-cluster:// URL → RedisClusterStoreOptions.
@@ -67,7 +70,9 @@ class RedisClusterStore final : public Store {
   // Store interface. Invalid arguments are answered on the caller's stack, as MemoryStore.
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
   std::string_view kind() const noexcept override { return "redis-cluster"; }
-  // Ready iff every slot has a master and every master's connection is up.
+  // Ready iff every slot has a master and every master's connection is up, and no script
+  // call (on any node) got an error reply within the last health.error_window (see
+  // ReplyHealthOptions).
   StoreHealth health() const override;
 
   struct Stats {
@@ -93,8 +98,8 @@ class RedisClusterStore final : public Store {
   void answer(const std::shared_ptr<CrossSlotCheck>& check);
 
   RedisClusterStoreOptions options_;
+  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the cluster's callbacks
   std::unique_ptr<redis::Cluster> cluster_;
-  std::atomic<std::uint64_t> noscript_reloads_{0};
   std::atomic<std::uint64_t> cross_slot_checks_{0};
   std::atomic<std::uint64_t> cross_slot_partial_{0};
   std::atomic<std::uint64_t> refunds_sent_{0};

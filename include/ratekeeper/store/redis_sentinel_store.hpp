@@ -18,11 +18,13 @@ namespace ratekeeper::store {
 
 namespace detail {
 class Coalescer;
+class ScriptReplies;
 }
 
 struct RedisSentinelStoreOptions {
   redis::SentinelOptions sentinel;
   std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
+  ReplyHealthOptions health;
 };
 
 // StoreOptions + a parsed redis-sentinel:// URL → options. The URL's credentials and db
@@ -37,15 +39,16 @@ class RedisSentinelStore final : public Store {
   // Store interface. Invalid arguments are answered on the caller's stack, as MemoryStore.
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
   std::string_view kind() const noexcept override { return "redis-sentinel"; }
-  // Ready iff the master is resolved and its connection is up.
+  // Ready iff the master is resolved and its connection is up, and no script call got an
+  // error reply within the last health.error_window (see ReplyHealthOptions).
   StoreHealth health() const override;
 
-  std::uint64_t noscript_reloads() const noexcept { return noscript_reloads_.load(std::memory_order_relaxed); }
+  std::uint64_t noscript_reloads() const noexcept;
   redis::Sentinel& sentinel() noexcept { return *sentinel_; }
 
  private:
   RedisSentinelStoreOptions options_;
-  std::atomic<std::uint64_t> noscript_reloads_{0};
+  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the coalescer
   std::unique_ptr<detail::Coalescer> coalescer_;  // destroyed after the sentinel's callbacks ran
   std::unique_ptr<redis::Sentinel> sentinel_;
 };

@@ -12,7 +12,8 @@
 // max_in_flight script calls are pending on its connection, for one of them to complete:
 // under load, the checks that arrive during one round trip go out as the next call. One
 // check alone goes out as its own script. An error reply to a batch (e.g. Redis out of
-// memory) answers every check of the batch with that error.
+// memory) answers every check of the batch with that error, and makes the store not ready
+// for a while (see health()).
 
 #include <atomic>
 #include <memory>
@@ -25,6 +26,10 @@
 
 namespace ratekeeper::core {
 class EventLoop;
+}
+
+namespace ratekeeper::store::detail {
+class ScriptReplies;
 }
 
 namespace ratekeeper::store {
@@ -40,6 +45,7 @@ struct RedisStoreOptions {
   // Script calls in flight per connection before new checks wait for one to complete (and
   // then go out together). Bounds nothing else: each check keeps its own deadline.
   std::size_t max_in_flight = 4;
+  ReplyHealthOptions health;
 };
 
 // StoreOptions + a parsed redis:// or unix:// URL → RedisStoreOptions.
@@ -54,13 +60,15 @@ class RedisStore final : public Store {
   // answered on the caller's stack, exactly as MemoryStore answers them.
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
   std::string_view kind() const noexcept override { return "redis"; }
-  // Ready iff every connection is connected and its breaker closed.
+  // Ready iff every connection is connected and its breaker closed, and no script call got
+  // an error reply within the last health.error_window (e.g. OOM under maxmemory with
+  // noeviction: see ReplyHealthOptions).
   StoreHealth health() const override;
 
   // SHA1 of a script's source as Redis computes it (lowercase hex), for EVALSHA.
   static std::string script_sha1(std::string_view source);
 
-  std::uint64_t noscript_reloads() const noexcept { return noscript_reloads_.load(std::memory_order_relaxed); }
+  std::uint64_t noscript_reloads() const noexcept;
   redis::Connection& connection(std::size_t index = 0);
 
   struct Stats {
@@ -73,10 +81,10 @@ class RedisStore final : public Store {
   struct Lane;
 
   RedisStoreOptions options_;
+  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the lanes
   std::shared_ptr<core::EventLoop> loop_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<std::size_t> next_{0};
-  std::atomic<std::uint64_t> noscript_reloads_{0};
 };
 
 }  // namespace ratekeeper::store

@@ -1,0 +1,61 @@
+#pragma once
+// What a Redis store learns from the replies to its script calls, shared by every call of
+// the store: how many NOSCRIPT replies were answered with EVAL, and whether the calls
+// currently succeed, for Store::health(). Internal to the store layer; one per store.
+//
+// A connection can be up while Redis answers script calls with errors: OOM under maxmemory
+// with noeviction (only the calls that would write fail), a command an ACL refuses, a script
+// that fails on every call. The store is not ready while a script call got an error reply
+// within the last error_window (ReplyHealthOptions), and ready again once error_window has
+// passed without one. A reply that succeeds does not end it sooner: under noeviction the
+// denials and peeks between failing admissions succeed. Timeouts and connection failures are
+// not counted here: the connection's state and circuit breaker report them.
+//
+// Thread-safe: the connections' threads record, health() reads from anywhere. A reply that is
+// not an error costs one branch.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/redis/reply.hpp"
+#include "ratekeeper/store/open_store.hpp"
+
+namespace ratekeeper::store::detail {
+
+class ScriptReplies {
+ public:
+  explicit ScriptReplies(ReplyHealthOptions options = {});
+
+  // A NOSCRIPT reply, about to be answered with EVAL.
+  void reloaded() noexcept { noscript_reloads_.fetch_add(1, std::memory_order_relaxed); }
+  // The final reply of one script call (after the EVAL, if any), however many checks it answers.
+  void answered(const Result<redis::Reply>& reply);
+
+  std::uint64_t noscript_reloads() const noexcept {
+    return noscript_reloads_.load(std::memory_order_relaxed);
+  }
+  // Why the store is not ready (the last error reply, its text bounded), or nothing.
+  std::optional<std::string> failing() const;
+
+ private:
+  Micros now() const noexcept;
+
+  ReplyHealthOptions options_;
+  std::atomic<std::uint64_t> noscript_reloads_{0};
+  std::atomic<bool> failed_{false};      // an error reply was ever recorded
+  std::atomic<Micros> last_failure_{0};  // when, on options_.clock or the steady clock
+  mutable std::mutex mu_;                // guards last_error_
+  std::string last_error_;
+};
+
+// `text` made safe to show: valid UTF-8 (each invalid byte replaced by U+FFFD), at most
+// `max_bytes` of it, cut at a character boundary and then followed by "...".
+std::string bounded_text(std::string_view text, std::size_t max_bytes);
+
+}  // namespace ratekeeper::store::detail
