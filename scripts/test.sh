@@ -1,16 +1,33 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite twice: a normal build,
-# then the same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Installs what is missing, builds, and runs the whole test suite three times: a normal
+# build, then under AddressSanitizer + UndefinedBehaviorSanitizer, then under ThreadSanitizer;
+# then every libFuzzer target for a bounded time from its corpus (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 jobs=$(nproc)
+started=$SECONDS
+stage() { echo "== $* ($((SECONDS - started)) s)"; }
 
+stage "plain build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEKEEPER_BENCH=ON >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
 
+stage "AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRATEKEEPER_SANITIZE=ON -DRATEKEEPER_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j"$jobs" --timeout 900)
+
+# Processes the tests start (the ratekeeper server) inherit TSAN_OPTIONS: a race there stops
+# the server, and the test talking to it fails.
+stage "ThreadSanitizer"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEKEEPER_TSAN=ON -DRATEKEEPER_BENCH=OFF >/dev/null
+cmake --build build-tsan -j"$jobs"
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --output-on-failure -j"$jobs" --timeout 900)
+
+stage "fuzzing"
+./scripts/fuzz.sh
+stage "done"

@@ -1,5 +1,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 
+#include "ratekeeper/core/contained.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <future>
@@ -36,7 +38,16 @@ EventLoop::EventLoop(int threads) : impl_(std::make_unique<Impl>()) {
     impl_->workers[i]->thread = std::thread([this, ctx, i] {
       current_loop = this;
       current_context = i;
-      ctx->run();
+      // A handler that throws ends run(), not the thread: the exception is noted and the
+      // context runs on (no restart() needed after a handler exception).
+      for (;;) {
+        try {
+          ctx->run();
+          return;
+        } catch (...) {
+          note_contained_exception("an event-loop handler");
+        }
+      }
     });
   }
 }

@@ -7,6 +7,7 @@
 #include "ratekeeper/http/server.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
@@ -22,7 +23,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "request_parser.hpp"
 
 namespace ratekeeper::http {
 
@@ -52,6 +55,25 @@ std::string format_endpoint(const tcp::endpoint& ep) {
 
 std::chrono::microseconds to_duration(Micros us) {
   return std::chrono::microseconds(us);
+}
+
+// After an error response that closes the connection while the client may still be sending
+// (an oversized body, say), the rest is read and discarded, up to this much for this long,
+// before the socket is closed: closing with unread data would reset the connection and could
+// destroy the response before the client reads it.
+constexpr std::size_t kLingerBytes = 16 * 1024 * 1024;
+constexpr auto kLingerTime = std::chrono::seconds(2);
+
+// Accepting again after the process or system ran out of descriptors (or memory) waits, from
+// the first delay doubling up to the last, instead of failing at once in a loop.
+constexpr auto kAcceptBackoffMin = std::chrono::milliseconds(10);
+constexpr auto kAcceptBackoffMax = std::chrono::milliseconds(500);
+// Accept errors are logged at most once per interval, with how many happened.
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
+
+bool out_of_resources(const beast::error_code& ec) {
+  return ec == net::error::no_descriptors || ec == net::error::no_buffer_space ||
+         ec == net::error::no_memory || ec == beast::error_code(ENFILE, beast::system_category());
 }
 
 }  // namespace
@@ -84,10 +106,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         home(loop.context(0)),
         acceptor(home),
         signals(home),
-        drain_timer(home) {}
+        drain_timer(home),
+        accept_timer(home) {}
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket socket);
+  void on_accept_error(const beast::error_code& ec);
+  void wait_signal();
   void stop();
   void on_stop();
   void finish();
@@ -100,6 +125,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> accept_errors{0};
+  std::atomic<std::uint64_t> handler_exceptions{0};
   std::atomic<bool> destroying{false};  // nothing may be posted any more
 
   // Live sessions, for the drain. Sessions keep the Impl alive (shared_ptr), so they may
@@ -115,6 +142,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   tcp::acceptor acceptor;
   net::signal_set signals;
   net::steady_timer drain_timer;
+  // Accept errors: backoff and rate-limited logging (listener thread only).
+  net::steady_timer accept_timer;
+  std::chrono::milliseconds accept_backoff{0};
+  std::chrono::steady_clock::time_point accept_logged_at{};
+  std::uint64_t accept_errors_logged = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -194,9 +226,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void do_read() {
     if (reading_ || read_closed_ || draining_ || closed_) return;
     if (queue_.size() >= server_.options.max_pipelined) return;
-    parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(server_.options.header_limit));
-    parser_->body_limit(server_.options.body_limit);
+    parser_.emplace(static_cast<std::uint32_t>(server_.options.header_limit),
+                    server_.options.body_limit);
     stream_.expires_after(to_duration(server_.options.read_timeout));
     reading_ = true;
     bhttp::async_read(stream_, buffer_, *parser_,
@@ -219,50 +250,59 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (closed_) return;
-    auto req = parser_->release();
-    parser_.reset();
-    server_.requests.fetch_add(1, std::memory_order_relaxed);
-
     Slot slot;
     slot.id = next_id_++;
-    slot.version = req.version();
-    slot.keep_alive = req.keep_alive();
+    slot.version = parser_->version();
+    slot.keep_alive = parser_->keep_alive();
     if (!slot.keep_alive) read_closed_ = true;
     queue_.push_back(std::move(slot));
 
-    ServerRequest request;
-    request.method = std::string(req.method_string());
-    request.target = std::string(req.target());
-    request.headers.reserve(8);
-    for (const auto& field : req) {
-      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    }
-    request.body = std::move(req.body());
+    ServerRequest request = parser_->release();
+    parser_.reset();
+    server_.requests.fetch_add(1, std::memory_order_relaxed);
     request.peer_address = peer_address_;
     request.peer_port = peer_port_;
 
     auto pending = std::make_shared<Pending>(shared_from_this(), queue_.back().id);
-    try {
+    const bool returned = core::contain("the HTTP request handler", [&] {
       server_.handler(std::move(request),
                       [pending](ServerResponse r) { pending->deliver(std::move(r)); });
-    } catch (const std::exception&) {
-      pending->deliver(
-          ServerResponse{500, "application/json", {}, R"({"error":"Internal server error"})"});
+    });
+    if (!returned) {
+      server_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+      pending->deliver(internal_error());
     }
     pending.reset();
     do_read();
   }
 
+  static ServerResponse internal_error() {
+    return ServerResponse{500, "application/json", {}, R"({"error":"Internal server error"})"};
+  }
+
+  // A response to a request that could not be read: the connection closes after it, lingering
+  // so that the client still receives it.
   void enqueue_error(int status, std::string body) {
     Slot slot;
     slot.id = next_id_++;
     slot.keep_alive = false;
     queue_.push_back(std::move(slot));
     fill(queue_.back(), ServerResponse{status, "application/json", {}, std::move(body)});
+    linger_ = true;
     do_write();
   }
 
+  // Builds the wire response; a response that cannot be built (a header Beast refuses) is
+  // answered 500 instead.
   void fill(Slot& slot, ServerResponse r) {
+    const bool built = core::contain("building an HTTP response", [&] { build(slot, std::move(r)); });
+    if (!built) {
+      server_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+      build(slot, internal_error());
+    }
+  }
+
+  static void build(Slot& slot, ServerResponse r) {
     auto& res = slot.response.emplace();
     res.version(slot.version);
     res.result(static_cast<unsigned>(r.status));
@@ -299,6 +339,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_write(beast::error_code ec, std::size_t) {
     writing_ = false;
     queue_.pop_front();
+    if (!ec && close_after_write_ && linger_) {
+      linger();
+      return;
+    }
     if (ec || close_after_write_) {
       close();
       return;
@@ -306,6 +350,27 @@ class Session : public std::enable_shared_from_this<Session> {
     do_write();
     do_read();
     if (draining_ && queue_.empty()) close();
+  }
+
+  // Half-closes, then reads and discards what the client still sends until it closes, the
+  // byte budget is spent or the time is up; then closes.
+  void linger() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    lingered_ = 0;
+    stream_.expires_after(kLingerTime);
+    read_discard();
+  }
+
+  void read_discard() {
+    discard_.resize(16 * 1024);
+    stream_.async_read_some(
+        net::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+          self->lingered_ += n;
+          if (ec || self->closed_ || self->lingered_ >= kLingerBytes) return self->close();
+          self->read_discard();
+        });
   }
 
   void close() {
@@ -320,7 +385,9 @@ class Session : public std::enable_shared_from_this<Session> {
   Server::Impl& server_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<RequestParser> parser_;
+  std::string discard_;  // lingering close: what the client still sends after an error
+  std::size_t lingered_ = 0;
   std::deque<Slot> queue_;
   std::uint64_t next_id_ = 0;
   std::string peer_address_;
@@ -331,6 +398,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool draining_ = false;
   bool closed_ = false;
   bool close_after_write_ = false;
+  bool linger_ = false;  // the close after the next write lingers (see linger())
 };
 
 void Server::Impl::do_accept() {
@@ -340,7 +408,9 @@ void Server::Impl::do_accept() {
 
 void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
   if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-  if (!ec) {
+  if (ec) return on_accept_error(ec);
+  accept_backoff = std::chrono::milliseconds(0);
+  {
     std::shared_ptr<Session> session;
     {
       std::lock_guard lock(mu);
@@ -352,6 +422,46 @@ void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
     session->start();
   }
   do_accept();
+}
+
+// Out of descriptors, the pending connection stays queued and accepting again at once fails
+// again at once: a spin. Instead accepting waits, backing off, while the connections already
+// open are served; it resumes by itself once descriptors are free.
+void Server::Impl::on_accept_error(const beast::error_code& ec) {
+  accept_errors.fetch_add(1, std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  const bool resources = out_of_resources(ec);
+  if (resources) {
+    accept_backoff = accept_backoff.count() == 0 ? kAcceptBackoffMin
+                                                 : std::min(accept_backoff * 2, kAcceptBackoffMax);
+  } else {
+    accept_backoff = kAcceptBackoffMin;  // other errors (a connection reset while queued)
+  }
+  const auto total = accept_errors.load(std::memory_order_relaxed);
+  if (now - accept_logged_at >= kAcceptLogInterval) {
+    accept_logged_at = now;
+    spdlog::warn("accepting connections on {}: {}; retrying every {} ms at most ({} accept "
+                 "error(s) since the last report)",
+                 address, ec.message(), accept_backoff.count(), total - accept_errors_logged);
+    accept_errors_logged = total;
+  }
+  accept_timer.expires_after(accept_backoff);
+  accept_timer.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
+    if (!wait_ec && self->acceptor.is_open()) self->do_accept();
+  });
+}
+
+void Server::Impl::wait_signal() {
+  signals.async_wait([self = shared_from_this()](beast::error_code wait_ec, int signo) {
+    if (wait_ec) return;
+    if (signo == SIGHUP) {
+      spdlog::warn("SIGHUP received: the configuration is not reloaded while running; serving "
+                   "on with the configuration loaded at start");
+      self->wait_signal();
+      return;
+    }
+    self->stop();
+  });
 }
 
 void Server::Impl::stop() {
@@ -370,6 +480,7 @@ void Server::Impl::on_stop() {
   }
   beast::error_code ec;
   acceptor.close(ec);
+  accept_timer.cancel();
   signals.cancel(ec);
   for (auto& s : live) s->shutdown();
   live.clear();
@@ -416,6 +527,7 @@ Server::~Server() {
   net::post(im.home, [self = impl_] {
     beast::error_code ec;
     self->acceptor.close(ec);
+    self->accept_timer.cancel();
     self->signals.cancel(ec);
     self->drain_timer.cancel();
   });
@@ -454,8 +566,11 @@ Result<void> Server::listen() {
   if (im.options.handle_signals) {
     im.signals.add(SIGINT, ec);
     if (!ec) im.signals.add(SIGTERM, ec);
-    if (ec)
-      return make_error(ErrorCode::unavailable, "cannot handle SIGINT/SIGTERM: " + ec.message());
+    if (!ec) im.signals.add(SIGHUP, ec);
+    if (ec) {
+      return make_error(ErrorCode::unavailable,
+                        "cannot handle SIGINT/SIGTERM/SIGHUP: " + ec.message());
+    }
   }
   const auto local = im.acceptor.local_endpoint(ec);
   im.address = format_endpoint(local);
@@ -474,11 +589,7 @@ void Server::run() {
   auto& im = *impl_;
   net::post(im.home, [self = impl_] {
     self->do_accept();
-    if (self->options.handle_signals) {
-      self->signals.async_wait([self](beast::error_code wait_ec, int) {
-        if (!wait_ec) self->stop();
-      });
-    }
+    if (self->options.handle_signals) self->wait_signal();
   });
   std::unique_lock lock(im.mu);
   im.finished_cv.wait(lock, [&im] { return im.finished; });
@@ -492,6 +603,8 @@ Server::Stats Server::stats() const {
   Stats s;
   s.connections_accepted = impl_->accepted.load(std::memory_order_relaxed);
   s.requests = impl_->requests.load(std::memory_order_relaxed);
+  s.accept_errors = impl_->accept_errors.load(std::memory_order_relaxed);
+  s.handler_exceptions = impl_->handler_exceptions.load(std::memory_order_relaxed);
   std::lock_guard lock(impl_->mu);
   s.connections_open = impl_->sessions.size();
   return s;

@@ -12,7 +12,9 @@
 #include <thread>
 #include <utility>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 
 namespace ratekeeper::redis {
@@ -109,7 +111,7 @@ struct Cluster::Impl {
 
   mutable std::mutex nodes_mu;
   std::vector<std::unique_ptr<Node>> nodes;  // never removed before destruction
-  std::atomic<std::shared_ptr<const SlotMap>> map;
+  core::SharedValue<const SlotMap> map;
 
   std::thread topology;
   std::mutex topo_mu;
@@ -154,7 +156,12 @@ struct Cluster::Impl {
       if (stopping) break;
       refresh_wanted = false;
       lock.unlock();
-      std::string error = refresh_once();
+      std::string error;
+      // The reply parsed here comes from outside: whatever it makes throw ends this refresh,
+      // not the process.
+      if (!core::contain("a Redis Cluster topology refresh", [&] { error = refresh_once(); })) {
+        error = "the topology refresh failed with an exception";
+      }
       lock.lock();
       last_refresh_error = std::move(error);
       // Refreshes asked for meanwhile coalesce into the next one, at least a gap later.

@@ -15,6 +15,7 @@
 #include <limits>
 #include <mutex>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "connect.hpp"
 #include "resp.hpp"
@@ -114,7 +115,9 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
       if (result.error().code == ErrorCode::timeout) timeouts.fetch_add(1, std::memory_order_relaxed);
       breaker.on_failure(probe, steady_micros());
     }
-    done(std::move(result));
+    // The callback is the caller's code: whatever it throws must not break this connection's
+    // bookkeeping (other replies of the same read are still to be delivered).
+    core::contain("a Redis reply callback", [&] { done(std::move(result)); });
   }
 
   // ---- callers ----

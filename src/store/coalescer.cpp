@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/redis/circuit_breaker.hpp"
 
 namespace ratekeeper::store::detail {
@@ -184,11 +185,14 @@ void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
     for (std::size_t r = 0; r < calls[e].size(); ++r) {
       auto done = std::move(calls[e][r]->done);
       delete calls[e][r];
-      if (reply) {
-        done(std::move(outcomes[e][r]));
-      } else {
-        done(std::unexpected(reply.error()));
-      }
+      // Each check's callback runs whatever the others do.
+      core::contain("a coalesced check's callback", [&] {
+        if (reply) {
+          done(std::move(outcomes[e][r]));
+        } else {
+          done(std::unexpected(reply.error()));
+        }
+      });
     }
   }
 }

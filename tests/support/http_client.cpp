@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -56,8 +57,9 @@ std::filesystem::path fresh_dir(std::string_view what) {
   return dir;
 }
 
+// `max_open_files` > 0: the child's RLIMIT_NOFILE.
 pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out,
-            const std::filesystem::path& err) {
+            const std::filesystem::path& err, int max_open_files = 0) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -68,6 +70,10 @@ pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& o
     int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o >= 0) ::dup2(o, 1);
     if (e >= 0) ::dup2(e, 2);
+    if (max_open_files > 0) {
+      const rlimit limit{static_cast<rlim_t>(max_open_files), static_cast<rlim_t>(max_open_files)};
+      if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(126);
+    }
     ::execv(args[0], args.data());
     ::_exit(127);
   }
@@ -289,7 +295,7 @@ ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
     argv.push_back(options_.store_url);
   }
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
-  pid_ = spawn(argv, dir_ / "stdout.log", dir_ / "stderr.log");
+  pid_ = spawn(argv, dir_ / "stdout.log", dir_ / "stderr.log", options_.max_open_files);
 
   const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
   static constexpr std::string_view kMarker = "listening on ";

@@ -74,6 +74,8 @@ class ServerProcess {
     int threads = 2;
     std::vector<std::string> extra_args;
     std::chrono::milliseconds start_timeout{20'000};
+    int max_open_files = 0;  // > 0: the process's RLIMIT_NOFILE
+
   };
 
   explicit ServerProcess(Options options);

@@ -3,7 +3,8 @@
 // context is driven by exactly one thread and needs no strand. The HTTP server and the Redis
 // clients can share one loop: a request accepted on thread i then talks to Redis over thread
 // i's connection and gets its reply on the same thread, with no hand-off between threads.
-// Thread-safe. The loop must outlive everything bound to its contexts.
+// An exception thrown by a handler is contained (core/contained.hpp): noted, counted, and the
+// thread runs on. Thread-safe. The loop must outlive everything bound to its contexts.
 
 #include <cstddef>
 #include <functional>

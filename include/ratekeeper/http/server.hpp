@@ -60,12 +60,12 @@ struct ServerOptions {
   // Run on this loop (shared, e.g., with the Redis store: see core/event_loop.hpp) instead
   // of starting `threads` threads. Must outlive the Server.
   std::shared_ptr<core::EventLoop> loop;
-  std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431
+  std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431 (≤ 4 GiB)
   std::size_t body_limit = 64 * 1024;            // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
   Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long
-  bool handle_signals = true;                    // SIGINT/SIGTERM call stop()
+  bool handle_signals = true;  // SIGINT/SIGTERM call stop(); SIGHUP is logged and ignored
 };
 
 class Server {
@@ -94,6 +94,8 @@ class Server {
     std::uint64_t connections_accepted = 0;
     std::uint64_t connections_open = 0;
     std::uint64_t requests = 0;
+    std::uint64_t accept_errors = 0;       // failed accepts (e.g. out of file descriptors)
+    std::uint64_t handler_exceptions = 0;  // requests answered 500 because handling threw
   };
   Stats stats() const;
 

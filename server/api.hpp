@@ -1,0 +1,46 @@
+#pragma once
+// The routes of `ratekeeper serve`: the seed's demo API (/api/data, /api/profile, /api/search,
+// /api/export/<name>, /auth/login) behind the rate-limiting middleware, the decision API
+// (POST /v1/check), /healthz, /readyz and /metrics. Every answer is a response: replies are
+// built from validated values, and text taken from the request or the store is written into
+// JSON with invalid UTF-8 replaced, never thrown on.
+//
+// Thread-safe: it holds only thread-safe parts. The limiter and middleware must outlive it.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ratekeeper/http/server.hpp"
+
+namespace ratekeeper::limiter {
+class Limiter;
+}
+namespace ratekeeper::http {
+class Middleware;
+}
+
+namespace ratekeeper::server {
+
+struct ApiOptions {
+  bool metrics_enabled = true;
+  // More Prometheus text appended to /metrics (e.g. the HTTP server's own counters).
+  std::function<std::string()> extra_metrics;
+};
+
+class Api {
+ public:
+  Api(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options = {});
+  ~Api();
+  Api(const Api&) = delete;
+  Api& operator=(const Api&) = delete;
+
+  // Answers one request through `respond`, exactly once, inline or later from a store thread.
+  void handle(http::ServerRequest request, http::Responder respond);
+
+ private:
+  class Routes;
+  std::unique_ptr<Routes> routes_;
+};
+
+}  // namespace ratekeeper::server

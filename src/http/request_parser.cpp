@@ -1,0 +1,56 @@
+#include "request_parser.hpp"
+
+#include <algorithm>
+#include <boost/beast/http/error.hpp>
+
+namespace ratekeeper::http {
+
+namespace bhttp = boost::beast::http;
+
+RequestParser::RequestParser(std::uint32_t header_bytes, std::uint64_t body_bytes)
+    : body_limit_(body_bytes) {
+  header_limit(header_bytes);
+  body_limit(body_bytes);
+}
+
+void RequestParser::on_request_impl(bhttp::verb, string_view method, string_view target,
+                                    int version, error_code&) {
+  request_.method.assign(method.data(), method.size());
+  request_.target.assign(target.data(), target.size());
+  version_ = version;
+}
+
+void RequestParser::on_response_impl(int, string_view, int, error_code& ec) {
+  ec = bhttp::error::bad_version;  // never called for a request parser
+}
+
+void RequestParser::on_field_impl(bhttp::field, string_view name, string_view value,
+                                  error_code&) {
+  if (request_.headers.empty()) request_.headers.reserve(8);
+  request_.headers.emplace_back(std::string(name.data(), name.size()),
+                                std::string(value.data(), value.size()));
+}
+
+void RequestParser::on_header_impl(error_code&) {}
+
+void RequestParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
+                                      error_code&) {
+  // basic_parser has refused a length above the limit already; reserve what is announced.
+  if (content_length) request_.body.reserve(static_cast<std::size_t>(std::min(*content_length, body_limit_)));
+}
+
+std::size_t RequestParser::on_body_impl(string_view body, error_code&) {
+  request_.body.append(body.data(), body.size());
+  return body.size();
+}
+
+void RequestParser::on_chunk_header_impl(std::uint64_t, string_view, error_code&) {}
+
+std::size_t RequestParser::on_chunk_body_impl(std::uint64_t, string_view body, error_code&) {
+  request_.body.append(body.data(), body.size());
+  return body.size();
+}
+
+void RequestParser::on_finish_impl(error_code&) {}
+
+}  // namespace ratekeeper::http
