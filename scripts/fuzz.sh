@@ -6,15 +6,16 @@
 #
 #   scripts/fuzz.sh [seconds per target, default 45] [target...]
 #
-# FUZZ_PARALLEL: targets run at once (default 2). The compiler cache, if wanted, comes from
-# the environment: CMAKE_CXX_COMPILER_LAUNCHER=ccache scripts/fuzz.sh
+# FUZZ_PARALLEL: targets run at once (default 2); FUZZ_BUILD_DIR: the build (build-fuzz). The
+# compiler cache, if wanted, comes from the environment:
+#   CMAKE_CXX_COMPILER_LAUNCHER=ccache scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-45}
 shift $(($# > 0 ? 1 : 0))
 parallel=${FUZZ_PARALLEL:-2}
-build=build-fuzz
+build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 targets=("$@")
 if ((${#targets[@]} == 0)); then
@@ -25,13 +26,16 @@ if ((${#targets[@]} == 0)); then
 fi
 
 # Longest input per target: enough for what each parses (a configuration file, a URL, a few
-# script replies behind resp_fuzz's 128-byte header, a peer, a header and a proxy list).
+# script replies behind resp_fuzz's 128-byte header, a peer, a header and a proxy list, a
+# decision API body, a few pipelined HTTP requests).
 max_len_of() {
   case $1 in
     config) echo 4096 ;;
     store_url) echo 256 ;;
     resp) echo 2048 ;;
     forwarded) echo 512 ;;
+    check_json) echo 1024 ;;
+    http_request) echo 8192 ;;
     *) echo 4096 ;;
   esac
 }
