@@ -8,7 +8,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -18,12 +17,9 @@
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
+#include "require.hpp"
 
 namespace ratekeeper::fuzz {
-
-inline void require(bool ok) {
-  if (!ok) std::abort();
-}
 
 // The socket peer of every request: a trusted proxy, so X-Forwarded-For is read.
 inline constexpr std::string_view kPeer = "10.0.0.2";

@@ -5,20 +5,17 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "ratekeeper/http/config.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
+#include "require.hpp"
 
 namespace {
 
 using namespace ratekeeper;
-
-void require(bool ok) {
-  if (!ok) std::abort();
-}
+using fuzz::require;
 
 }  // namespace
 

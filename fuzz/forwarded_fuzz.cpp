@@ -6,23 +6,21 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ratekeeper/limiter/identity.hpp"
+#include "require.hpp"
 
 namespace {
 
 using namespace ratekeeper;
+using fuzz::require;
 using limiter::IpAddress;
 
 constexpr std::size_t kMaxProxies = 32;
-
-void require(bool ok) {
-  if (!ok) std::abort();
-}
 
 std::optional<IpAddress> check_ip(std::string_view text) {
   auto ip = limiter::parse_ip(text);

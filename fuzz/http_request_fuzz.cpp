@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         parser.put_eof(ec);
         break;
       }
-      const std::size_t used = parser.put(boost::asio::const_buffer(input.data(), input.size()), ec);
+      const std::size_t used =
+          parser.put(boost::asio::const_buffer(input.data(), input.size()), ec);
       input.remove_prefix(used);
       if (ec == bhttp::error::need_more) {
         ec = {};

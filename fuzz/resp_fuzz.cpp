@@ -9,31 +9,30 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "redis/resp.hpp"
+#include "require.hpp"
 #include "store/refund_call.hpp"
 #include "store/script_call.hpp"
 
 namespace {
 
 using namespace ratekeeper;
+using fuzz::require;
 using redis::Reply;
 
 constexpr std::size_t kHeader = 128;
 constexpr std::size_t kMaxReplies = 64;
 
-void require(bool ok) {
-  if (!ok) std::abort();
-}
-
 bool same(const Reply& a, const Reply& b) {
-  if (a.type != b.type || a.integer != b.integer || a.str != b.str || a.elements.size() != b.elements.size()) {
+  if (a.type != b.type || a.integer != b.integer || a.str != b.str ||
+      a.elements.size() != b.elements.size()) {
     return false;
   }
   for (std::size_t i = 0; i < a.elements.size(); ++i) {
@@ -95,8 +94,10 @@ void parse_everything(const Reply& reply, std::span<const store::detail::BatchEn
   (void)store::detail::is_noscript(Result<Reply>(reply));
   for (std::size_t n = 1; n <= 3; ++n) {
     check_outcome(store::detail::parse_outcome(reply, n), n);
-    if (auto t = store::detail::parse_timed_outcome(reply, n)) require(t->outcome.items.size() == n);
-    if (auto r = store::detail::parse_refund(reply, n)) require(r->items.size() == n && r->refunded.size() == n);
+    if (auto t = store::detail::parse_timed_outcome(reply, n))
+      require(t->outcome.items.size() == n);
+    if (auto r = store::detail::parse_refund(reply, n))
+      require(r->items.size() == n && r->refunded.size() == n);
   }
   const auto batch = store::detail::parse_batch(reply, entries);
   require(batch.size() == entries.size());
@@ -125,12 +126,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Read chunked = read_replies(bytes, next_chunk);
   const Read whole = read_replies(bytes, [] { return ~std::size_t{0}; });
   require(chunked.error == whole.error && chunked.replies.size() == whole.replies.size());
-  for (std::size_t i = 0; i < whole.replies.size(); ++i) require(same(chunked.replies[i], whole.replies[i]));
+  for (std::size_t i = 0; i < whole.replies.size(); ++i)
+    require(same(chunked.replies[i], whole.replies[i]));
 
   // The checks the replies answer: up to three checks of one to three items each, and a
   // batch of up to four entries over them, each repeated as the coalescer does (at most
   // max_batch = 64 checks per call).
-  std::vector<std::vector<store::CheckItem>> checks(header.ConsumeIntegralInRange<std::size_t>(1, 3));
+  std::vector<std::vector<store::CheckItem>> checks(
+      header.ConsumeIntegralInRange<std::size_t>(1, 3));
   std::vector<store::detail::BatchEntry> entries(header.ConsumeIntegralInRange<std::size_t>(1, 4));
   for (auto& e : entries) {
     e.items = &checks[header.ConsumeIntegralInRange<std::size_t>(0, checks.size() - 1)];

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "ratekeeper/redis/url.hpp"
@@ -13,14 +12,12 @@
 #include "ratekeeper/store/redis_cluster_store.hpp"
 #include "ratekeeper/store/redis_sentinel_store.hpp"
 #include "ratekeeper/store/redis_store.hpp"
+#include "require.hpp"
 
 namespace {
 
 using namespace ratekeeper;
-
-void require(bool ok) {
-  if (!ok) std::abort();
-}
+using fuzz::require;
 
 void check_endpoint(const redis::Endpoint& ep) {
   if (ep.is_unix()) {

@@ -1,9 +1,9 @@
 // Redis URL and host:port parsing (redis/url.hpp) without a server: what an endpoint prints
 // parses back to the same endpoint. (Every scheme: integration/redis_client_test.cpp.)
 
-#include "ratekeeper/redis/url.hpp"
-
 #include <gtest/gtest.h>
+
+#include "ratekeeper/redis/url.hpp"
 
 namespace ratekeeper::redis {
 namespace {

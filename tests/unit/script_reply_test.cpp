@@ -35,7 +35,8 @@ redis::Reply array(std::vector<redis::Reply> elements) {
 
 // One token bucket key (10 tokens, one per 100 ms) checked `repeats` times at cost 2.
 struct Repeated {
-  std::vector<CheckItem> items{{"k", *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000), 2}};
+  std::vector<CheckItem> items{
+      {"k", *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000), 2}};
   std::vector<BatchEntry> entries;
   explicit Repeated(std::size_t repeats) : entries{{&items, repeats}} {}
 };
@@ -43,7 +44,8 @@ struct Repeated {
 TEST(ScriptReply, RepeatedTokenBucketCheckUnfoldsFromItsClosedForm) {
   Repeated r(4);
   // Three admitted, the first leaving 8 tokens and full again in 200 ms; the fourth denied.
-  const auto out = parse_batch(array({integers({3, 1, 10, 8, 0, 200'000, 0, 10, 2, 100'000, 800'000})}), r.entries);
+  const auto out = parse_batch(
+      array({integers({3, 1, 10, 8, 0, 200'000, 0, 10, 2, 100'000, 800'000})}), r.entries);
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].size(), 4u);
   for (std::int64_t k = 0; k < 3; ++k) {
@@ -66,16 +68,18 @@ TEST(ScriptReply, RepeatedTokenBucketCheckUnfoldsFromItsClosedForm) {
 TEST(ScriptReply, RepeatedCheckReplyThatCannotBeTheScriptsIsAProtocolError) {
   constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
-  for (const auto& first : {std::vector<std::int64_t>{1, 10, kMin, 0, 100'000},
-                            std::vector<std::int64_t>{1, 10, 8, 0, kMax},
-                            std::vector<std::int64_t>{1, 10, 1, 0, 200'000}}) {  // 3 × 2 tokens from 1 left
+  for (const auto& first :
+       {std::vector<std::int64_t>{1, 10, kMin, 0, 100'000},
+        std::vector<std::int64_t>{1, 10, 8, 0, kMax},
+        std::vector<std::int64_t>{1, 10, 1, 0, 200'000}}) {  // 3 × 2 tokens from 1 left
     Repeated r(3);
     std::vector<std::int64_t> fields{3};
     fields.insert(fields.end(), first.begin(), first.end());
     const auto out = parse_batch(array({integers(fields)}), r.entries);
     ASSERT_EQ(out[0].size(), 3u);
     for (const auto& o : out[0]) {
-      ASSERT_FALSE(o) << "remaining " << o->decision.remaining << ", reset_after " << o->decision.reset_after;
+      ASSERT_FALSE(o) << "remaining " << o->decision.remaining << ", reset_after "
+                      << o->decision.reset_after;
       EXPECT_EQ(o.error().code, ErrorCode::protocol);
     }
   }
