@@ -9,8 +9,11 @@ jobs=$(nproc)
 started=$SECONDS
 stage() { echo "== $* ($((SECONDS - started)) s)"; }
 
+# Without debug information where stack traces are not needed, and line tables only where
+# they are: it halves the time spent compiling (Boost, gtest) on two cores.
 stage "plain build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEKEEPER_BENCH=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+  -DRATEKEEPER_BENCH=ON >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
 
@@ -23,7 +26,8 @@ cmake --build build-asan -j"$jobs"
 # Processes the tests start (the ratekeeper server) inherit TSAN_OPTIONS: a race there stops
 # the server, and the test talking to it fails.
 stage "ThreadSanitizer"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEKEEPER_TSAN=ON -DRATEKEEPER_BENCH=OFF >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DRATEKEEPER_TSAN=ON -DRATEKEEPER_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs"
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --output-on-failure -j"$jobs" --timeout 900)

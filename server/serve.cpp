@@ -100,6 +100,10 @@ int serve(const ServeArgs& args) {
   const auto level = spdlog::level::from_str(config.logging.level);
   spdlog::set_level(level);
   spdlog::flush_on(std::min(level, spdlog::level::info));
+  // The decision log goes to stdout; the library writes none without a sink.
+  if (config.limiter.decision_log.enabled) {
+    config.limiter.decision_log.sink = limiter::stdout_decision_sink();
+  }
 
   if (!args.listen.empty()) {
     auto parsed = parse_listen(args.listen);

@@ -1,15 +1,21 @@
 #include "ratekeeper/http/config.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <initializer_list>
 #include <set>
-#include <sstream>
+#include <system_error>
+#include <unordered_set>
+
+#include "ratekeeper/limiter/keys.hpp"
 
 namespace ratekeeper::http {
 
@@ -25,18 +31,28 @@ ConfigError::ConfigError(std::string file, std::string field, std::string reason
       field_(std::move(field)),
       reason_(std::move(reason)) {}
 
+namespace {
+
+// A finite decimal number as the configuration writes it: "10", "0.5", "1e3", "-2". No '+',
+// spaces, hex, inf or nan; independent of the C locale.
+std::optional<double> parse_number(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::general);
+  if (ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
 std::optional<Micros> parse_duration(std::string_view text) {
   while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
   std::size_t i = 0;
   while (i < text.size() && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.')) ++i;
-  if (i == 0) return std::nullopt;
-  const std::string number(text.substr(0, i));
-  char* end = nullptr;
-  const double value = std::strtod(number.c_str(), &end);
-  if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) {
-    return std::nullopt;
-  }
+  const auto value = parse_number(text.substr(0, i));
+  if (!value || *value < 0) return std::nullopt;
   auto unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   double scale = 0;
@@ -54,8 +70,8 @@ std::optional<Micros> parse_duration(std::string_view text) {
     scale = 86400e6;
   else
     return std::nullopt;
-  const double us = std::round(value * scale);
-  if (us > static_cast<double>(kMaxExact)) return std::nullopt;
+  const double us = std::round(*value * scale);
+  if (!(us <= static_cast<double>(kMaxExact))) return std::nullopt;
   return static_cast<Micros>(us);
 }
 
@@ -64,6 +80,47 @@ namespace {
 // A sliding window log key holds one sorted-set entry (about 50-100 bytes in Redis) per unit
 // admitted in the window; beyond this, one key could hold megabytes.
 constexpr std::int64_t kMaxSlidingLogLimit = 100'000;
+
+// Bounds of a document, checked before any field is read. The deepest field of the format
+// is 6 levels down (rules[0].limits[0].rate); yaml-cpp's parser itself stops near 500
+// levels. A node reached through several aliases counts every time: a few hundred bytes of
+// nested aliases can stand for 10^9 nodes.
+constexpr std::size_t kMaxDepth = 32;
+constexpr std::size_t kMaxNodes = 1'000'000;
+
+// Upper bound of timeouts, backoffs and retry hints: far beyond any sensible value, far
+// below where deadline arithmetic in nanoseconds could overflow.
+constexpr Micros kMaxSettingDuration = 86'400 * kMicrosPerSecond;
+
+// "1d", "90s", "250ms", "7us": the largest unit that divides `d` exactly.
+std::string describe_duration(Micros d) {
+  for (auto [unit, size] : {std::pair{"d", 86'400 * kMicrosPerSecond},
+                            {"h", 3'600 * kMicrosPerSecond},
+                            {"m", 60 * kMicrosPerSecond},
+                            {"s", kMicrosPerSecond},
+                            {"ms", kMicrosPerMilli}}) {
+    if (d != 0 && d % size == 0) return fmt::format("{}{}", d / size, unit);
+  }
+  return fmt::format("{}us", d);
+}
+
+// The first control byte (C0 or DEL) of `text`, if any.
+std::optional<unsigned char> control_byte(std::string_view text) {
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) return c;
+  }
+  return std::nullopt;
+}
+
+// An HTTP token (RFC 9110 §5.6.2), as header names and methods are: a name with a space or
+// a colon would never match a request.
+bool http_token(std::string_view text) {
+  if (text.empty()) return false;
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
 
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
@@ -111,27 +168,34 @@ class Reader {
   std::int64_t integer(const YAML::Node& node, const std::string& path, std::int64_t min,
                        std::int64_t max) const {
     if (!node.IsScalar()) fail(path, "must be an integer");
-    const auto text = node.as<std::string>();
-    std::int64_t v = 0;
-    try {
-      std::size_t used = 0;
-      v = std::stoll(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-    } catch (const std::exception&) {
-      fail(path, fmt::format("must be an integer, got '{}'", text));
+    const auto& text = node.Scalar();
+    // An optional '-' and digits without leading zeros: "010" is 8 to some YAML readers.
+    const std::string_view digits = std::string_view(text).substr(text.starts_with('-') ? 1 : 0);
+    if (digits.empty() || (digits.size() > 1 && digits.front() == '0') ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      fail(path, fmt::format("must be a decimal integer, got '{}'", text));
     }
-    if (v < min || v > max)
-      fail(path, fmt::format("must be between {} and {}, got {}", min, max, v));
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || v < min || v > max) {
+      fail(path, fmt::format("must be between {} and {}, got {}", min, max, text));
+    }
     return v;
   }
 
   double number(const YAML::Node& node, const std::string& path) const {
     if (!node.IsScalar()) fail(path, "must be a number");
-    const auto text = node.as<std::string>();
-    char* end = nullptr;
-    const double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v)) {
-      fail(path, fmt::format("must be a number, got '{}'", text));
+    const auto& text = node.Scalar();
+    const auto v = parse_number(text);
+    if (!v) fail(path, fmt::format("must be a number, got '{}'", text));
+    return *v;
+  }
+
+  // A number in [min, max].
+  double number(const YAML::Node& node, const std::string& path, double min, double max) const {
+    const double v = number(node, path);
+    if (v < min || v > max) {
+      fail(path, fmt::format("must be between {} and {}, got {}", min, max, node.Scalar()));
     }
     return v;
   }
@@ -144,12 +208,16 @@ class Reader {
     fail(path, fmt::format("must be true or false, got '{}'", text));
   }
 
-  Micros duration(const YAML::Node& node, const std::string& path, Micros min = 0) const {
+  // A duration in [min, max]; timeouts and backoffs keep the default bound of a day.
+  Micros duration(const YAML::Node& node, const std::string& path, Micros min = 0,
+                  Micros max = kMaxSettingDuration) const {
     if (!node.IsScalar()) fail(path, "must be a duration such as 100ms, 1s, 5m");
     const auto text = node.as<std::string>();
     auto d = parse_duration(text);
     if (!d) fail(path, fmt::format("must be a duration such as 100ms, 1s, 5m, got '{}'", text));
     if (*d < min) fail(path, fmt::format("must be at least {} microseconds, got '{}'", min, text));
+    if (*d > max)
+      fail(path, fmt::format("must be at most {}, got '{}'", describe_duration(max), text));
     return *d;
   }
 
@@ -168,11 +236,9 @@ class Reader {
     if (slash == std::string::npos) {
       fail(path, fmt::format("must be '<count>/<period>' such as 10/s or 1000/1h, got '{}'", text));
     }
-    char* end = nullptr;
     const std::string count_text = text.substr(0, slash);
-    const double count = std::strtod(count_text.c_str(), &end);
-    if (count_text.empty() || end != count_text.c_str() + count_text.size() ||
-        !std::isfinite(count) || count <= 0) {
+    const auto count = parse_number(count_text);
+    if (!count || *count <= 0) {
       fail(path, fmt::format("count must be a number > 0, got '{}'", count_text));
     }
     std::string period_text = text.substr(slash + 1);
@@ -184,7 +250,7 @@ class Reader {
       fail(path, fmt::format("period must be a duration such as s, 10s, 1m, 1h, got '{}'",
                              text.substr(slash + 1)));
     }
-    return {count, *period};
+    return {*count, *period};
   }
 
   const std::string& file() const noexcept { return file_; }
@@ -270,7 +336,7 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
       if (!node["window"])
         r.fail(Reader::field(path, "window"), "required field missing (or rate)");
       count = r.number(node["limit"], Reader::field(path, "limit"));
-      window = r.duration(node["window"], Reader::field(path, "window"), 1);
+      window = r.duration(node["window"], Reader::field(path, "window"), 1, kMaxExact);
       blame = Reader::field(path, "limit");
     }
     limit = algorithms::Limit::window(algorithm, count, window);
@@ -317,7 +383,8 @@ ListenAddress listen_address(const Reader& r, const YAML::Node& node, const std:
   ListenAddress out;
   std::string host;
   std::string port;
-  if (!text.empty() && text.front() == '[') {
+  const bool bracketed = !text.empty() && text.front() == '[';  // IPv6 only
+  if (bracketed) {
     const auto close = text.find("]:");
     if (close == std::string::npos) r.fail(path, fmt::format("must be host:port, got '{}'", text));
     host = text.substr(1, close - 1);
@@ -328,7 +395,10 @@ ListenAddress listen_address(const Reader& r, const YAML::Node& node, const std:
     host = text.substr(0, colon);
     port = text.substr(colon + 1);
   }
-  if (!host.empty() && !limiter::parse_ip(host) && host != "localhost") {
+  const bool host_ok = bracketed
+                           ? host.find(':') != std::string::npos && limiter::parse_address(host)
+                           : host.empty() || host == "localhost" || limiter::parse_address(host);
+  if (!host_ok) {
     r.fail(path, fmt::format("host must be an IP address or localhost, got '{}'", host));
   }
   if (!host.empty()) out.host = host;
@@ -392,7 +462,10 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
   r.expect_map(node, path, {"default", "header", "trust_header", "levels", "users"});
   auto& t = c.limiter.tiers;
   if (node["default"]) t.default_tier = r.string(node["default"], Reader::field(path, "default"));
-  if (node["header"]) t.header = r.string(node["header"], Reader::field(path, "header"));
+  if (node["header"]) {
+    t.header = r.string(node["header"], Reader::field(path, "header"));
+    if (!http_token(t.header)) r.fail(Reader::field(path, "header"), "must be an HTTP header name");
+  }
   if (node["trust_header"])
     t.trust_header = r.boolean(node["trust_header"], Reader::field(path, "trust_header"));
   if (const auto levels = node["levels"]) {
@@ -447,7 +520,10 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
         rule.match.methods = r.strings(m["methods"], methods_path);
       }
       for (auto& method : rule.match.methods) {
-        if (method.empty()) r.fail(methods_path, "a method must not be empty");
+        if (!http_token(method)) {
+          r.fail(methods_path,
+                 fmt::format("'{}' is not an HTTP method (a token such as GET)", method));
+        }
         std::transform(method.begin(), method.end(), method.begin(),
                        [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
       }
@@ -482,7 +558,12 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     else
       r.fail(Reader::field(ip, "type"),
              fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
-    if (id["header"]) rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
+    if (id["header"]) {
+      rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
+      if (!http_token(rule.identity.header)) {
+        r.fail(Reader::field(ip, "header"), "must be an HTTP header name");
+      }
+    }
     if (rule.identity.kind == IdentityKind::ip) {
       for (auto f : {"header", "default", "prefix"}) {
         if (id[f]) r.fail(Reader::field(ip, f), "not used by identity type ip");
@@ -503,6 +584,20 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
           rule.identity.prefix == "key") {
         r.fail(Reader::field(ip, "prefix"),
                "must be 1-64 characters of A-Z a-z 0-9 _ - . and not 'ip' or 'key'");
+      }
+    }
+    if (!rule.identity.default_value.empty()) {
+      // The identity of every request without the header, made as the middleware makes it and
+      // escaped as its key will be: a default that cannot be one would answer each such
+      // request 400.
+      auto identity = limiter::header_identity(rule.identity.header, rule.identity.prefix,
+                                               rule.identity.default_value);
+      if (identity) identity = limiter::escape_identity(*identity);
+      if (!identity) {
+        r.fail(Reader::field(ip, "default"),
+               fmt::format("not a usable identity ({}): every request without {} would be "
+                           "rejected",
+                           identity.error().message, rule.identity.header));
       }
     }
   }
@@ -552,6 +647,8 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   Config c;
   c.source = r.file();
   if (root.IsNull()) return c;
+  if (!root.IsMap())
+    r.fail("", "the document must be a mapping of sections (listen, store, rules, ...)");
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules"});
@@ -608,18 +705,15 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       auto& o = c.limiter.decision_log;
       if (d["enabled"]) o.enabled = r.boolean(d["enabled"], dp + ".enabled");
       if (d["allow_sample_rate"]) {
-        o.allow_sample_rate = r.number(d["allow_sample_rate"], dp + ".allow_sample_rate");
-        if (o.allow_sample_rate < 0 || o.allow_sample_rate > 1) {
-          r.fail(dp + ".allow_sample_rate", "must be between 0 and 1");
-        }
+        o.allow_sample_rate = r.number(d["allow_sample_rate"], dp + ".allow_sample_rate", 0, 1);
       }
       if (d["lines_per_second"]) {
-        o.lines_per_second = r.number(d["lines_per_second"], dp + ".lines_per_second");
-        if (o.lines_per_second <= 0) r.fail(dp + ".lines_per_second", "must be > 0");
+        o.lines_per_second =
+            r.number(d["lines_per_second"], dp + ".lines_per_second",
+                     limiter::kMinDecisionLinesPerSecond, limiter::kMaxDecisionLinesPerSecond);
       }
       if (d["burst"]) {
-        o.burst = r.number(d["burst"], dp + ".burst");
-        if (o.burst < 1) r.fail(dp + ".burst", "must be >= 1");
+        o.burst = r.number(d["burst"], dp + ".burst", 1, limiter::kMaxDecisionBurst);
       }
     }
   }
@@ -660,20 +754,132 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   return c;
 }
 
+// One pass over the whole document, aliases followed, before any field is read: nesting
+// depth, node count, mapping keys (strings, each once per mapping: yaml-cpp keeps duplicates
+// and node["k"] would read the first) and control bytes in every key and value. The field
+// path is built only for an error.
+class DocumentCheck {
+ public:
+  explicit DocumentCheck(const Reader& r) : r_(r) {}
+
+  void visit(const YAML::Node& node) {
+    if (++nodes_ > kMaxNodes) {
+      fail(fmt::format("the document has more than {} nodes (aliases expanded)", kMaxNodes));
+    }
+    if (steps_.size() > kMaxDepth) {
+      fail(fmt::format("nested too deeply (more than {} levels)", kMaxDepth));
+    }
+    if (node.IsScalar()) {
+      if (auto c = control_byte(node.Scalar())) {
+        fail(fmt::format("contains a control character (0x{:02x})", *c));
+      }
+    } else if (node.IsSequence()) {
+      std::size_t i = 0;
+      for (const auto& item : node) {
+        steps_.push_back({nullptr, i++});
+        visit(item);
+        steps_.pop_back();
+      }
+    } else if (node.IsMap()) {
+      std::unordered_set<std::string_view> keys;
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) fail("mapping keys must be strings");
+        const std::string& key = kv.first.Scalar();
+        if (auto c = control_byte(key)) {
+          fail(fmt::format("a key contains a control character (0x{:02x})", *c));
+        }
+        steps_.push_back({&key, 0});
+        if (!keys.insert(key).second) fail("duplicate key");
+        visit(kv.second);
+        steps_.pop_back();
+      }
+    }
+  }
+
+ private:
+  struct Step {
+    const std::string* key;  // nullptr: a sequence index
+    std::size_t index;
+  };
+
+  [[noreturn]] void fail(std::string reason) const {
+    std::string path;
+    for (const auto& step : steps_) {
+      path = step.key != nullptr ? Reader::field(path, *step.key) : Reader::index(path, step.index);
+    }
+    r_.fail(path, std::move(reason));
+  }
+
+  const Reader& r_;
+  std::vector<Step> steps_;
+  std::size_t nodes_ = 0;
+};
+
 Config parse_with(const Reader& r, std::string_view yaml) {
-  YAML::Node root;
+  if (yaml.size() > kMaxConfigBytes) {
+    r.fail("",
+           fmt::format("is larger than {} bytes, the limit of a configuration", kMaxConfigBytes));
+  }
+  if (const auto nul = yaml.find('\0'); nul != std::string_view::npos) {
+    r.fail("", fmt::format("contains a NUL byte at line {}: a configuration is UTF-8 text",
+                           1 + std::count(yaml.begin(),
+                                          yaml.begin() + static_cast<std::ptrdiff_t>(nul), '\n')));
+  }
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(std::string(yaml));
+    documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own recursion guard, near 500 levels: far deeper than kMaxDepth.
+    r.fail("", fmt::format("invalid YAML at line {}, column {}: nested too deeply for the parser",
+                           e.mark.line + 1, e.mark.column + 1));
   } catch (const YAML::Exception& e) {
     r.fail("", fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1,
                            e.mark.column + 1, e.msg));
   }
+  if (documents.size() > 1) {
+    r.fail("", fmt::format("holds {} YAML documents: a configuration is one YAML document",
+                           documents.size()));
+  }
+  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   try {
+    DocumentCheck(r).visit(root);
     return read_config(r, root);
   } catch (const ConfigError&) {
     throw;
   } catch (const YAML::Exception& e) {
     r.fail("", fmt::format("line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+// The whole file, or ConfigError: a directory, an open or read error, or more than
+// kMaxConfigBytes (read no further, so /dev/zero cannot exhaust memory).
+std::string read_file(const std::string& path) {
+  auto fail = [&](std::string reason) { throw ConfigError(path, "", std::move(reason)); };
+  auto system_error = [](int error) {
+    return std::error_code(error, std::generic_category()).message();
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(fmt::format("cannot open the file: {}", system_error(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail(fmt::format("cannot read the file: {}", system_error(errno)));
+  if (S_ISDIR(st.st_mode)) fail("is a directory, not a configuration file");
+  std::string text;
+  char buffer[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(fmt::format("cannot read the file: {}", system_error(errno)));
+    }
+    if (n == 0) return text;
+    text.append(buffer, static_cast<std::size_t>(n));
+    if (text.size() > kMaxConfigBytes) {
+      fail(fmt::format("is larger than {} bytes, the limit of a configuration", kMaxConfigBytes));
+    }
   }
 }
 
@@ -684,11 +890,7 @@ Config parse_config(std::string_view yaml, std::string_view source) {
 }
 
 Config load_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, "", "cannot open the file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_with(Reader(path), buffer.str());
+  return parse_with(Reader(path), read_file(path));
 }
 
 }  // namespace ratekeeper::http

@@ -1,10 +1,6 @@
 #include "ratekeeper/http/middleware.hpp"
 
-#include <fmt/format.h>
-
 #include <future>
-
-#include "ratekeeper/limiter/keys.hpp"
 
 namespace ratekeeper::http {
 
@@ -30,20 +26,8 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
     if (!ip) return std::unexpected(ip.error());
     return "ip:" + ip->to_string();
   };
-  auto header_identity = [&](std::string_view value) -> Result<std::string> {
-    const std::string_view prefix = rule.identity.prefix.empty()
-                                        ? std::string_view("user")
-                                        : std::string_view(rule.identity.prefix);
-    if (value.empty()) {
-      return make_error(ErrorCode::invalid_argument,
-                        fmt::format("{} must not be empty", rule.identity.header));
-    }
-    if (value.size() > limiter::kMaxIdentityBytes) {
-      return make_error(ErrorCode::invalid_argument,
-                        fmt::format("{} is longer than {} bytes", rule.identity.header,
-                                    limiter::kMaxIdentityBytes));
-    }
-    return fmt::format("{}:{}", prefix, value);
+  auto header_identity = [&](std::string_view value) {
+    return limiter::header_identity(rule.identity.header, rule.identity.prefix, value);
   };
 
   std::string user_id;  // for the tier table

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstring>
 
+#include "ratekeeper/limiter/keys.hpp"
+
 namespace ratekeeper::limiter {
 namespace {
 
@@ -21,6 +23,27 @@ bool all_digits(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// A decimal number in [0, max] written without sign, spaces or leading zeros.
+std::optional<int> small_decimal(std::string_view s, int max) {
+  if (!all_digits(s) || (s.size() > 1 && s.front() == '0')) return std::nullopt;
+  int value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size() || value > max) return std::nullopt;
+  return value;
+}
+
+// An IPv6 zone (interface name or index), as in "fe80::1%eth0".
+bool valid_zone(std::string_view zone) {
+  if (zone.empty() || zone.size() > 32) return false;
+  for (char c : zone) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-' || c == '.')) {
+      return false;
+    }
   }
   return true;
 }
@@ -60,24 +83,14 @@ std::string IpAddress::to_string() const {
   return out;
 }
 
-std::optional<IpAddress> parse_ip(std::string_view text) {
-  text = trim(text);
-  if (text.empty() || text.size() > 64) return std::nullopt;
-  if (text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    const auto rest = text.substr(close + 1);
-    if (!rest.empty() && !(rest.front() == ':' && all_digits(rest.substr(1)))) return std::nullopt;
-    text = text.substr(1, close - 1);
-  } else if (const auto colon = text.find(':');
-             colon != std::string_view::npos &&
-             text.find(':', colon + 1) == std::string_view::npos) {
-    // "a.b.c.d:port": exactly one colon cannot be IPv6.
-    if (!all_digits(text.substr(colon + 1))) return std::nullopt;
-    text = text.substr(0, colon);
+std::optional<IpAddress> parse_address(std::string_view text) {
+  // The longest IPv6 text is 45 characters ("ffff:…:255.255.255.255").
+  if (text.empty() || text.size() > 45) return std::nullopt;
+  for (char c : text) {
+    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex && c != '.' && c != ':') return std::nullopt;
   }
-  if (const auto zone = text.find('%'); zone != std::string_view::npos) text = text.substr(0, zone);
-  char buf[65];
+  char buf[46];
   std::memcpy(buf, text.data(), text.size());
   buf[text.size()] = '\0';
   IpAddress ip;
@@ -95,6 +108,35 @@ std::optional<IpAddress> parse_ip(std::string_view text) {
   return ip;
 }
 
+std::optional<IpAddress> parse_ip(std::string_view text) {
+  text = trim(text);
+  bool v6_only = false;  // brackets and zones exist for IPv6 only
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    const auto rest = text.substr(close + 1);
+    if (!rest.empty() && !(rest.front() == ':' && small_decimal(rest.substr(1), 65535))) {
+      return std::nullopt;
+    }
+    text = text.substr(1, close - 1);
+    v6_only = true;
+  } else if (const auto colon = text.find(':');
+             colon != std::string_view::npos &&
+             text.find(':', colon + 1) == std::string_view::npos) {
+    // "a.b.c.d:port": exactly one colon cannot be IPv6.
+    if (!small_decimal(text.substr(colon + 1), 65535)) return std::nullopt;
+    text = text.substr(0, colon);
+  }
+  if (const auto zone = text.find('%'); zone != std::string_view::npos) {
+    if (!valid_zone(text.substr(zone + 1))) return std::nullopt;
+    text = text.substr(0, zone);
+    v6_only = true;
+  }
+  // A mapped address in brackets or with a zone is still written as IPv6.
+  if (v6_only && text.find(':') == std::string_view::npos) return std::nullopt;
+  return parse_address(text);
+}
+
 Result<std::string> normalize_ip(std::string_view text) {
   auto ip = parse_ip(text);
   if (!ip) {
@@ -107,22 +149,26 @@ Result<std::string> normalize_ip(std::string_view text) {
 Result<Cidr> Cidr::parse(std::string_view text) {
   text = trim(text);
   auto bad = [&](std::string_view why) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("'{}': {}", text, why));
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("'{}': {}", text.substr(0, 64), why));
   };
   const auto slash = text.find('/');
-  auto ip = parse_ip(text.substr(0, slash));
+  const auto address = text.substr(0, slash);
+  auto ip = parse_address(address);
   if (!ip) return bad("not an IP address or CIDR block");
   const int max_len = ip->v6 ? 128 : 32;
   int len = max_len;
   if (slash != std::string_view::npos) {
-    const auto digits = text.substr(slash + 1);
-    if (!all_digits(digits)) return bad("prefix length must be a number");
-    std::from_chars(digits.data(), digits.data() + digits.size(), len);
-    // "::ffff:10.0.0.0/104" is an IPv4 block written as mapped IPv6.
-    if (!ip->v6 && text.substr(0, slash).find(':') != std::string_view::npos) len -= 96;
-    if (len < 0 || len > max_len) {
-      return bad(fmt::format("prefix length must be between 0 and {}", max_len));
+    // "::ffff:10.0.0.0/104" is an IPv4 block written as mapped IPv6: its length counts the
+    // 96 bits of the mapped prefix.
+    const bool mapped = !ip->v6 && address.find(':') != std::string_view::npos;
+    const int written_max = mapped ? max_len + 96 : max_len;
+    const int written_min = mapped ? 96 : 0;
+    const auto written = small_decimal(text.substr(slash + 1), written_max);
+    if (!written || *written < written_min) {
+      return bad(fmt::format("prefix length must be between {} and {}", written_min, written_max));
     }
+    len = *written - written_min;
   }
   Cidr c;
   c.network = *ip;
@@ -180,6 +226,18 @@ Result<IpAddress> client_ip(std::string_view peer, std::string_view forwarded_fo
     current = hop;
   }
   return *current;
+}
+
+Result<std::string> header_identity(std::string_view header, std::string_view prefix,
+                                    std::string_view value) {
+  if (value.empty()) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("{} must not be empty", header));
+  }
+  if (value.size() > kMaxIdentityBytes) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{} is longer than {} bytes", header, kMaxIdentityBytes));
+  }
+  return fmt::format("{}:{}", prefix.empty() ? std::string_view("user") : prefix, value);
 }
 
 std::string api_key_identity(std::string_view api_key) {

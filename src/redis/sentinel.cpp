@@ -9,7 +9,9 @@
 #include <mutex>
 #include <thread>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/shared_value.hpp"
 #include "subscriber.hpp"
 
 namespace ratekeeper::redis {
@@ -40,27 +42,26 @@ struct Sentinel::Impl {
       o.endpoint = ep;
       sentinels.push_back(std::make_unique<Connection>(*loop, o));
     }
-    if (!options.sentinels.empty()) {
+    for (std::size_t i = 0; i < options.sentinels.size(); ++i) {
       detail::SubscriberOptions so;
-      so.endpoints = options.sentinels;
+      so.endpoint = options.sentinels[i];
       so.credentials = options.sentinel.credentials;
       so.channels = {std::string(kSwitchMaster)};
       so.connect_timeout = options.sentinel.connect_timeout;
       so.reconnect_min = options.sentinel.reconnect_min;
       so.reconnect_max = options.sentinel.reconnect_max;
-      subscriber = std::make_unique<detail::Subscriber>(
-          loop->context(0), std::move(so),
-          [this](std::string_view, std::string_view message) { on_switch_master(message); },
-          [this](const Endpoint&, bool first) {
-            // Switches announced while no subscription was up are found by resolving now.
-            if (!first) request_resolve();
-          });
+      subscribers.push_back(std::make_unique<detail::Subscriber>(
+          loop->context(i), std::move(so),
+          [this, i](std::string_view, std::string_view message) { on_switch_master(i, message); },
+          [this](bool first) {
+            if (!first) on_resubscribed();  // may have missed announcements
+          }));
     }
     resolver = std::thread([this] { resolver_main(); });
   }
 
   ~Impl() {
-    subscriber.reset();  // no message callback runs once this returns
+    subscribers.clear();  // no message callback runs once this returns
     {
       std::lock_guard lock(mu);
       stopping = true;
@@ -83,8 +84,8 @@ struct Sentinel::Impl {
   std::unique_ptr<EventLoop> loop;
   std::atomic<bool> closing{false};
   std::vector<std::unique_ptr<Connection>> sentinels;
-  std::atomic<std::shared_ptr<Connection>> current;
-  std::unique_ptr<detail::Subscriber> subscriber;
+  core::SharedValue<Connection> current;
+  std::vector<std::unique_ptr<detail::Subscriber>> subscribers;  // one per sentinel, same order
 
   std::thread resolver;
   mutable std::mutex mu;
@@ -95,18 +96,45 @@ struct Sentinel::Impl {
   std::shared_ptr<Connection> in_use;           // under mu: the connection in `current`
   std::vector<std::pair<Micros, std::shared_ptr<Connection>>> retired;  // under mu
   std::string last_error = "resolving the master";  // under mu
+  std::size_t first_asked = 0;  // under mu: the sentinel resolutions ask first
+  // Under mu: the last switch acted on, "<old-ip> <old-port> <new-ip> <new-port>".
+  std::string announced_switch;
 
   std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, unsent_retries{0},
-      switch_messages{0};
+      switch_messages{0}, switch_announcements{0};
 
   // ---- +switch-master ----
 
-  // "<name> <old-ip> <old-port> <new-ip> <new-port>": for our master, the address is asked
-  // of the sentinels again and verified with ROLE rather than taken from the message.
-  void on_switch_master(std::string_view message) {
+  // "<name> <old-ip> <old-port> <new-ip> <new-port>" from sentinel `from`, on any loop
+  // thread. Every sentinel announces a switch once it knows of it: the first announcement
+  // makes the client re-resolve, asking `from` first (it has the new configuration; another
+  // sentinel may not yet); the address is verified with ROLE rather than taken from the
+  // message. The other sentinels' announcements of the same switch are ignored.
+  void on_switch_master(std::size_t from, std::string_view message) {
     const auto space = message.find(' ');
     if (message.substr(0, space) != options.master_name) return;
     switch_messages.fetch_add(1, std::memory_order_relaxed);
+    const std::string_view change =
+        space == std::string_view::npos ? std::string_view{} : message.substr(space + 1);
+    {
+      std::lock_guard lock(mu);
+      if (!change.empty() && change == announced_switch) return;
+      announced_switch = change;
+      first_asked = from;
+      wanted = true;
+    }
+    switch_announcements.fetch_add(1, std::memory_order_relaxed);
+    cv.notify_one();
+  }
+
+  // A subscription is up again after a loss: switches announced meanwhile are found by
+  // resolving now, and the next announcement is acted on even if it repeats the last one
+  // heard (A → B heard, B → A missed, A → B again).
+  void on_resubscribed() {
+    {
+      std::lock_guard lock(mu);
+      announced_switch.clear();
+    }
     request_resolve();
   }
 
@@ -130,8 +158,14 @@ struct Sentinel::Impl {
       // Connections replaced long ago have nothing in flight any more.
       const Micros now = steady_micros();
       std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
+      const std::size_t first = first_asked;
       lock.unlock();
-      std::string error = resolve_once();
+      std::string error;
+      // Sentinel replies come from outside: whatever they make throw ends this resolution,
+      // not the process.
+      if (!core::contain("a Sentinel master resolution", [&] { error = resolve_once(first); })) {
+        error = "the master resolution failed with an exception";
+      }
       lock.lock();
       if (!error.empty()) last_error = std::move(error);
       cv.wait_for(lock, std::chrono::microseconds(options.min_resolve_gap), [this] { return stopping; });
@@ -140,11 +174,12 @@ struct Sentinel::Impl {
 
   Micros sync_timeout() const { return std::max<Micros>(options.sentinel.command_timeout, 500 * kMicrosPerMilli); }
 
-  // Asks the sentinels in turn; switches to the answer when it differs and says it is a
-  // master. Returns "" or why the master is not known.
-  std::string resolve_once() {
+  // Asks the sentinels in turn from number `first`; switches to the answer when it differs
+  // and says it is a master. Returns "" or why the master is not known.
+  std::string resolve_once(std::size_t first) {
     std::string errors;
-    for (auto& s : sentinels) {
+    for (std::size_t k = 0; k < sentinels.size(); ++k) {
+      auto& s = sentinels[(first + k) % sentinels.size()];
       auto reply = s->command_sync({"SENTINEL", "get-master-addr-by-name", options.master_name}, sync_timeout());
       std::string why;
       if (!reply) {
@@ -275,7 +310,10 @@ struct Sentinel::Impl {
     }
     if (reply->is_error()) {
       const std::string_view code = reply->error_code();
-      if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING") {
+      // The command did not run: the server is a replica now, has lost its master, is loading
+      // its data, or refuses writes while it has fewer good replicas than min-replicas-to-write
+      // (a master cut off from them, maybe replaced by one of them).
+      if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING" || code == "NOREPLICAS") {
         topology_errors.fetch_add(1, std::memory_order_relaxed);
         request_resolve();
         retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis sentinel master: {}", reply->str)});
@@ -320,18 +358,28 @@ std::string Sentinel::status() const {
 }
 
 std::string Sentinel::subscription_status() const {
-  if (!impl_->subscriber) return "no sentinel to subscribe to";
-  return impl_->subscriber->status();
+  std::size_t up = 0;
+  std::string down;
+  for (const auto& s : impl_->subscribers) {
+    if (s->subscribed()) {
+      ++up;
+    } else {
+      down += "; " + s->status();
+    }
+  }
+  return fmt::format("subscribed to {} of {} sentinels{}", up, impl_->subscribers.size(), down);
 }
 
 Sentinel::Stats Sentinel::stats() const noexcept {
   const auto& i = *impl_;
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  Stats s{r(i.resolutions), r(i.switches), r(i.topology_errors), r(i.unsent_retries), r(i.switch_messages)};
-  if (i.subscriber) {
-    const auto sub = i.subscriber->stats();
-    s.subscriptions = sub.subscriptions;
-    s.subscription_failures = sub.failures;
+  Stats s{r(i.resolutions), r(i.switches), r(i.topology_errors), r(i.unsent_retries), r(i.switch_messages),
+          r(i.switch_announcements)};
+  for (const auto& subscriber : i.subscribers) {
+    const auto sub = subscriber->stats();
+    s.subscriptions += sub.subscriptions;
+    s.subscription_failures += sub.failures;
+    s.subscribed += subscriber->subscribed() ? 1 : 0;
   }
   return s;
 }

@@ -35,7 +35,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
     options.reconnect_max = std::max(options.reconnect_min, options.reconnect_max);
     if (options.ping_interval <= 0) options.ping_interval = 2 * kMicrosPerSecond;
     backoff = options.reconnect_min;
-    status_text = options.endpoints.empty() ? "no endpoint to subscribe to" : "connecting";
+    status_text = fmt::format("subscribing to {}", options.endpoint.to_string());
   }
 
   asio::io_context& ctx;
@@ -55,7 +55,6 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
   bool writing = false;
   RespReader reader;
   std::uint64_t generation = 0;  // handlers of an older connection are ignored
-  std::size_t index = 0;         // the endpoint in use
   Micros backoff = 0;
   bool closed = false;
   bool awaiting_auth = false;
@@ -68,7 +67,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
   std::atomic<bool> is_subscribed{false};
   std::atomic<std::uint64_t> messages{0}, subscriptions{0}, failures{0};
 
-  const Endpoint& endpoint() const { return options.endpoints[index]; }
+  const Endpoint& endpoint() const { return options.endpoint; }
 
   void set_status(std::string text) {
     std::lock_guard lock(mu);
@@ -78,7 +77,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
   // ---- connecting ----
 
   void start_attempt() {
-    if (closed || options.endpoints.empty()) return;
+    if (closed) return;
     const std::uint64_t gen = ++generation;
     set_status(fmt::format("subscribing to {}", endpoint().to_string()));
     connect_timer.expires_after(std::chrono::microseconds(options.connect_timeout));
@@ -233,7 +232,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
     arm_ping(generation);
     const bool first = !ever_subscribed;
     ever_subscribed = true;
-    if (on_subscribed) on_subscribed(endpoint(), first);
+    if (on_subscribed) on_subscribed(first);
   }
 
   // ---- failing and closing ----
@@ -251,13 +250,12 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
     is_subscribed.store(false, std::memory_order_release);
   }
 
-  // Drops the connection and tries the next endpoint after the backoff.
+  // Drops the connection and connects again after the backoff.
   void fail(std::string why) {
     teardown();
     failures.fetch_add(1, std::memory_order_relaxed);
     set_status(std::move(why));
     if (closed) return;
-    index = (index + 1) % options.endpoints.size();
     const Micros delay = backoff;
     backoff = std::min(options.reconnect_max, backoff * 2);
     reconnect_timer.expires_after(std::chrono::microseconds(delay));

@@ -1,9 +1,10 @@
 #pragma once
-// A pub/sub subscription to one Redis server at a time, chosen from a list: it connects to
-// the first endpoint, sends AUTH (when credentials are given) and SUBSCRIBE, and hands every
-// message on the subscribed channels to a callback. When the connection fails, or the server
-// stops answering the PING sent every ping_interval, it moves on to the next endpoint after
-// a backoff that doubles from reconnect_min to reconnect_max (reset once subscribed).
+// A pub/sub subscription to one Redis server: it connects, sends AUTH (when credentials are
+// given) and SUBSCRIBE, and hands every message on the subscribed channels to a callback.
+// When the connection fails, or the server stops answering the PING sent every
+// ping_interval, it connects again after a backoff that doubles from reconnect_min to
+// reconnect_max (reset once subscribed). Several servers are listened to with one Subscriber
+// each.
 //
 // Runs on one io_context; callbacks run on that context's thread and must not block.
 // Thread-safe: the destructor may run on any thread, and no callback runs once it returns.
@@ -25,7 +26,7 @@ class io_context;
 namespace ratekeeper::redis::detail {
 
 struct SubscriberOptions {
-  std::vector<Endpoint> endpoints;  // tried in turn
+  Endpoint endpoint;
   Credentials credentials;
   std::vector<std::string> channels;
   Micros connect_timeout = 1 * kMicrosPerSecond;  // connect, AUTH and SUBSCRIBE confirmation
@@ -39,7 +40,7 @@ class Subscriber {
   using MessageCallback = std::function<void(std::string_view channel, std::string_view message)>;
   // Called each time the subscription is confirmed; `first` is false after a reconnection,
   // when messages may have been missed.
-  using SubscribedCallback = std::function<void(const Endpoint& endpoint, bool first)>;
+  using SubscribedCallback = std::function<void(bool first)>;
 
   // Starts connecting at once.
   Subscriber(boost::asio::io_context& context, SubscriberOptions options, MessageCallback on_message,

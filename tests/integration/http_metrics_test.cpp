@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -98,6 +99,36 @@ rules:
   EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="unmatched"})"), 4.0) << m;
   EXPECT_EQ(metric_value(m, "ratekeeper_store_latency_seconds_count"), 11.0) << m;
   EXPECT_EQ(metric_value(m, R"(ratekeeper_store_ready{kind="redis"})"), 1.0) << m;
+}
+
+// `ratekeeper serve` gives the library's decision log a stdout sink: denials are written as
+// JSON lines with a timestamp.
+TEST(HttpDecisionLog, DenialsAreWrittenToStdoutWithATimestamp) {
+  ServerProcess::Options o;
+  o.config_yaml = R"(
+logging:
+  decisions: {enabled: true}
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: 1
+        refill_rate: 0.001
+)";
+  ServerProcess server(std::move(o));
+  EXPECT_EQ(http_get(server.port(), "/api/data").status, 200);
+  EXPECT_EQ(http_get(server.port(), "/api/data").status, 429);
+  std::string line;
+  for (int i = 0; i < 200 && line.empty(); ++i) {
+    std::istringstream out(server.output());
+    for (std::string l; std::getline(out, l);) {
+      if (l.find(R"("rule":"api")") != std::string::npos && l.find(R"("allowed":false)") != std::string::npos) line = l;
+    }
+    if (line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(line.empty()) << server.output();
+  EXPECT_TRUE(std::regex_search(line, std::regex(R"re("ts":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")re")))
+      << line;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
@@ -88,11 +89,22 @@ void SentinelProcess::kill() {
   pid_ = -1;
 }
 
-RedisSentinelGroup::RedisSentinelGroup(std::string master_name) : master_name_(std::move(master_name)) {
+void SentinelProcess::pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void SentinelProcess::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
+RedisSentinelGroup::RedisSentinelGroup(std::string master_name, std::size_t replicas)
+    : master_name_(std::move(master_name)) {
   servers_.push_back(std::make_unique<RedisServer>());
   RedisServer::Options replica;
   replica.args = {"--replicaof", "127.0.0.1", std::to_string(servers_[0]->port())};
-  servers_.push_back(std::make_unique<RedisServer>(replica));
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, replicas); ++i) {
+    servers_.push_back(std::make_unique<RedisServer>(replica));
+  }
   for (int i = 0; i < 3; ++i) {
     sentinels_.push_back(std::make_unique<SentinelProcess>(master_name_, servers_[0]->port()));
   }
@@ -142,18 +154,18 @@ void RedisSentinelGroup::wait_ready(std::chrono::milliseconds limit) const {
       for (const auto& s : sentinels_) {
         auto master = command_on(s->port(), {"SENTINEL", "MASTER", master_name_});
         if (field_of(master, "num-other-sentinels") != std::to_string(sentinels_.size() - 1) ||
-            field_of(master, "num-slaves") != "1") {
+            field_of(master, "num-slaves") != std::to_string(servers_.size() - 1)) {
           ok = false;
           last = fmt::format("sentinel {}: {} other sentinels, {} replicas", s->port(),
                              field_of(master, "num-other-sentinels"), field_of(master, "num-slaves"));
           break;
         }
       }
-      if (ok) {
-        auto info = command_on(servers_[1]->port(), {"INFO", "replication"});
+      for (std::size_t i = 1; ok && i < servers_.size(); ++i) {
+        auto info = command_on(servers_[i]->port(), {"INFO", "replication"});
         if (info.find("master_link_status:up") == std::string::npos) {
           ok = false;
-          last = "replica not in sync";
+          last = fmt::format("replica {} not in sync", servers_[i]->port());
         }
       }
     } catch (const std::exception& e) {

@@ -1,7 +1,8 @@
 #pragma once
-// A real Sentinel deployment for tests: one master, one replica and three redis-sentinel
-// processes (quorum 2, down-after-milliseconds 1000, failover-timeout 3000) on free loopback
-// ports, monitoring the master as "mymaster". Stopped in the destructor. Not thread-safe.
+// A real Sentinel deployment for tests: one master, one replica (or more) and three
+// redis-sentinel processes (quorum 2, down-after-milliseconds 1000, failover-timeout 3000) on
+// free loopback ports, monitoring the master as "mymaster". Stopped in the destructor. Not
+// thread-safe.
 
 #include <sys/types.h>
 
@@ -25,6 +26,8 @@ class SentinelProcess {
 
   int port() const { return port_; }
   void kill();
+  void pause();   // SIGSTOP: connections stay open, nothing is answered or published
+  void resume();  // SIGCONT
 
  private:
   int port_ = 0;
@@ -34,19 +37,20 @@ class SentinelProcess {
 
 class RedisSentinelGroup {
  public:
-  explicit RedisSentinelGroup(std::string master_name = "mymaster");
+  explicit RedisSentinelGroup(std::string master_name = "mymaster", std::size_t replicas = 1);
   ~RedisSentinelGroup();
 
   // redis-sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/<master name>
   std::string url() const;
   const std::string& master_name() const { return master_name_; }
   RedisServer& server(std::size_t index) { return *servers_.at(index); }  // 0: first master
+  std::size_t server_count() const { return servers_.size(); }
   SentinelProcess& sentinel(std::size_t index) { return *sentinels_.at(index); }
   std::size_t sentinel_count() const { return sentinels_.size(); }
   // The master's port according to the first sentinel that answers.
   int master_port() const;
   RedisServer& current_master();
-  // Waits until the sentinels know each other and the replica, and the replica is in sync.
+  // Waits until the sentinels know each other and the replicas, and the replicas are in sync.
   void wait_ready(std::chrono::milliseconds limit = std::chrono::seconds(30)) const;
 
  private:

@@ -3,6 +3,7 @@
 
 #include "ratekeeper/http/config.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::http {
@@ -287,6 +290,282 @@ rules:
   EXPECT_EQ(multi.identity.header, "X-User-ID");  // the default user header
   EXPECT_EQ(multi.limits[1].limit.capacity, 1000);
   EXPECT_EQ(multi.limits[1].limit.period, 3600 * kMicrosPerSecond);
+}
+
+// A temporary directory removed at the end of the test.
+class TempDir {
+ public:
+  TempDir()
+      : path_(std::filesystem::temp_directory_path() /
+              ("ratekeeper_config_test_dir_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto file = path_ / name;
+    std::ofstream(file, std::ios::binary) << text;
+    return file.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Expects load_config(path) to fail naming `path`, with a reason containing `reason`.
+void expect_load_error(const std::string& path, const std::string& reason) {
+  try {
+    load_config(path);
+    ADD_FAILURE() << "no error loading " << path;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.file(), path);
+    EXPECT_EQ(e.field(), "");
+    EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConfigTest, ADirectoryIsNotAConfiguration) {
+  TempDir dir;
+  expect_load_error(dir.path().string(), "is a directory");
+}
+
+TEST(ConfigTest, AFileThatOpensButCannotBeReadIsAnError) {
+  // Opens, but reading at offset 0 fails (EIO: address 0 is not mapped).
+  expect_load_error("/proc/self/mem", "cannot read");
+}
+
+TEST(ConfigTest, AnEmptyFileIsAnEmptyConfiguration) {
+  TempDir dir;
+  const auto c = load_config(dir.write("empty.yaml", ""));
+  EXPECT_TRUE(c.limiter.rules.empty());
+  EXPECT_FALSE(c.store_configured);
+  const auto comments = load_config(dir.write("comments.yaml", "# nothing yet\n"));
+  EXPECT_TRUE(comments.limiter.rules.empty());
+}
+
+TEST(ConfigTest, AFileOverTheSizeLimitIsRejectedBeforeParsing) {
+  TempDir dir;
+  const std::string fits = "# " + std::string(kMaxConfigBytes - 3, 'x') + "\n";
+  ASSERT_EQ(fits.size(), kMaxConfigBytes);
+  EXPECT_NO_THROW(load_config(dir.write("fits.yaml", fits)));
+  expect_load_error(dir.write("big.yaml", fits + "\n"), "larger than");
+}
+
+TEST(ConfigTest, DuplicateKeysAreRejectedWithTheirPath) {
+  expect_error("threads: 2\nthreads: many\n", "threads", "duplicate key");
+  expect_error("store: {url: memory://, url: 'redis://127.0.0.1:6379'}\n", "store.url",
+               "duplicate key");
+  expect_error("rules:\n  - name: a\n    limits: [{rate: 1/s, rate: 5/s}]\n",
+               "rules[0].limits[0].rate", "duplicate key");
+  expect_error("rules:\n  - name: a\n    name: b\n    limits: [{rate: 1/s}]\n", "rules[0].name",
+               "duplicate key");
+  // Maps read without expect_map: the tier user table and the tier levels.
+  expect_error("tiers: {users: {bob: pro, bob: free}}\n", "tiers.users.bob", "duplicate key");
+  expect_error("tiers:\n  levels:\n    free: [{rate: 1/s}]\n    free: [{rate: 2/s}]\n",
+               "tiers.levels.free", "duplicate key");
+  // Keys are compared as written.
+  EXPECT_NO_THROW(parse_config("tiers: {users: {bob: pro, Bob: free, '1': pro, '01': free}}\n"));
+}
+
+TEST(ConfigTest, KeysMustBeStrings) {
+  expect_error("? [a, b]\n: 1\n", "", "keys must be strings");
+  expect_error("tiers: {users: {? {a: 1} : pro}}\n", "tiers.users", "keys must be strings");
+}
+
+TEST(ConfigTest, TheDocumentIsOneMapping) {
+  expect_error("- threads: 2\n", "", "mapping");
+  expect_error("threads\n", "", "mapping");
+  expect_error("threads: 2\n---\nthreads: 3\n", "", "one YAML document");
+  EXPECT_NO_THROW(parse_config("---\nthreads: 2\n...\n"));
+}
+
+TEST(ConfigTest, ControlBytesInStringsAreRejected) {
+  expect_error(kRules + "  - {name: c, match: {path: \"/api\\0/x\"}, limits: [{rate: 1/s}]}\n",
+               "rules[2].match.path", "control character");
+  expect_error(kRules +
+                   "  - {name: c, identity: {type: header, header: \"X-User\\x01\"}, "
+                   "limits: [{rate: 1/s}]}\n",
+               "rules[2].identity.header", "control character");
+  expect_error("store: {url: \"memory://\\0\"}\n", "store.url", "control character");
+  expect_error("tiers: {users: {\"bob\\0\": pro}}\n", "tiers.users", "control character");
+  const char raw_nul[] = "threads: 2\n\0x: 1\n";
+  expect_error(std::string(raw_nul, sizeof raw_nul - 1), "", "NUL byte at line 2");
+}
+
+TEST(ConfigTest, DeepNestingIsRejected) {
+  const auto nested = [](int depth) {
+    return "rules: " + std::string(static_cast<std::size_t>(depth), '[') +
+           std::string(static_cast<std::size_t>(depth), ']') + "\n";
+  };
+  std::string deepest = "rules";  // the first node below the 32nd level
+  for (int i = 0; i < 32; ++i) deepest += "[0]";
+  expect_error(nested(40), deepest, "nested too deeply");
+  // Deep enough for yaml-cpp's own recursion guard: still a clear error, not a crash.
+  for (int depth : {3000, 100'000}) {
+    try {
+      parse_config(nested(depth), "deep.yaml");
+      ADD_FAILURE() << "no error at depth " << depth;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(e.reason().find("nested too deeply"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ConfigTest, AliasesAreExpandedWithinABound) {
+  // Aliases are fine for sharing a policy between rules.
+  const auto c = parse_config(R"(
+rules:
+  - {name: a, limits: &standard [{rate: 10/s}, ]}
+  - {name: b, limits: *standard}
+)");
+  ASSERT_EQ(c.limiter.rules.size(), 2u);
+  EXPECT_EQ(c.limiter.rules[1].limits[0].limit, c.limiter.rules[0].limits[0].limit);
+  // A few hundred bytes that expand to 10^9 nodes ("billion laughs") are refused, quickly.
+  std::string laughs = "rules:\n  - &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    laughs += fmt::format("  - &a{} [", i);
+    for (int k = 0; k < 10; ++k) laughs += fmt::format("{}*a{}", k == 0 ? "" : ", ", i - 1);
+    laughs += "]\n";
+  }
+  try {
+    parse_config(laughs, "laughs.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(e.field().starts_with("rules[")) << e.what();
+    EXPECT_NE(e.reason().find("aliases expanded"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConfigTest, IntegersAreDecimalWithoutSignOrSpaces) {
+  for (auto bad : {"1e3", "' 5'", "'5 '", "0x10", "+5", "010", "5.0", "''", "1_000"}) {
+    expect_error(fmt::format("threads: {}\n", bad), "threads", "must be a decimal integer");
+  }
+  expect_error("threads: 99999999999999999999\n", "threads", "between 1 and 1024");
+  expect_error("store: {denied_cache_keys: -99999999999999999999}\n", "store.denied_cache_keys",
+               "between 0 and");
+  expect_error("listen: 127.0.0.1:0080\n", "listen", "decimal integer");
+  EXPECT_EQ(parse_config("threads: 10\n").threads, 10);
+  EXPECT_EQ(parse_config("store: {denied_cache_keys: 0}\n").denied_cache_keys, 0u);
+}
+
+TEST(ConfigTest, NumbersAreFiniteDecimals) {
+  const std::string p = "rules[2].limits[0]";
+  for (auto bad : {".nan", "nan", ".inf", "inf", "-.inf", "1e400", "1e-400", "0x10", "' 5'", "'5 '",
+                   "+5", "''"}) {
+    expect_error(
+        kRules + fmt::format("  - {{name: c, limits: [{{capacity: {}, refill_rate: 1}}]}}\n", bad),
+        p + ".capacity", "must be a number");
+    expect_error(
+        kRules + fmt::format("  - {{name: c, limits: [{{capacity: 5, refill_rate: {}}}]}}\n", bad),
+        p + ".refill_rate", "must be a number");
+  }
+  for (auto bad : {"nan/s", "inf/s", "0x10/s", "' 5/s'", "+5/s", "1e400/s"}) {
+    expect_error(kRules + fmt::format("  - {{name: c, limits: [{{rate: {}}}]}}\n", bad),
+                 p + ".rate", "count must be a number");
+  }
+  // Finite but far too large: the limit's own bounds answer, on the rate.
+  expect_error(kRules + "  - {name: c, limits: [{rate: 1e300/s}]}\n", p + ".rate", "at most");
+  expect_error(kRules + "  - {name: c, limits: [{algorithm: fixed_window, rate: 1e300/1h}]}\n",
+               p + ".rate", "at most");
+  expect_error(
+      kRules + "  - {name: c, limits: [{algorithm: fixed_window, limit: 1e300, window: 1h}]}\n",
+      p + ".limit", "at most");
+  const auto c =
+      parse_config(kRules + "  - {name: c, limits: [{capacity: 1e3, refill_rate: 0.5}]}\n");
+  EXPECT_EQ(c.limiter.rules[2].limits[0].limit, *algorithms::Limit::token_bucket(1000, 0.5));
+}
+
+TEST(ConfigTest, DurationsThatOverflowOrExceedTheirBoundAreRejected) {
+  EXPECT_FALSE(parse_duration("1e30d"));
+  EXPECT_FALSE(parse_duration("99999999999999999999d"));
+  EXPECT_FALSE(parse_duration(std::string(400, '9') + "s"));
+  EXPECT_FALSE(parse_duration("1e3s"));
+  EXPECT_FALSE(parse_duration("104250d"));  // 2^53 µs is 104249.99 days
+  EXPECT_EQ(parse_duration("1d"), 86'400'000'000);
+  expect_error("http: {read_timeout: 2d}\n", "http.read_timeout", "at most 1d");
+  expect_error("store: {connect_timeout: 100000d}\n", "store.connect_timeout", "at most 1d");
+  expect_error("failure_policy: {deny_retry_after: 25h}\n", "failure_policy.deny_retry_after",
+               "at most 1d");
+  EXPECT_EQ(parse_config("http: {read_timeout: 1d}\n").http.read_timeout, 86'400'000'000);
+  // Windows may be long; the limit's own bound (capacity × window) answers.
+  EXPECT_NO_THROW(parse_config(
+      "rules: [{name: a, limits: [{algorithm: fixed_window, limit: 10, window: 30d}]}]\n"));
+}
+
+TEST(ConfigTest, DecisionLogBudgetIsBounded) {
+  expect_error("logging: {decisions: {lines_per_second: 1e300}}\n",
+               "logging.decisions.lines_per_second", "between 0.001 and 1000000");
+  expect_error("logging: {decisions: {lines_per_second: 1e-300}}\n",
+               "logging.decisions.lines_per_second", "between 0.001 and 1000000");
+  expect_error("logging: {decisions: {burst: 1e300}}\n", "logging.decisions.burst",
+               "between 1 and 1000000");
+}
+
+TEST(ConfigTest, ListenHostIsABareAddress) {
+  expect_error("listen: 1.2.3.4:80:90\n", "listen", "host must be an IP address");
+  expect_error("listen: '[::1%lo]:80'\n", "listen", "host must be an IP address");
+  expect_error("listen: '[1.2.3.4]:80'\n", "listen", "host must be an IP address");
+  EXPECT_EQ(parse_config("listen: '[::1]:80'\n").listen.host, "::1");
+  EXPECT_EQ(parse_config("listen: localhost:80\n").listen.host, "localhost");
+}
+
+TEST(ConfigTest, HeaderNamesAndMethodsAreHttpTokens) {
+  // A header name with a space or a colon never matches: every request would fall back.
+  expect_error(
+      kRules + "  - {name: c, identity: {type: header, header: 'X User'}, limits: [{rate: 1/s}]}\n",
+      "rules[2].identity.header", "HTTP header name");
+  expect_error(
+      kRules +
+          "  - {name: c, identity: {type: api_key, header: 'X-Key:'}, limits: [{rate: 1/s}]}\n",
+      "rules[2].identity.header", "HTTP header name");
+  expect_error("tiers: {header: ''}\n", "tiers.header", "HTTP header name");
+  expect_error(kRules + "  - {name: c, match: {methods: ['GET ']}, limits: [{rate: 1/s}]}\n",
+               "rules[2].match.methods", "not an HTTP method");
+  expect_error(kRules + "  - {name: c, match: {methods: ''}, limits: [{rate: 1/s}]}\n",
+               "rules[2].match.methods", "not an HTTP method");
+  const auto c = parse_config(kRules +
+                              "  - {name: c, match: {methods: [get, M-SEARCH]}, identity: "
+                              "{type: header, header: X-Tenant_ID}, limits: [{rate: 1/s}]}\n");
+  EXPECT_EQ(c.limiter.rules[2].match.methods, (std::vector<std::string>{"GET", "M-SEARCH"}));
+  EXPECT_EQ(c.limiter.rules[2].identity.header, "X-Tenant_ID");
+}
+
+TEST(ConfigTest, TrustedProxyWithOverflowingPrefixLengthIsRejected) {
+  expect_error("trusted_proxies: [127.0.0.1/99999999999999999999]\n", "trusted_proxies[0]",
+               "prefix length");
+  expect_error("trusted_proxies: [10.0.0.0/8, '10.0.0.0:80/8']\n", "trusted_proxies[1]",
+               "not an IP address");
+}
+
+TEST(ConfigTest, IdentityDefaultMustMakeAValidIdentity) {
+  const auto rule = [](const std::string& identity) {
+    return kRules + "  - {name: c, match: {path: /c}, identity: {type: header" + identity +
+           "}, limits: [{rate: 10/s}]}\n";
+  };
+  const std::string p = "rules[2].identity.default";
+  expect_error(rule(", default: " + std::string(limiter::kMaxIdentityBytes + 1, 'a')), p,
+               "longer than 256 bytes");
+  // "user:" + 252 bytes is longer than an identity may be.
+  expect_error(rule(", default: " + std::string(252, 'a')), p, "longer than 256 bytes");
+  expect_error(rule(", prefix: tenant, default: " + std::string(250, 'a')), p,
+               "longer than 256 bytes");
+  // Bytes escaped in keys count escaped: '{' takes 3.
+  expect_error(rule(", default: '" + std::string(100, '{') + "'"), p, "longer than 256 bytes");
+  expect_error(rule(", default: \"anon\\x7f\""), p, "control character");
+
+  // The longest default that loads is one every request without the header can use.
+  auto c = parse_config(rule(", default: " + std::string(251, 'a')));
+  store::MemoryStore store;
+  limiter::Limiter limiter(c.limiter, store);
+  Middleware middleware(limiter, c);
+  RequestView request;
+  request.method = "GET";
+  request.path = "/c";
+  request.peer = "192.0.2.7";
+  const auto result = middleware.handle_sync(request);
+  EXPECT_EQ(result.status, 200) << result.body;
+  EXPECT_TRUE(result.admitted);
 }
 
 }  // namespace

@@ -82,6 +82,54 @@ TEST(Cidr, RejectsBadBlocks) {
   }
 }
 
+TEST(Cidr, PrefixLengthIsAStrictDecimalInRange) {
+  // An overflowing length once left the full length in place: a /32 that trusted the peer.
+  for (auto bad : {"127.0.0.1/99999999999999999999", "10.0.0.0/4294967304", "10.0.0.0/32abc",
+                   "10.0.0.0/+8", "10.0.0.0/ 8", "10.0.0.0/-1", "10.0.0.0/08", "10.0.0.0/033",
+                   "10.0.0.0/8/8", "10.0.0.0//8", "2001:db8::/0128", "::ffff:10.0.0.0/8"}) {
+    auto c = Cidr::parse(bad);
+    EXPECT_FALSE(c) << bad << " parsed as /" << (c ? c->prefix_len : -1);
+  }
+  auto overflow = Cidr::parse("127.0.0.1/99999999999999999999");
+  ASSERT_FALSE(overflow);
+  EXPECT_NE(overflow.error().message.find("prefix length must be between 0 and 32"),
+            std::string::npos)
+      << overflow.error().message;
+  auto mapped = Cidr::parse("::ffff:10.0.0.0/8");
+  ASSERT_FALSE(mapped);
+  EXPECT_NE(mapped.error().message.find("between 96 and 128"), std::string::npos)
+      << mapped.error().message;
+  for (auto [text, len] : {std::pair{"0.0.0.0/0", 0},
+                           {"10.0.0.0/8", 8},
+                           {"10.0.0.0/32", 32},
+                           {"::/0", 0},
+                           {"2001:db8::/128", 128},
+                           {"::ffff:10.0.0.0/96", 0}}) {
+    auto c = Cidr::parse(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_EQ(c->prefix_len, len) << text;
+  }
+}
+
+TEST(Cidr, AddressIsBareWithoutPortBracketsOrZone) {
+  for (auto bad :
+       {"10.0.0.0:80/8", "10.0.0.1:80", "[2001:db8::]/32", "[2001:db8::1]:443", "fe80::%eth0/64",
+        "fe80::1%eth0", "10.0.0.0 /8", "10.0.0.0\t/8", "010.0.0.0/8"}) {
+    EXPECT_FALSE(Cidr::parse(bad)) << bad;
+  }
+  EXPECT_TRUE(Cidr::parse(" 10.0.0.0/8 "));  // surrounding spaces, as in a list
+}
+
+TEST(NormalizeIp, PortsAndZonesAreWellFormed) {
+  for (auto bad :
+       {"192.0.2.7:99999999999", "192.0.2.7:65536", "192.0.2.7:", "[2001:db8::1]:", "[::1]:123456",
+        "192.0.2.7%eth0", "[192.0.2.7]", "[192.0.2.7]:80", "fe80::1%", "010.0.0.1"}) {
+    EXPECT_FALSE(normalize_ip(bad)) << bad;
+  }
+  EXPECT_EQ(norm("192.0.2.7:65535"), "192.0.2.7");
+  EXPECT_EQ(norm("[2001:db8::1]:0"), "2001:db8::1");
+}
+
 class ClientIp : public ::testing::Test {
  protected:
   TrustedProxies proxies = *TrustedProxies::parse({"10.0.0.0/8", "2001:db8:ffff::/48"});
@@ -119,6 +167,9 @@ TEST_F(ClientIp, GarbageEntryStopsAtTheHopThatReportedIt) {
   EXPECT_EQ(client("10.0.0.2", "not-an-ip, 10.0.0.5"), "10.0.0.5");
   EXPECT_EQ(client("10.0.0.2", "198.51.100.1, , 10.0.0.5"),
             "198.51.100.1");  // empty entries skipped
+  // A malformed port or zone is garbage too, not an address to believe.
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1:99999999"), "10.0.0.2");
+  EXPECT_EQ(client("10.0.0.2", "198.51.100.1%eth0"), "10.0.0.2");
 }
 
 TEST_F(ClientIp, Ipv6ProxiesAndClientsAreNormalised) {

@@ -1,15 +1,13 @@
-// Prometheus exposition of the limiter's metrics, and the rate-limited decision log.
+// Prometheus exposition of the limiter's metrics.
 
 #include "ratekeeper/limiter/metrics.hpp"
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "ratekeeper/http/config.hpp"
 #include "ratekeeper/http/middleware.hpp"
-#include "ratekeeper/limiter/decision_log.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::limiter {
@@ -127,96 +125,6 @@ rules:
   EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="admitted"})"), 10);
   EXPECT_EQ(sample(text, R"(ratekeeper_http_requests_total{result="rejected"})"), 3);
   EXPECT_EQ(sample(text, "ratekeeper_store_latency_seconds_count"), 26);  // 13 real + 13 shadow
-}
-
-class DecisionLogTest : public ::testing::Test {
- protected:
-  ManualClock clock{kStart};
-  std::vector<std::string> lines;
-
-  DecisionLogOptions options(double per_second, double burst, double sample_rate = 0) {
-    DecisionLogOptions o;
-    o.lines_per_second = per_second;
-    o.burst = burst;
-    o.allow_sample_rate = sample_rate;
-    o.clock = &clock;
-    o.sink = [this](std::string_view l) { lines.emplace_back(l); };
-    return o;
-  }
-
-  static DecisionRecord denial() {
-    DecisionRecord r;
-    r.rule = "login";
-    r.identity = "ip:192.0.2.7";
-    r.key = "ratelimit:{ip:192.0.2.7}:login";
-    r.allowed = false;
-    r.limit = 5;
-    r.remaining = 0;
-    r.retry_after_ms = 1234;
-    r.latency_us = 56;
-    return r;
-  }
-};
-
-TEST_F(DecisionLogTest, DenialLineHasEveryField) {
-  DecisionLog log(options(100, 10));
-  EXPECT_EQ(log.record(denial()), DecisionLog::Written::line);
-  ASSERT_EQ(lines.size(), 1u);
-  auto j = nlohmann::json::parse(lines[0]);
-  EXPECT_EQ(j["rule"], "login");
-  EXPECT_EQ(j["identity"], "ip:192.0.2.7");
-  EXPECT_EQ(j["key"], "ratelimit:{ip:192.0.2.7}:login");
-  EXPECT_EQ(j["allowed"], false);
-  EXPECT_EQ(j["remaining"], 0);
-  EXPECT_EQ(j["retry_after_ms"], 1234);
-  EXPECT_EQ(j["latency_us"], 56);
-  EXPECT_FALSE(j.contains("suppressed"));
-}
-
-TEST_F(DecisionLogTest, FloodOfDenialsIsRateLimitedAndSuppressedLinesAreCounted) {
-  DecisionLog log(options(10, 5));  // 5 at once, then one line per 100 ms
-  for (int i = 0; i < 1000; ++i) log.record(denial());
-  EXPECT_EQ(lines.size(), 5u);
-  EXPECT_EQ(log.suppressed_total(), 995u);
-  clock.advance(100 * kMicrosPerMilli);
-  EXPECT_EQ(log.record(denial()), DecisionLog::Written::line);
-  ASSERT_EQ(lines.size(), 6u);
-  EXPECT_EQ(nlohmann::json::parse(lines.back())["suppressed"], 995);
-  clock.advance(100 * kMicrosPerMilli);
-  log.record(denial());
-  EXPECT_FALSE(nlohmann::json::parse(lines.back()).contains("suppressed"));  // reported once
-}
-
-TEST_F(DecisionLogTest, AllowsAreSampled) {
-  DecisionRecord allowed = denial();
-  allowed.allowed = true;
-  {
-    DecisionLog none(options(1000, 1000, 0.0));
-    for (int i = 0; i < 100; ++i)
-      EXPECT_EQ(none.record(allowed), DecisionLog::Written::not_sampled);
-  }
-  {
-    DecisionLog all(options(1000, 1000, 1.0));
-    for (int i = 0; i < 100; ++i) all.record(allowed);
-    EXPECT_EQ(lines.size(), 100u);
-  }
-  lines.clear();
-  DecisionLog some(options(1e6, 1e6, 0.5));
-  for (int i = 0; i < 2000; ++i) some.record(allowed);
-  EXPECT_GT(lines.size(), 700u);  // ~1000; bounds leave room for chance
-  EXPECT_LT(lines.size(), 1300u);
-}
-
-TEST_F(DecisionLogTest, ClientControlledStringsStayValidJson) {
-  DecisionRecord r = denial();
-  r.identity = "user:\"quoted\"\n\xff";
-  DecisionLog log(options(100, 10));
-  log.record(r);
-  ASSERT_EQ(lines.size(), 1u);
-  nlohmann::json parsed;
-  EXPECT_NO_THROW(parsed = nlohmann::json::parse(lines[0]));
-  EXPECT_EQ(parsed["identity"].get<std::string>().substr(0, 13), "user:\"quoted\"");
-  EXPECT_EQ(lines[0].find('\n'), std::string::npos);
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
 #pragma once
 // The server's configuration, loaded from YAML. Loading validates everything: an unknown
-// field, a missing required field or a bad value throws ConfigError naming the file, the
-// field path (e.g. `rules[2].limits[0].rate`) and the reason. A loaded Config is immutable
-// and safe to share between threads. See docs/configuration.md for every field.
+// field, a duplicate key, a missing required field or a bad value throws ConfigError naming
+// the file, the field path (e.g. `rules[2].limits[0].rate`) and the reason. The document is
+// bounded (size, nesting, nodes with aliases expanded) before any field is read. A loaded
+// Config is immutable and safe to share between threads. See docs/configuration.md for
+// every field.
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -64,13 +68,18 @@ struct Config {
   HttpLimits http;
 };
 
-// Loads and validates a YAML file. Throws ConfigError.
+// Largest configuration accepted, file or text.
+inline constexpr std::size_t kMaxConfigBytes = 1024 * 1024;
+
+// Loads and validates a YAML file. Throws ConfigError, also when the path is a directory,
+// cannot be opened or read, or is larger than kMaxConfigBytes. An empty file is an empty
+// configuration.
 Config load_config(const std::string& path);
 // Parses YAML text; `source` names it in errors. Throws ConfigError.
 Config parse_config(std::string_view yaml, std::string_view source = "<inline>");
 
 // Durations as written in the configuration: "250us", "100ms", "1s", "1m", "1h", "1d";
-// a bare number is seconds. nullopt when invalid or negative.
+// a bare number is seconds. nullopt when invalid, negative or above 2^53 microseconds.
 std::optional<Micros> parse_duration(std::string_view text);
 
 }  // namespace ratekeeper::http

@@ -24,15 +24,24 @@ struct IpAddress {
   friend bool operator==(const IpAddress&, const IpAddress&) = default;
 };
 
-// Parses an address as found in a socket peer or a forwarding header: "192.0.2.7",
-// "2001:DB8::1", "[2001:db8::1]", "[2001:db8::1]:443", "192.0.2.7:8080", "fe80::1%eth0"
-// (zone dropped). IPv4-mapped IPv6 (::ffff:a.b.c.d) becomes IPv4. nullopt when invalid.
+// Parses exactly one address, as configuration writes it: "192.0.2.7", "2001:DB8::1",
+// "::ffff:192.0.2.7" (IPv4-mapped IPv6 becomes IPv4). No brackets, port, zone or spaces;
+// IPv4 is a strict dotted quad (no leading zeros). nullopt when invalid.
+std::optional<IpAddress> parse_address(std::string_view text);
+
+// Parses an address as found in a socket peer or a forwarding header: parse_address, and
+// also "[2001:db8::1]", "[2001:db8::1]:443", "192.0.2.7:8080" (port 0-65535, dropped),
+// "fe80::1%eth0" (IPv6 zone, dropped), surrounding spaces and tabs. Brackets and zones are
+// IPv6 only. nullopt when invalid.
 std::optional<IpAddress> parse_ip(std::string_view text);
 
 // parse_ip + to_string; invalid_argument when not an address.
 Result<std::string> normalize_ip(std::string_view text);
 
-// An address block, "10.0.0.0/8", "2001:db8::/32", or a single address (full length).
+// An address block, "10.0.0.0/8", "2001:db8::/32", or a single address (full length). The
+// address is bare (parse_address); the prefix length is decimal digits without sign or
+// leading zeros, at most the address's length ("::ffff:10.0.0.0/104", an IPv4 block written
+// as mapped IPv6, is 96-128).
 struct Cidr {
   IpAddress network;
   int prefix_len = 0;
@@ -62,6 +71,12 @@ class TrustedProxies {
 // peer itself is not an address.
 Result<IpAddress> client_ip(std::string_view peer, std::string_view forwarded_for,
                             const TrustedProxies& proxies);
+
+// The identity of a header value under a kind prefix ("user" when `prefix` is empty):
+// "<prefix>:<value>". invalid_argument, naming `header`, when the value is empty or longer
+// than kMaxIdentityBytes. (The key escapes it later: escape_identity in keys.hpp.)
+Result<std::string> header_identity(std::string_view header, std::string_view prefix,
+                                    std::string_view value);
 
 // The identity of an API key: "key:" + 16 hex digits of a 64-bit hash, so that secrets never
 // appear in store keys or logs.

@@ -1,19 +1,29 @@
 #pragma once
 // A client of the master that Redis Sentinel monitors under a name: the master's address
-// comes from `SENTINEL get-master-addr-by-name` (sentinels asked in turn), is verified with
-// ROLE, and the master is reached over one auto-pipelined Connection.
+// comes from `SENTINEL get-master-addr-by-name` (sentinels asked in turn, from the one that
+// announced the last switch), is verified with ROLE, and the master is reached over one
+// auto-pipelined Connection.
 //
-// Following failovers: one pub/sub connection, to the first sentinel that answers (the next
-// one in turn when it drops, after a backoff; a PING every 2 s notices a silent one),
-// subscribes to +switch-master. A message naming master_name makes the client re-resolve at
-// once: the new address is asked of the sentinels and verified with ROLE, never taken from
-// the message. Messages published while the subscription was down are lost, so the client
-// also re-resolves when it subscribes again, periodically (poll_interval, the fallback), and
-// at once after a connection error, READONLY, MASTERDOWN or LOADING. READONLY, MASTERDOWN,
-// LOADING and commands that could not be sent (connection down, breaker open, no master
-// known) did not run: they are retried with a bounded backoff until their deadline. A command
-// that was sent and then lost (timeout, connection dropped) may have run: the caller gets the
-// error.
+// Following failovers: every sentinel is listened to on its own pub/sub connection (each
+// reconnecting with its own backoff, a PING every 2 s noticing a silent one) for
+// +switch-master, and the first announcement of a switch of master_name by any of them makes
+// the client re-resolve at once. The sentinel that leads a failover may announce it only once
+// it has reconfigured every replica, seconds after the promotion, while the others announce
+// it as soon as they learn the new configuration: listening to one sentinel alone would keep
+// the client writing to the old master meanwhile. Later announcements of the same switch (the
+// other sentinels') are counted and ignored. The new address is not taken from the message:
+// the announcing sentinel is asked first (then the others in turn) and the answer is verified
+// with ROLE. Messages published while a subscription was down are lost, so the client also
+// re-resolves when a subscription is confirmed again, periodically (poll_interval, the
+// fallback), and at once after a connection error, READONLY, MASTERDOWN, LOADING or
+// NOREPLICAS. Commands answered READONLY, MASTERDOWN, LOADING or NOREPLICAS, and commands that
+// could not be sent (connection down, breaker open, no master known) did not run: they are
+// retried with a bounded backoff until their deadline. A command that was sent and then lost
+// (timeout, connection dropped) may have run: the caller gets the error.
+//
+// Writes the old master acknowledged and had not replicated when the replica was promoted,
+// and writes it took until the first announcement reached the client, are lost (replication
+// is asynchronous); docs/configuration.md says how min-replicas-to-write bounds them.
 //
 // Thread-safe. Callbacks run on the client's event-loop threads; they must not block.
 
@@ -36,7 +46,7 @@ struct SentinelOptions {
   // Template of the master connection (credentials, db, deadlines, breaker); the endpoint is
   // replaced by the resolved one.
   ConnectionOptions master;
-  // Template of the sentinel connections, the +switch-master subscription included (no
+  // Template of the sentinel connections, the +switch-master subscriptions included (no
   // credentials: sentinels rarely have them; when set, AUTH is sent first).
   ConnectionOptions sentinel;
   // Re-resolution when nothing else asked for one: the fallback for +switch-master messages
@@ -67,18 +77,20 @@ class Sentinel {
   std::optional<Endpoint> master() const;
   bool ready() const;
   std::string status() const;  // "ok" or why not ready
-  // "subscribed to <sentinel>" or why the +switch-master subscription is down (polling and
-  // errors still find a new master then).
+  // "subscribed to <n> of <m> sentinels", followed by why each subscription that is down is
+  // down ("; <sentinel>: <why>"). While none is up, polling and errors still find a new master.
   std::string subscription_status() const;
 
   struct Stats {
-    std::uint64_t resolutions = 0;     // successful answers from a sentinel
-    std::uint64_t switches = 0;        // changes of master after the first
-    std::uint64_t topology_errors = 0; // READONLY, MASTERDOWN, LOADING replies
+    std::uint64_t resolutions = 0;      // successful answers from a sentinel
+    std::uint64_t switches = 0;         // changes of master after the first
+    std::uint64_t topology_errors = 0;  // READONLY, MASTERDOWN, LOADING, NOREPLICAS replies
     std::uint64_t unsent_retries = 0;
     std::uint64_t switch_messages = 0;        // +switch-master messages naming this master
-    std::uint64_t subscriptions = 0;          // +switch-master subscriptions confirmed
+    std::uint64_t switch_announcements = 0;   // of those, the first of each switch (acted on)
+    std::uint64_t subscriptions = 0;          // +switch-master subscriptions confirmed (all)
     std::uint64_t subscription_failures = 0;  // subscription connections lost or refused
+    std::uint64_t subscribed = 0;             // sentinels whose subscription is up now
   };
   Stats stats() const noexcept;
 
