@@ -12,11 +12,21 @@ namespace ratekeeper::redis::detail {
 namespace {
 
 // The reader's object hooks build Reply values in place: an element lives in its parent's
-// `elements` (sized once, when the array header is read), only the root is allocated.
-Reply* place(const redisReadTask* task) {
+// `elements`, only the root is allocated. Elements are appended as they arrive (hiredis
+// reads them in order, and keeps no pointer to an element once the next one starts), so
+// what an array header announces is reserved only up to kReserved: a header claiming a
+// billion elements costs nothing until they are received.
+constexpr std::size_t kReserved = 1024;
+
+Reply* place(const redisReadTask* task) noexcept {
   if (task->parent != nullptr) {
-    auto* parent = static_cast<Reply*>(task->parent->obj);
-    return &parent->elements[static_cast<std::size_t>(task->idx)];
+    auto& elements = static_cast<Reply*>(task->parent->obj)->elements;
+    if (task->idx < 0 || static_cast<std::size_t>(task->idx) != elements.size()) return nullptr;
+    try {
+      return &elements.emplace_back();
+    } catch (...) {
+      return nullptr;
+    }
   }
   return new (std::nothrow) Reply();
 }
@@ -40,7 +50,7 @@ void* create_array(const redisReadTask* task, int elements) noexcept {
   if (r == nullptr) return nullptr;
   r->type = Reply::Type::array;
   try {
-    r->elements.resize(static_cast<std::size_t>(std::max(0, elements)));
+    r->elements.reserve(std::min(static_cast<std::size_t>(std::max(0, elements)), kReserved));
   } catch (...) {
     return nullptr;
   }

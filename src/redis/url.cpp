@@ -140,7 +140,9 @@ Result<Endpoint> parse_host_port(std::string_view text, int default_port) {
   }
   if (host.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("'{}': empty host", text));
   for (char c : host) {
-    if (c == '/' || c == '@' || c == '?' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
+    // Brackets only delimit an IPv6 address: inside a host, "[a" would print as "[a:6379".
+    if (c == '/' || c == '@' || c == '?' || c == ' ' || c == '[' || c == ']' ||
+        static_cast<unsigned char>(c) < 0x20) {
       return make_error(ErrorCode::invalid_argument, fmt::format("'{}': bad character in host", text));
     }
   }

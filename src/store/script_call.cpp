@@ -221,6 +221,17 @@ std::vector<Result<CheckOutcome>> parse_compact(const redis::Reply& reply, const
     auto first = to_decision(reply.elements.data() + at);
     if (!first) return malformed();
     at += kDecisionFields;
+    // The last admitted check left first.remaining − (admitted − 1)·cost ≥ 0 units, and its
+    // reset_after is (admitted − 1)·cost·interval longer: a first decision that cannot be so
+    // (a reply that is not the script's) would make them overflow.
+    std::int64_t units = 0;
+    std::int64_t refill = 0;
+    std::int64_t last_reset = 0;
+    if (__builtin_mul_overflow(admitted - 1, item.cost, &units) || first->remaining < units ||
+        __builtin_mul_overflow(units, item.limit.period, &refill) ||
+        __builtin_add_overflow(first->reset_after, refill, &last_reset)) {
+      return malformed();
+    }
     for (std::int64_t k = 0; k < admitted; ++k) {
       Decision d = *first;
       d.remaining -= k * item.cost;

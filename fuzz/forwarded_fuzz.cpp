@@ -1,0 +1,94 @@
+// Fuzz target: client addresses behind proxies (limiter/identity.hpp): parse_ip, Cidr::parse,
+// TrustedProxies and client_ip. Input lines: the socket peer, the X-Forwarded-For value, then
+// one trusted-proxy entry per line. Checks: canonical text parses back to the same address,
+// a block contains its own network, and the client is the peer or one of the forwarded hops,
+// the peer itself whenever the peer is not trusted.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratekeeper/limiter/identity.hpp"
+#include "require.hpp"
+
+namespace {
+
+using namespace ratekeeper;
+using fuzz::require;
+using limiter::IpAddress;
+
+constexpr std::size_t kMaxProxies = 32;
+
+std::optional<IpAddress> check_ip(std::string_view text) {
+  auto ip = limiter::parse_ip(text);
+  auto normal = limiter::normalize_ip(text);
+  require(ip.has_value() == normal.has_value());
+  if (!ip) return ip;
+  const std::string canonical = ip->to_string();
+  require(*normal == canonical);
+  auto again = limiter::parse_ip(canonical);
+  require(again && *again == *ip && again->to_string() == canonical);
+  return ip;
+}
+
+void check_cidr(std::string_view text) {
+  auto c = limiter::Cidr::parse(text);
+  if (!c) return;
+  require(c->prefix_len >= 0 && c->prefix_len <= (c->network.v6 ? 128 : 32));
+  require(c->contains(c->network));
+  auto again = limiter::Cidr::parse(c->network.to_string() + "/" + std::to_string(c->prefix_len));
+  require(again && again->network == c->network && again->prefix_len == c->prefix_len);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string_view> lines;
+  while (lines.size() < 2 + kMaxProxies) {
+    const auto nl = text.find('\n');
+    lines.push_back(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+  const std::string_view peer = lines[0];
+  const std::string_view forwarded_for = lines.size() > 1 ? lines[1] : std::string_view{};
+  std::vector<std::string> cidrs;
+  for (std::size_t i = 2; i < lines.size(); ++i) cidrs.emplace_back(lines[i]);
+
+  for (auto line : lines) {
+    check_ip(line);
+    check_cidr(line);
+  }
+  std::string_view hops = forwarded_for;
+  std::vector<IpAddress> forwarded;
+  while (!hops.empty()) {
+    const auto comma = hops.find(',');
+    if (auto ip = check_ip(hops.substr(0, comma))) forwarded.push_back(*ip);
+    if (comma == std::string_view::npos) break;
+    hops.remove_prefix(comma + 1);
+  }
+
+  auto proxies = limiter::TrustedProxies::parse(cidrs);
+  bool all_parse = true;
+  for (const auto& c : cidrs) all_parse = all_parse && limiter::Cidr::parse(c).has_value();
+  require(proxies.has_value() == all_parse);
+  if (!proxies) return 0;
+
+  const auto peer_ip = limiter::parse_ip(peer);
+  auto client = limiter::client_ip(peer, forwarded_for, *proxies);
+  require(client.has_value() == peer_ip.has_value());
+  if (!client) return 0;
+  if (!proxies->contains(*peer_ip)) {
+    require(*client == *peer_ip);
+  } else if (*client != *peer_ip) {
+    bool found = false;
+    for (const auto& hop : forwarded) found = found || hop == *client;
+    require(found);
+  }
+  (void)limiter::api_key_identity(forwarded_for);
+  return 0;
+}

@@ -1,0 +1,75 @@
+// The RESP reader (redis/resp.hpp): replies fed whole or a byte at a time, nested arrays, and
+// array headers announcing more elements than ever arrive.
+
+#include "redis/resp.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ratekeeper::redis::detail {
+namespace {
+
+// Every complete reply in `bytes` fed `chunk` bytes at a time; fails the test on an error.
+std::vector<Reply> read_all(std::string_view bytes, std::size_t chunk) {
+  RespReader reader;
+  std::vector<Reply> out;
+  while (!bytes.empty()) {
+    const std::size_t n = std::min(chunk, bytes.size());
+    EXPECT_TRUE(reader.feed(bytes.data(), n));
+    bytes.remove_prefix(n);
+    for (;;) {
+      auto r = reader.next();
+      if (!r) {
+        ADD_FAILURE() << r.error().message;
+        return out;
+      }
+      if (!*r) break;
+      out.push_back(std::move(**r));
+    }
+  }
+  return out;
+}
+
+TEST(RespReader, ReadsNestedArraysWholeOrByteByByte) {
+  const std::string bytes = "*3\r\n*2\r\n:1\r\n$3\r\nabc\r\n$-1\r\n*1\r\n*0\r\n+OK\r\n-ERR no\r\n";
+  for (std::size_t chunk : {bytes.size(), std::size_t{1}}) {
+    const auto replies = read_all(bytes, chunk);
+    ASSERT_EQ(replies.size(), 3u);
+    EXPECT_EQ(replies[0].to_string(), "[[1, abc], (nil), [[]]]");
+    EXPECT_EQ(replies[1].type, Reply::Type::status);
+    EXPECT_TRUE(replies[2].is_error());
+  }
+}
+
+TEST(RespReader, ReadsArraysLargerThanWhatIsReservedAhead) {
+  // 3000 elements (more than the reader reserves for a header), each an array of its own.
+  std::string bytes = "*3000\r\n";
+  for (int i = 0; i < 3000; ++i) bytes += "*2\r\n:" + std::to_string(i) + "\r\n$1\r\nx\r\n";
+  const auto replies = read_all(bytes, 7);
+  ASSERT_EQ(replies.size(), 1u);
+  ASSERT_EQ(replies[0].elements.size(), 3000u);
+  for (int i = 0; i < 3000; ++i) {
+    const auto& e = replies[0].elements[static_cast<std::size_t>(i)];
+    ASSERT_EQ(e.elements.size(), 2u);
+    EXPECT_EQ(e.elements[0].integer, i);
+    EXPECT_EQ(e.elements[1].str, "x");
+  }
+}
+
+// Found by fuzz/resp_fuzz (corpus/resp/crash-array-header-oom): the reader sized an array for
+// the count in its header, 72 bytes per announced element, before any arrived: "*50000000"
+// allocated 3.6 GB, and a count the allocator cannot satisfy failed the connection.
+TEST(RespReader, ArrayHeaderAloneAllocatesNothingForItsElements) {
+  RespReader reader;
+  const std::string_view head = "*2147483647\r\n:1\r\n:2\r\n";
+  ASSERT_TRUE(reader.feed(head.data(), head.size()));
+  auto r = reader.next();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(*r);  // more elements to come
+}
+
+}  // namespace
+}  // namespace ratekeeper::redis::detail

@@ -1,0 +1,89 @@
+// Script replies into decisions (store/script_call.hpp): the batch script's closed-form reply
+// for a repeated token bucket check, and replies that cannot be the script's.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "store/script_call.hpp"
+
+namespace ratekeeper::store::detail {
+namespace {
+
+using algorithms::Algorithm;
+
+redis::Reply integers(const std::vector<std::int64_t>& values) {
+  redis::Reply r;
+  r.type = redis::Reply::Type::array;
+  for (auto v : values) {
+    redis::Reply e;
+    e.type = redis::Reply::Type::integer;
+    e.integer = v;
+    r.elements.push_back(e);
+  }
+  return r;
+}
+
+redis::Reply array(std::vector<redis::Reply> elements) {
+  redis::Reply r;
+  r.type = redis::Reply::Type::array;
+  r.elements = std::move(elements);
+  return r;
+}
+
+// One token bucket key (10 tokens, one per 100 ms) checked `repeats` times at cost 2.
+struct Repeated {
+  std::vector<CheckItem> items{
+      {"k", *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000), 2}};
+  std::vector<BatchEntry> entries;
+  explicit Repeated(std::size_t repeats) : entries{{&items, repeats}} {}
+};
+
+TEST(ScriptReply, RepeatedTokenBucketCheckUnfoldsFromItsClosedForm) {
+  Repeated r(4);
+  // Three admitted, the first leaving 8 tokens and full again in 200 ms; the fourth denied.
+  const auto out = parse_batch(
+      array({integers({3, 1, 10, 8, 0, 200'000, 0, 10, 2, 100'000, 800'000})}), r.entries);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 4u);
+  for (std::int64_t k = 0; k < 3; ++k) {
+    const auto& o = out[0][static_cast<std::size_t>(k)];
+    ASSERT_TRUE(o) << o.error().message;
+    EXPECT_TRUE(o->decision.allowed);
+    EXPECT_EQ(o->decision.remaining, 8 - 2 * k);
+    EXPECT_EQ(o->decision.reset_after, 200'000 + 200'000 * k);
+  }
+  ASSERT_TRUE(out[0][3]);
+  EXPECT_FALSE(out[0][3]->decision.allowed);
+  EXPECT_EQ(out[0][3]->decision.retry_after, 100'000);
+}
+
+// Found while writing fuzz/resp_fuzz, reproduced by it (corpus/resp/crash-compact-overflow,
+// UBSan: signed integer overflow in script_call.cpp): the k-th admitted check
+// was computed as remaining − k·cost and reset_after + k·cost·interval from the first
+// decision of the reply, overflowing (undefined behaviour) for extreme values, and giving
+// negative remaining counts for a first decision that could not have admitted the others.
+TEST(ScriptReply, RepeatedCheckReplyThatCannotBeTheScriptsIsAProtocolError) {
+  constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  for (const auto& first :
+       {std::vector<std::int64_t>{1, 10, kMin, 0, 100'000},
+        std::vector<std::int64_t>{1, 10, 8, 0, kMax},
+        std::vector<std::int64_t>{1, 10, 1, 0, 200'000}}) {  // 3 × 2 tokens from 1 left
+    Repeated r(3);
+    std::vector<std::int64_t> fields{3};
+    fields.insert(fields.end(), first.begin(), first.end());
+    const auto out = parse_batch(array({integers(fields)}), r.entries);
+    ASSERT_EQ(out[0].size(), 3u);
+    for (const auto& o : out[0]) {
+      ASSERT_FALSE(o) << "remaining " << o->decision.remaining << ", reset_after "
+                      << o->decision.reset_after;
+      EXPECT_EQ(o.error().code, ErrorCode::protocol);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ratekeeper::store::detail
