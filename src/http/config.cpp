@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <set>
+#include <sstream>
 #include <system_error>
 #include <unordered_set>
 
@@ -815,6 +817,22 @@ class DocumentCheck {
   std::size_t nodes_ = 0;
 };
 
+// Parser events with nowhere to go: counting the documents of a text.
+class DiscardEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 Config parse_with(const Reader& r, std::string_view yaml) {
   if (yaml.size() > kMaxConfigBytes) {
     r.fail("",
@@ -825,9 +843,22 @@ Config parse_with(const Reader& r, std::string_view yaml) {
                            1 + std::count(yaml.begin(),
                                           yaml.begin() + static_cast<std::ptrdiff_t>(nul), '\n')));
   }
-  std::vector<YAML::Node> documents;
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    // At most two documents are looked at: yaml-cpp 0.7's LoadAll never ends on some malformed
+    // input (the parser yields empty documents without advancing), so a second one is an
+    // error without reading further.
+    std::istringstream in{std::string(yaml)};
+    YAML::Parser parser(in);
+    DiscardEvents discard;
+    std::size_t documents = 0;
+    while (documents < 2 && parser.HandleNextDocument(discard)) ++documents;
+    if (documents > 1) {
+      r.fail("", "holds several YAML documents: a configuration is one YAML document");
+    }
+    root = YAML::Load(std::string(yaml));
+  } catch (const ConfigError&) {
+    throw;
   } catch (const YAML::DeepRecursion& e) {
     // yaml-cpp's own recursion guard, near 500 levels: far deeper than kMaxDepth.
     r.fail("", fmt::format("invalid YAML at line {}, column {}: nested too deeply for the parser",
@@ -836,11 +867,6 @@ Config parse_with(const Reader& r, std::string_view yaml) {
     r.fail("", fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1,
                            e.mark.column + 1, e.msg));
   }
-  if (documents.size() > 1) {
-    r.fail("", fmt::format("holds {} YAML documents: a configuration is one YAML document",
-                           documents.size()));
-  }
-  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   try {
     DocumentCheck(r).visit(root);
     return read_config(r, root);

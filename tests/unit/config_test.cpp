@@ -599,5 +599,12 @@ rules:
                "rules[2].limits[0].rate", "at most 2^45 microseconds");
 }
 
+// Found by the config fuzzer: yaml-cpp 0.7's LoadAll never returns on this text (the parser
+// yields empty documents without advancing); the loader looks at two documents at most.
+TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
+  expect_error(",ules:\n  - name: login\n    limits: []\n  - namelogp1h}\n    ip_limits: [{rate: 2/s}]\n",
+               "", "several YAML documents");
+}
+
 }  // namespace
 }  // namespace ratekeeper::http
