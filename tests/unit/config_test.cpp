@@ -604,6 +604,7 @@ rules:
 TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
   expect_error(",ules:\n  - name: login\n    limits: []\n  - namelogp1h}\n    ip_limits: [{rate: 2/s}]\n",
                "", "several YAML documents");
+  expect_error(",", "", "several YAML documents");
 }
 
 }  // namespace
