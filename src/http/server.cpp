@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cerrno>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -71,9 +72,11 @@ constexpr auto kAcceptBackoffMax = std::chrono::milliseconds(500);
 // Accept errors are logged at most once per interval, with how many happened.
 constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
 
+// Accept errors are the system's (errno values): compared by value, without constructing
+// other error categories to compare with.
 bool out_of_resources(const beast::error_code& ec) {
-  return ec == net::error::no_descriptors || ec == net::error::no_buffer_space ||
-         ec == net::error::no_memory || ec == beast::error_code(ENFILE, beast::system_category());
+  const int e = ec.value();
+  return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
 }
 
 }  // namespace
