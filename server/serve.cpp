@@ -75,7 +75,7 @@ std::string server_metrics(const http::Server& server) {
       "# TYPE ratekeeper_contained_exceptions_total counter\n"
       "ratekeeper_contained_exceptions_total {}\n",
       stats.connections_open, stats.accept_errors, stats.handler_exceptions,
-      core::contained_exceptions());
+      contained_exceptions());
 }
 
 struct ServeArgs {
@@ -135,7 +135,7 @@ int serve(const ServeArgs& args) {
   // One event loop for the HTTP connections and the Redis connections: a request is read,
   // checked against Redis and answered on one thread, without hand-offs between threads.
   // Declared first, destroyed last.
-  auto loop = std::make_shared<core::EventLoop>(options.threads);
+  auto loop = std::make_shared<EventLoop>(options.threads);
   options.loop = loop;
   config.store.loop = loop;
 

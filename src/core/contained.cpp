@@ -8,7 +8,7 @@
 #include <string>
 #include <typeinfo>
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 namespace {
 
 std::atomic<std::uint64_t> total{0};
@@ -56,4 +56,4 @@ void note_contained_exception(std::string_view where) noexcept {
 
 std::uint64_t contained_exceptions() noexcept { return total.load(std::memory_order_relaxed); }
 
-}  // namespace ratekeeper::core
+}  // namespace ratekeeper

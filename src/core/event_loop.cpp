@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 namespace asio = boost::asio;
 
 namespace {
@@ -97,4 +97,4 @@ bool EventLoop::on_loop_thread() const noexcept { return current_loop == this; }
 
 std::size_t EventLoop::current_index() const noexcept { return current_loop == this ? current_context : npos; }
 
-}  // namespace ratekeeper::core
+}  // namespace ratekeeper

@@ -102,7 +102,7 @@ std::optional<std::string_view> ServerRequest::header(std::string_view name) con
 class Session;
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
-  Impl(ServerOptions o, Handler h, core::EventLoop& l)
+  Impl(ServerOptions o, Handler h, EventLoop& l)
       : options(std::move(o)),
         handler(std::move(h)),
         loop(l),
@@ -140,7 +140,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   bool finished = false;  // run() may return
   std::condition_variable finished_cv;
 
-  core::EventLoop& loop;  // owned by the Server or shared with it; outlives every session
+  EventLoop& loop;  // owned by the Server or shared with it; outlives every session
   net::io_context& home;  // the listener's thread: acceptor, signals, drain timer
   tcp::acceptor acceptor;
   net::signal_set signals;
@@ -267,7 +267,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request.peer_port = peer_port_;
 
     auto pending = std::make_shared<Pending>(shared_from_this(), queue_.back().id);
-    const bool returned = core::contain("the HTTP request handler", [&] {
+    const bool returned = contain("the HTTP request handler", [&] {
       server_.handler(std::move(request),
                       [pending](ServerResponse r) { pending->deliver(std::move(r)); });
     });
@@ -298,7 +298,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Builds the wire response; a response that cannot be built (a header Beast refuses) is
   // answered 500 instead.
   void fill(Slot& slot, ServerResponse r) {
-    const bool built = core::contain("building an HTTP response", [&] { build(slot, std::move(r)); });
+    const bool built = contain("building an HTTP response", [&] { build(slot, std::move(r)); });
     if (!built) {
       server_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
       build(slot, internal_error());
@@ -511,7 +511,7 @@ void Server::Impl::unregister(Session* s) {
 }
 
 Server::Server(ServerOptions options, Handler handler)
-    : loop_(options.loop ? options.loop : std::make_shared<core::EventLoop>(std::max(1, options.threads))),
+    : loop_(options.loop ? options.loop : std::make_shared<EventLoop>(std::max(1, options.threads))),
       impl_(std::make_shared<Impl>(std::move(options), std::move(handler), *loop_)) {}
 
 Server::~Server() {

@@ -111,7 +111,7 @@ struct Cluster::Impl {
 
   mutable std::mutex nodes_mu;
   std::vector<std::unique_ptr<Node>> nodes;  // never removed before destruction
-  core::SharedValue<const SlotMap> map;
+  SharedValue<const SlotMap> map;
 
   std::thread topology;
   std::mutex topo_mu;
@@ -159,7 +159,7 @@ struct Cluster::Impl {
       std::string error;
       // The reply parsed here comes from outside: whatever it makes throw ends this refresh,
       // not the process.
-      if (!core::contain("a Redis Cluster topology refresh", [&] { error = refresh_once(); })) {
+      if (!contain("a Redis Cluster topology refresh", [&] { error = refresh_once(); })) {
         error = "the topology refresh failed with an exception";
       }
       lock.lock();

@@ -117,7 +117,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
     }
     // The callback is the caller's code: whatever it throws must not break this connection's
     // bookkeeping (other replies of the same read are still to be delivered).
-    core::contain("a Redis reply callback", [&] { done(std::move(result)); });
+    contain("a Redis reply callback", [&] { done(std::move(result)); });
   }
 
   // ---- callers ----

@@ -84,7 +84,7 @@ struct Sentinel::Impl {
   std::unique_ptr<EventLoop> loop;
   std::atomic<bool> closing{false};
   std::vector<std::unique_ptr<Connection>> sentinels;
-  core::SharedValue<Connection> current;
+  SharedValue<Connection> current;
   std::vector<std::unique_ptr<detail::Subscriber>> subscribers;  // one per sentinel, same order
 
   std::thread resolver;
@@ -163,7 +163,7 @@ struct Sentinel::Impl {
       std::string error;
       // Sentinel replies come from outside: whatever they make throw ends this resolution,
       // not the process.
-      if (!core::contain("a Sentinel master resolution", [&] { error = resolve_once(first); })) {
+      if (!contain("a Sentinel master resolution", [&] { error = resolve_once(first); })) {
         error = "the master resolution failed with an exception";
       }
       lock.lock();

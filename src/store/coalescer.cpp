@@ -184,7 +184,7 @@ void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
       auto done = std::move(calls[e][r]->done);
       delete calls[e][r];
       // Each check's callback runs whatever the others do.
-      core::contain("a coalesced check's callback", [&] {
+      contain("a coalesced check's callback", [&] {
         if (reply) {
           done(std::move(outcomes[e][r]));
         } else {

@@ -33,7 +33,7 @@ std::string RedisStore::script_sha1(std::string_view source) { return redis::det
 
 RedisStore::RedisStore(RedisStoreOptions options)
     : options_(std::move(options)), replies_(std::make_unique<detail::ScriptReplies>(options_.health)) {
-  loop_ = options_.loop ? options_.loop : std::make_shared<core::EventLoop>(std::max(1, options_.connections));
+  loop_ = options_.loop ? options_.loop : std::make_shared<EventLoop>(std::max(1, options_.connections));
   for (std::size_t i = 0; i < loop_->size(); ++i) {
     auto lane = std::make_unique<Lane>();
     lane->context = i;

@@ -25,24 +25,24 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(ContainedExceptions, AThrowingHandlerDoesNotStopTheLoop) {
-  core::EventLoop loop(1);
-  const auto before = core::contained_exceptions();
+  EventLoop loop(1);
+  const auto before = contained_exceptions();
   loop.post(0, [] { throw std::runtime_error("handler failure"); });
   std::promise<void> ran;
   loop.post(0, [&ran] { ran.set_value(); });
   ASSERT_EQ(ran.get_future().wait_for(5s), std::future_status::ready);
-  EXPECT_EQ(core::contained_exceptions(), before + 1);
+  EXPECT_EQ(contained_exceptions(), before + 1);
 }
 
 TEST(ContainedExceptions, AThrowingReplyCallbackLeavesTheConnectionUsable) {
   RedisServer redis;
-  auto loop = std::make_shared<core::EventLoop>(1);
+  auto loop = std::make_shared<EventLoop>(1);
   redis::ConnectionOptions options;
   options.endpoint.host = "127.0.0.1";
   options.endpoint.port = redis.port();
   options.command_timeout = 5 * kMicrosPerSecond;
   redis::Connection connection(*loop, options, 0);
-  const auto before = core::contained_exceptions();
+  const auto before = contained_exceptions();
   // Three commands in one pipeline; the first callback throws, the others still get replies.
   std::promise<std::string> second, third;
   connection.command({"PING"}, [](Result<redis::Reply>) { throw std::runtime_error("callback failure"); });
@@ -57,7 +57,7 @@ TEST(ContainedExceptions, AThrowingReplyCallbackLeavesTheConnectionUsable) {
   ASSERT_EQ(t.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(s.get(), "PONG");
   EXPECT_EQ(t.get(), "PONG");
-  EXPECT_EQ(core::contained_exceptions(), before + 1);
+  EXPECT_EQ(contained_exceptions(), before + 1);
 }
 
 class ThrowingHandlers : public ::testing::Test {
@@ -88,7 +88,7 @@ class ThrowingHandlers : public ::testing::Test {
     server_.reset();
   }
 
-  std::shared_ptr<core::EventLoop> loop_ = std::make_shared<core::EventLoop>(1);
+  std::shared_ptr<EventLoop> loop_ = std::make_shared<EventLoop>(1);
   std::unique_ptr<http::Server> server_;
   std::thread runner_;
 };
@@ -101,11 +101,11 @@ TEST_F(ThrowingHandlers, AnInlineThrowIsAnswered500AndCounted) {
 }
 
 TEST_F(ThrowingHandlers, AContinuationThatThrowsOnTheLoopIsAnswered500) {
-  const auto before = core::contained_exceptions();
+  const auto before = contained_exceptions();
   HttpClient client(server_->port());
   EXPECT_EQ(client.get("/later").status, 500);
   EXPECT_EQ(client.get("/fine").status, 200);
-  EXPECT_EQ(core::contained_exceptions(), before + 1);
+  EXPECT_EQ(contained_exceptions(), before + 1);
 }
 
 }  // namespace

@@ -474,7 +474,7 @@ TEST(RedisStore, IndependentInstancesShareOneTokenBucket) {
 // NOSCRIPT in the middle of traffic is absorbed.
 TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
   RedisServer server;
-  auto loop = std::make_shared<core::EventLoop>(1);
+  auto loop = std::make_shared<EventLoop>(1);
   RedisStoreOptions o;
   o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
   o.connection.command_timeout = 2 * kMicrosPerSecond;

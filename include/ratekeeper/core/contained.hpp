@@ -11,7 +11,7 @@
 #include <string_view>
 #include <utility>
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 
 // Records the exception being handled (call only inside a catch block): logs and counts it.
 void note_contained_exception(std::string_view where) noexcept;
@@ -31,4 +31,4 @@ bool contain(std::string_view where, F&& fn) noexcept {
   }
 }
 
-}  // namespace ratekeeper::core
+}  // namespace ratekeeper

@@ -16,7 +16,7 @@ namespace boost::asio {
 class io_context;
 }
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 
 class EventLoop {
  public:
@@ -49,4 +49,4 @@ class EventLoop {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ratekeeper::core
+}  // namespace ratekeeper

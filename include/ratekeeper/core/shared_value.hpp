@@ -9,7 +9,7 @@
 #include <mutex>
 #include <utility>
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 
 template <class T>
 class SharedValue {
@@ -37,4 +37,4 @@ class SharedValue {
   std::shared_ptr<T> value_;
 };
 
-}  // namespace ratekeeper::core
+}  // namespace ratekeeper

@@ -18,7 +18,7 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 class EventLoop;
 }
 
@@ -59,7 +59,7 @@ struct ServerOptions {
   int threads = 1;                               // io threads running the connections
   // Run on this loop (shared, e.g., with the Redis store: see core/event_loop.hpp) instead
   // of starting `threads` threads. Must outlive the Server.
-  std::shared_ptr<core::EventLoop> loop;
+  std::shared_ptr<EventLoop> loop;
   std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431 (≤ 4 GiB)
   std::size_t body_limit = 64 * 1024;            // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
@@ -102,7 +102,7 @@ class Server {
   struct Impl;
 
  private:
-  std::shared_ptr<core::EventLoop> loop_;  // destroyed last
+  std::shared_ptr<EventLoop> loop_;  // destroyed last
   std::shared_ptr<Impl> impl_;
 };
 

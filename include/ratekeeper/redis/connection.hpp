@@ -30,13 +30,11 @@
 #include "ratekeeper/redis/reply.hpp"
 #include "ratekeeper/redis/url.hpp"
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 class EventLoop;
 }
 
 namespace ratekeeper::redis {
-
-using core::EventLoop;
 
 struct ConnectionOptions {
   Endpoint endpoint;

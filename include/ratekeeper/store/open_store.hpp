@@ -8,7 +8,7 @@
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/store/store.hpp"
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 class EventLoop;
 }
 
@@ -35,7 +35,7 @@ struct StoreOptions {
   int io_threads = 1;  // threads running the Redis client's event loop
   // redis:// and unix://: run on this loop (shared with e.g. the HTTP server) instead of
   // starting io_threads threads; see RedisStoreOptions::loop.
-  std::shared_ptr<core::EventLoop> loop;
+  std::shared_ptr<EventLoop> loop;
   // redis:// and unix://: checks coalesced into one script call at most (1: one script call
   // per check). See RedisStoreOptions::max_batch.
   std::size_t max_batch = 64;

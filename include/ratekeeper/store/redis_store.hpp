@@ -24,7 +24,7 @@
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/store.hpp"
 
-namespace ratekeeper::core {
+namespace ratekeeper {
 class EventLoop;
 }
 
@@ -40,7 +40,7 @@ struct RedisStoreOptions {
   // Run on this loop instead of starting threads: one connection per loop thread, and a
   // check issued on a loop thread uses that thread's connection (no hand-off between
   // threads; see core/event_loop.hpp). `connections` is then ignored.
-  std::shared_ptr<core::EventLoop> loop;
+  std::shared_ptr<EventLoop> loop;
   std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
   // Script calls in flight per connection before new checks wait for one to complete (and
   // then go out together). Bounds nothing else: each check keeps its own deadline.
@@ -82,7 +82,7 @@ class RedisStore final : public Store {
 
   RedisStoreOptions options_;
   std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the lanes
-  std::shared_ptr<core::EventLoop> loop_;
+  std::shared_ptr<EventLoop> loop_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<std::size_t> next_{0};
 };
