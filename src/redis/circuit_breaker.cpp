@@ -1,14 +1,8 @@
 #include "ratekeeper/redis/circuit_breaker.hpp"
 
-#include <chrono>
+#include <algorithm>
 
 namespace ratekeeper::redis {
-
-Micros steady_micros() noexcept {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 CircuitBreaker::Admission CircuitBreaker::admit(Micros now) noexcept {
   const Micros until = open_until_.load(std::memory_order_acquire);

@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <charconv>
 #include <condition_variable>
-#include <future>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -16,6 +14,8 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
+#include "routed_command.hpp"
+#include "topology.hpp"
 
 namespace ratekeeper::redis {
 namespace {
@@ -36,51 +36,33 @@ struct SlotMap {
   bool covered = false;
 };
 
-// "MOVED 3999 127.0.0.1:6381" → slot and endpoint (the replying node's host when empty).
-std::optional<Endpoint> redirect_target(std::string_view error, const Endpoint& from) {
-  const auto first = error.find(' ');
-  if (first == std::string_view::npos) return std::nullopt;
-  const auto second = error.find(' ', first + 1);
-  if (second == std::string_view::npos) return std::nullopt;
-  std::string_view addr = error.substr(second + 1);
-  const auto colon = addr.rfind(':');
-  if (colon == std::string_view::npos) return std::nullopt;
-  if (colon == 0) {
-    int port = 0;
-    auto [p, ec] = std::from_chars(addr.data() + 1, addr.data() + addr.size(), port);
-    if (ec != std::errc() || p != addr.data() + addr.size()) return std::nullopt;
-    return Endpoint{from.host, port, ""};
-  }
-  auto ep = parse_host_port(addr);
-  if (!ep) return std::nullopt;
-  return *ep;
-}
-
-thread_local const void* tl_sending = nullptr;
-
 }  // namespace
 
 struct Cluster::Impl {
-  struct Request {
+  // Routing state kept between attempts.
+  struct Request : detail::RoutedRequest {
     std::uint16_t slot = 0;
-    std::span<const std::string_view> argv;
-    ReplyCallback done;
-    Micros deadline = 0;
     int redirects = 0;
-    int retries = 0;
     Node* ask = nullptr;    // one shot: the ASK target
     Node* moved = nullptr;  // one shot: the MOVED target (the map may not know it yet)
-    std::optional<Result<Reply>> sync_result;
-    Error last_error{ErrorCode::timeout, "deadline passed"};
   };
-  using RequestPtr = std::shared_ptr<Request>;
+  // Where one attempt went; `asking`: after ASKING (an ASK redirection).
+  struct Target {
+    Node* node = nullptr;
+    bool asking = false;
+  };
 
-  explicit Impl(ClusterOptions opts) : options(std::move(opts)) {
-    options.node.db = 0;
-    if (options.max_redirects < 0) options.max_redirects = 0;
-    if (options.retry_min <= 0) options.retry_min = 1;
-    if (options.retry_max < options.retry_min) options.retry_max = options.retry_min;
-    loop = std::make_unique<EventLoop>(std::max(1, options.io_threads));
+  static ClusterOptions normalized(ClusterOptions o) {
+    o.node.db = 0;
+    if (o.max_redirects < 0) o.max_redirects = 0;
+    return o;
+  }
+
+  explicit Impl(ClusterOptions opts)
+      : options(normalized(std::move(opts))),
+        loop(options.loop ? options.loop : std::make_shared<EventLoop>(std::max(1, options.io_threads))),
+        router(*this, *loop, clock_or_system(options.node.clock), {options.retry_min, options.retry_max},
+               "redis cluster client closed") {
     for (const auto& seed : options.seeds) node_for(seed);
     topology = std::thread([this] { topology_main(); });
   }
@@ -92,9 +74,9 @@ struct Cluster::Impl {
     }
     topo_cv.notify_all();
     if (topology.joinable()) topology.join();
-    closing.store(true, std::memory_order_release);
-    // Whatever runs on the loop threads now sees `closing`: wait for what started before.
-    loop->barrier();
+    // Commands waiting for a retry fail now; whatever runs on the loop threads from here on
+    // sees the router closed.
+    router.close();
     {
       std::lock_guard lock(nodes_mu);
       for (auto& n : nodes) {
@@ -102,12 +84,11 @@ struct Cluster::Impl {
         n->conn.reset();
       }
     }
-    loop.reset();
   }
 
   ClusterOptions options;
-  std::unique_ptr<EventLoop> loop;
-  std::atomic<bool> closing{false};
+  std::shared_ptr<EventLoop> loop;  // the given one, or the client's own
+  detail::Router<Impl> router;
 
   mutable std::mutex nodes_mu;
   std::vector<std::unique_ptr<Node>> nodes;  // never removed before destruction
@@ -121,7 +102,7 @@ struct Cluster::Impl {
   std::string last_refresh_error;  // under topo_mu
 
   std::atomic<std::uint64_t> moved{0}, ask{0}, tryagain{0}, clusterdown{0}, topology_errors{0},
-      unsent_retries{0}, redirect_exhausted{0}, refreshes{0}, map_changes{0};
+      redirect_exhausted{0}, refreshes{0}, map_changes{0};
 
   Node* node_for(const Endpoint& ep) {
     std::lock_guard lock(nodes_mu);
@@ -206,37 +187,17 @@ struct Cluster::Impl {
   }
 
   Result<std::shared_ptr<SlotMap>> build_map(const Reply& reply, const Endpoint& from) {
-    if (!reply.is_array()) return make_error(ErrorCode::protocol, "CLUSTER SLOTS: not an array");
+    auto ranges = detail::parse_cluster_slots(reply, from.host);
+    if (!ranges) return std::unexpected(std::move(ranges.error()));
     auto m = std::make_shared<SlotMap>();
-    auto endpoint_of = [&](const Reply& node) -> std::optional<Endpoint> {
-      if (!node.is_array() || node.elements.size() < 2 || !node.elements[1].is_integer()) return std::nullopt;
-      std::string host = node.elements[0].str;
-      if (host.empty() || host == "?") host = from.host;
-      return Endpoint{host, static_cast<int>(node.elements[1].integer), ""};
+    auto add_once = [](std::vector<Node*>& list, Node* n) {
+      if (std::find(list.begin(), list.end(), n) == list.end()) list.push_back(n);
     };
-    for (const auto& range : reply.elements) {
-      if (!range.is_array() || range.elements.size() < 3 || !range.elements[0].is_integer() ||
-          !range.elements[1].is_integer()) {
-        return make_error(ErrorCode::protocol, "CLUSTER SLOTS: malformed slot range");
-      }
-      const auto start = range.elements[0].integer;
-      const auto end = range.elements[1].integer;
-      if (start < 0 || end >= kClusterSlots || start > end) {
-        return make_error(ErrorCode::protocol, "CLUSTER SLOTS: slot out of range");
-      }
-      auto master_ep = endpoint_of(range.elements[2]);
-      if (!master_ep) return make_error(ErrorCode::protocol, "CLUSTER SLOTS: malformed node");
-      Node* master = node_for(*master_ep);
-      for (auto s = start; s <= end; ++s) m->slots[static_cast<std::size_t>(s)] = master;
-      if (std::find(m->masters.begin(), m->masters.end(), master) == m->masters.end()) m->masters.push_back(master);
-      for (std::size_t i = 3; i < range.elements.size(); ++i) {
-        if (auto ep = endpoint_of(range.elements[i])) {
-          Node* replica = node_for(*ep);
-          if (std::find(m->replicas.begin(), m->replicas.end(), replica) == m->replicas.end()) {
-            m->replicas.push_back(replica);
-          }
-        }
-      }
+    for (const auto& range : *ranges) {
+      Node* master = node_for(range.master);
+      for (std::size_t s = range.first; s <= range.last; ++s) m->slots[s] = master;
+      add_once(m->masters, master);
+      for (const auto& replica : range.replicas) add_once(m->replicas, node_for(replica));
     }
     m->covered = std::all_of(m->slots.begin(), m->slots.end(), [](Node* n) { return n != nullptr; });
     return m;
@@ -249,130 +210,78 @@ struct Cluster::Impl {
     refreshes.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // ---- commands ----
+  // ---- commands (the hooks of detail::Router) ----
 
-  void finish(const RequestPtr& req, Result<Reply> result) {
-    auto done = std::move(req->done);
-    done(std::move(result));
-  }
+  void reroute() { request_refresh(); }
 
-  void send(const RequestPtr& req) {
-    if (closing.load(std::memory_order_acquire)) {
-      finish(req, make_error(ErrorCode::unavailable, "redis cluster client closed"));
-      return;
-    }
-    const Micros now = steady_micros();
-    if (now >= req->deadline) {
-      finish(req, std::unexpected(req->last_error));
-      return;
-    }
-    Node* node = nullptr;
-    const bool asking = req->ask != nullptr;
-    if (asking) {
-      node = std::exchange(req->ask, nullptr);
-    } else if (req->moved != nullptr) {
-      node = std::exchange(req->moved, nullptr);
+  Result<Target> route(Request& req) {
+    Target t;
+    t.asking = req.ask != nullptr;
+    if (t.asking) {
+      t.node = std::exchange(req.ask, nullptr);
+    } else if (req.moved != nullptr) {
+      t.node = std::exchange(req.moved, nullptr);
     } else if (auto m = map.load()) {
-      node = m->slots[req->slot];
+      t.node = m->slots[req.slot];
     }
-    if (node == nullptr) {
+    if (t.node == nullptr) {
       request_refresh();
-      retry_later(req, Error{ErrorCode::redirect, fmt::format("redis cluster: slot {} has no known master", req->slot)});
-      return;
+      return make_error(ErrorCode::redirect, fmt::format("redis cluster: slot {} has no known master", req.slot));
     }
-    const Micros left = req->deadline - now;
-    auto on_reply_cb = [this, req, node, asking](Result<Reply> reply) {
-      if (tl_sending == req.get()) {
-        req->sync_result = std::move(reply);  // failed before being queued: handled below
-        return;
-      }
-      on_reply(req, node, asking, std::move(reply));
-    };
-    tl_sending = req.get();
-    if (asking) {
-      std::lock_guard lock(node->ask_mu);
-      if (!node->ask_conn) {
-        ConnectionOptions o = options.node;
-        o.endpoint = node->endpoint;
-        node->ask_conn = std::make_unique<Connection>(*loop, o);
-      }
-      node->ask_conn->command({"ASKING"}, [](Result<Reply>) {}, left);
-      node->ask_conn->command(req->argv, std::move(on_reply_cb), left);
-    } else {
-      node->conn->command(req->argv, std::move(on_reply_cb), left);
-    }
-    tl_sending = nullptr;
-    if (req->sync_result) {
-      auto result = std::move(*req->sync_result);
-      req->sync_result.reset();
-      if (result) {
-        on_reply(req, node, asking, std::move(result));
-        return;
-      }
-      // Not sent: safe to retry elsewhere once the map says where.
-      unsent_retries.fetch_add(1, std::memory_order_relaxed);
-      request_refresh();
-      retry_later(req, std::move(result.error()));
-    }
+    return t;
   }
 
-  void retry_later(const RequestPtr& req, Error why) {
-    req->last_error = std::move(why);
-    const Micros now = steady_micros();
-    const int shift = std::min(req->retries++, 20);
-    Micros delay = std::min(options.retry_max, options.retry_min << shift);
-    if (now >= req->deadline || closing.load(std::memory_order_acquire)) {
-      finish(req, std::unexpected(req->last_error));
+  void transmit(Request& req, const Target& t, Micros left, ReplyCallback cb) {
+    if (!t.asking) {
+      t.node->conn->command(req.argv, std::move(cb), left);
       return;
     }
-    delay = std::min(delay, req->deadline - now);
-    loop->post(req->slot, [this, req] { send(req); }, delay);
+    std::lock_guard lock(t.node->ask_mu);
+    if (!t.node->ask_conn) {
+      ConnectionOptions o = options.node;
+      o.endpoint = t.node->endpoint;
+      t.node->ask_conn = std::make_unique<Connection>(*loop, o);
+    }
+    t.node->ask_conn->command({"ASKING"}, [](Result<Reply>) {}, left);
+    t.node->ask_conn->command(req.argv, std::move(cb), left);
   }
 
-  // `asking`: the command went to `node` after ASKING (an ASK redirection).
-  void on_reply(const RequestPtr& req, Node* node, bool asking, Result<Reply> reply) {
-    if (!reply || !reply->is_error() || closing.load(std::memory_order_acquire)) {
-      // A lost command may have run: not retried. The topology may have changed.
-      if (!reply && reply.error().code != ErrorCode::timeout) request_refresh();
-      finish(req, std::move(reply));
-      return;
-    }
-    const std::string_view code = reply->error_code();
+  detail::Disposition on_error_reply(Request& req, const Target& t, const Reply& reply) {
+    using detail::Disposition;
+    const std::string_view code = reply.error_code();
     if (code == "MOVED" || code == "ASK") {
       const bool is_ask = code == "ASK";
       (is_ask ? ask : moved).fetch_add(1, std::memory_order_relaxed);
-      auto target = redirect_target(reply->str, node->endpoint);
+      auto target = detail::parse_redirect(reply.str, t.node->endpoint.host);
       if (!target) {
-        finish(req, make_error(ErrorCode::protocol, fmt::format("redis cluster: malformed redirection '{}'", reply->str)));
-        return;
+        return Disposition::answer_with(
+            Error{ErrorCode::protocol, fmt::format("redis cluster: malformed redirection '{}'", reply.str)});
       }
       if (!is_ask) request_refresh();
-      if (++req->redirects > options.max_redirects) {
+      if (++req.redirects > options.max_redirects) {
         redirect_exhausted.fetch_add(1, std::memory_order_relaxed);
-        finish(req, make_error(ErrorCode::redirect,
-                               fmt::format("redis cluster: more than {} redirections for slot {} (last: {})",
-                                           options.max_redirects, req->slot, reply->str)));
-        return;
+        return Disposition::answer_with(
+            Error{ErrorCode::redirect, fmt::format("redis cluster: more than {} redirections for slot {} (last: {})",
+                                                   options.max_redirects, req.slot, reply.str)});
       }
-      (is_ask ? req->ask : req->moved) = node_for(*target);
-      send(req);
-      return;
+      (is_ask ? req.ask : req.moved) = node_for(*target);
+      return Disposition::resend();
     }
     if (code == "TRYAGAIN") {
       tryagain.fetch_add(1, std::memory_order_relaxed);
       // The importing node asks to wait until the keys have moved: retry there, not through
       // the migrating node's ASK again (which would spend the redirection budget).
-      if (asking) req->ask = node;
-      retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis cluster {}: {}", node->endpoint.to_string(), reply->str)});
-      return;
+      if (t.asking) req.ask = t.node;
+      return Disposition::retry(
+          Error{ErrorCode::unavailable, fmt::format("redis cluster {}: {}", t.node->endpoint.to_string(), reply.str)});
     }
     if (code == "CLUSTERDOWN" || code == "READONLY" || code == "MASTERDOWN" || code == "LOADING") {
       (code == "CLUSTERDOWN" ? clusterdown : topology_errors).fetch_add(1, std::memory_order_relaxed);
       request_refresh();
-      retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis cluster {}: {}", node->endpoint.to_string(), reply->str)});
-      return;
+      return Disposition::retry(
+          Error{ErrorCode::unavailable, fmt::format("redis cluster {}: {}", t.node->endpoint.to_string(), reply.str)});
     }
-    finish(req, std::move(reply));
+    return Disposition::answer();
   }
 };
 
@@ -385,8 +294,8 @@ void Cluster::command(std::uint16_t slot, std::span<const std::string_view> argv
   req->slot = slot & (kClusterSlots - 1);
   req->argv = argv;
   req->done = std::move(done);
-  req->deadline = steady_micros() + (timeout > 0 ? timeout : impl_->options.node.command_timeout);
-  impl_->send(req);
+  req->lane = req->slot;
+  impl_->router.start(std::move(req), timeout > 0 ? timeout : impl_->options.node.command_timeout);
 }
 
 void Cluster::refresh() { impl_->request_refresh(); }
@@ -429,7 +338,7 @@ Cluster::Stats Cluster::stats() const noexcept {
   const auto& i = *impl_;
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   return Stats{r(i.moved),          r(i.ask),      r(i.tryagain),
-               r(i.clusterdown),    r(i.topology_errors), r(i.unsent_retries),
+               r(i.clusterdown),    r(i.topology_errors), i.router.unsent_retries(),
                r(i.redirect_exhausted), r(i.refreshes), r(i.map_changes)};
 }
 

@@ -29,10 +29,6 @@ namespace {
 constexpr Micros kNever = std::numeric_limits<Micros>::max();
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-asio::steady_timer::time_point to_time_point(Micros steady) {
-  return asio::steady_timer::time_point(std::chrono::microseconds(steady));
-}
-
 }  // namespace
 
 std::string_view to_string(ConnectionState state) noexcept {
@@ -55,6 +51,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& context, ConnectionOptions opts)
       : ctx(context),
         options(std::move(opts)),
+        clock(clock_or_system(options.clock)),
         breaker(options.breaker),
         socket(ctx),
         resolver(ctx),
@@ -68,6 +65,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
 
   asio::io_context& ctx;
   ConnectionOptions options;
+  const Clock& clock;
   CircuitBreaker breaker;
 
   // Shared with callers, under `mu`.
@@ -113,7 +111,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
       breaker.on_success(probe);
     } else {
       if (result.error().code == ErrorCode::timeout) timeouts.fetch_add(1, std::memory_order_relaxed);
-      breaker.on_failure(probe, steady_micros());
+      breaker.on_failure(probe, clock.steady());
     }
     // The callback is the caller's code: whatever it throws must not break this connection's
     // bookkeeping (other replies of the same read are still to be delivered).
@@ -123,7 +121,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   // ---- callers ----
 
   void enqueue(std::span<const std::string_view> argv, ReplyCallback done, Micros timeout) {
-    const Micros now = steady_micros();
+    const Micros now = clock.steady();
     const auto admission = breaker.admit(now);
     if (!admission.admitted) {
       done(make_error(ErrorCode::circuit_open,
@@ -204,14 +202,17 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void arm_deadline_timer(Micros at) {
-    deadline_timer.expires_at(to_time_point(at));
+    // Deadlines are instants of `clock`; the timer that checks them wakes by the system's
+    // steady clock, after the time left (a manual clock that has not moved far enough leaves
+    // the command pending and the timer re-armed).
+    deadline_timer.expires_after(std::chrono::microseconds(std::max<Micros>(1, at - clock.steady())));
     deadline_timer.async_wait([self = shared_from_this()](const error_code& ec) {
       if (!ec) self->on_deadline();
     });
   }
 
   void on_deadline() {
-    const Micros now = steady_micros();
+    const Micros now = clock.steady();
     std::vector<Pending> expired;
     bool broken = false;
     Micros next = kNever;
@@ -341,7 +342,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
     }
     if (handshake_left > 0) return;
     connect_timer.cancel();
-    connected_at = steady_micros();
+    connected_at = clock.steady();
     backoff = options.reconnect_min;
     if (ever_connected) reconnects.fetch_add(1, std::memory_order_relaxed);
     ever_connected = true;
@@ -498,7 +499,7 @@ Result<Reply> Connection::command_sync(std::span<const std::string_view> argv, M
 
 ConnectionState Connection::state() const noexcept { return impl_->public_state.load(std::memory_order_acquire); }
 
-CircuitBreaker::State Connection::breaker_state() const noexcept { return impl_->breaker.state(steady_micros()); }
+CircuitBreaker::State Connection::breaker_state() const noexcept { return impl_->breaker.state(impl_->clock.steady()); }
 
 std::string Connection::status() const {
   const auto breaker = breaker_state();

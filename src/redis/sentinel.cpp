@@ -5,38 +5,34 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <future>
 #include <mutex>
 #include <thread>
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/shared_value.hpp"
+#include "routed_command.hpp"
 #include "subscriber.hpp"
+#include "topology.hpp"
 
 namespace ratekeeper::redis {
 namespace {
 
-thread_local const void* tl_sending = nullptr;
 constexpr std::string_view kSwitchMaster = "+switch-master";
 
 }  // namespace
 
 struct Sentinel::Impl {
-  struct Request {
-    std::span<const std::string_view> argv;
-    ReplyCallback done;
-    Micros deadline = 0;
-    int retries = 0;
-    std::optional<Result<Reply>> sync_result;
-    Error last_error{ErrorCode::timeout, "deadline passed"};
-  };
-  using RequestPtr = std::shared_ptr<Request>;
+  using Request = detail::RoutedRequest;
+  // The master's connection an attempt goes to. A connection replaced by a switch is kept
+  // (`retired`) for 10 s: long past the handing over of any command routed to it.
+  using Target = Connection*;
 
-  explicit Impl(SentinelOptions opts) : options(std::move(opts)) {
-    if (options.retry_min <= 0) options.retry_min = 1;
-    if (options.retry_max < options.retry_min) options.retry_max = options.retry_min;
-    loop = std::make_unique<EventLoop>(std::max(1, options.io_threads));
+  explicit Impl(SentinelOptions opts)
+      : options(std::move(opts)),
+        loop(options.loop ? options.loop : std::make_shared<EventLoop>(std::max(1, options.io_threads))),
+        clock(clock_or_system(options.master.clock)),
+        router(*this, *loop, clock, {options.retry_min, options.retry_max}, "redis sentinel client closed") {
     for (const auto& ep : options.sentinels) {
       ConnectionOptions o = options.sentinel;
       o.endpoint = ep;
@@ -68,8 +64,9 @@ struct Sentinel::Impl {
     }
     cv.notify_all();
     if (resolver.joinable()) resolver.join();
-    closing.store(true, std::memory_order_release);
-    loop->barrier();
+    // Commands waiting for a retry fail now; whatever runs on the loop threads from here on
+    // sees the router closed.
+    router.close();
     current.store(nullptr);
     {
       std::lock_guard lock(mu);
@@ -77,12 +74,12 @@ struct Sentinel::Impl {
       in_use.reset();
     }
     sentinels.clear();
-    loop.reset();
   }
 
   SentinelOptions options;
-  std::unique_ptr<EventLoop> loop;
-  std::atomic<bool> closing{false};
+  std::shared_ptr<EventLoop> loop;  // the given one, or the client's own
+  const Clock& clock;
+  detail::Router<Impl> router;
   std::vector<std::unique_ptr<Connection>> sentinels;
   SharedValue<Connection> current;
   std::vector<std::unique_ptr<detail::Subscriber>> subscribers;  // one per sentinel, same order
@@ -100,8 +97,9 @@ struct Sentinel::Impl {
   // Under mu: the last switch acted on, "<old-ip> <old-port> <new-ip> <new-port>".
   std::string announced_switch;
 
-  std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, unsent_retries{0},
-      switch_messages{0}, switch_announcements{0};
+  std::atomic<std::size_t> next_lane{0};  // retries of commands sent off the loop's threads
+  std::atomic<std::uint64_t> resolutions{0}, switches{0}, topology_errors{0}, switch_messages{0},
+      switch_announcements{0};
 
   // ---- +switch-master ----
 
@@ -111,11 +109,9 @@ struct Sentinel::Impl {
   // sentinel may not yet); the address is verified with ROLE rather than taken from the
   // message. The other sentinels' announcements of the same switch are ignored.
   void on_switch_master(std::size_t from, std::string_view message) {
-    const auto space = message.find(' ');
-    if (message.substr(0, space) != options.master_name) return;
+    const auto [name, change] = detail::parse_switch_master(message);
+    if (name != options.master_name) return;
     switch_messages.fetch_add(1, std::memory_order_relaxed);
-    const std::string_view change =
-        space == std::string_view::npos ? std::string_view{} : message.substr(space + 1);
     {
       std::lock_guard lock(mu);
       if (!change.empty() && change == announced_switch) return;
@@ -156,7 +152,7 @@ struct Sentinel::Impl {
       if (stopping) break;
       wanted = false;
       // Connections replaced long ago have nothing in flight any more.
-      const Micros now = steady_micros();
+      const Micros now = clock.steady();
       std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
       const std::size_t first = first_asked;
       lock.unlock();
@@ -184,21 +180,11 @@ struct Sentinel::Impl {
       std::string why;
       if (!reply) {
         why = reply.error().message;
-      } else if (reply->is_error()) {
-        why = reply->str;
-      } else if (!reply->is_array() || reply->elements.size() != 2) {
-        why = fmt::format("no master named '{}'", options.master_name);
+      } else if (auto master = detail::parse_master_addr(*reply, options.master_name); !master) {
+        why = std::move(master.error().message);
       } else {
-        int port = 0;
-        try {
-          port = std::stoi(reply->elements[1].str);
-        } catch (...) {
-          why = "malformed port " + reply->elements[1].str;
-        }
-        if (why.empty()) {
-          resolutions.fetch_add(1, std::memory_order_relaxed);
-          return adopt(Endpoint{reply->elements[0].str, port, ""});
-        }
+        resolutions.fetch_add(1, std::memory_order_relaxed);
+        return adopt(*master);
       }
       if (!errors.empty()) errors += "; ";
       errors += fmt::format("sentinel {}: {}", s->options().endpoint.to_string(), why);
@@ -225,102 +211,45 @@ struct Sentinel::Impl {
     std::lock_guard lock(mu);
     if (master_ep) switches.fetch_add(1, std::memory_order_relaxed);
     master_ep = ep;
-    if (in_use) retired.emplace_back(steady_micros(), std::move(in_use));
+    if (in_use) retired.emplace_back(clock.steady(), std::move(in_use));
     in_use = conn;
     current.store(std::move(conn));
     last_error.clear();
     return {};
   }
 
-  // ---- commands ----
+  // ---- commands (the hooks of detail::Router) ----
 
-  void finish(const RequestPtr& req, Result<Reply> result) {
-    auto done = std::move(req->done);
-    done(std::move(result));
+  void reroute() { request_resolve(); }
+
+  Result<Target> route(Request&) {
+    if (auto conn = current.load()) return conn.get();
+    request_resolve();
+    std::string why;
+    {
+      std::lock_guard lock(mu);
+      why = last_error;
+    }
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("redis sentinel: master '{}' not resolved: {}", options.master_name, why));
   }
 
-  void send(const RequestPtr& req) {
-    if (closing.load(std::memory_order_acquire)) {
-      finish(req, make_error(ErrorCode::unavailable, "redis sentinel client closed"));
-      return;
-    }
-    const Micros now = steady_micros();
-    if (now >= req->deadline) {
-      finish(req, std::unexpected(req->last_error));
-      return;
-    }
-    auto conn = current.load();
-    if (!conn) {
+  void transmit(Request& req, const Target& conn, Micros left, ReplyCallback cb) {
+    conn->command(req.argv, std::move(cb), left);
+  }
+
+  detail::Disposition on_error_reply(Request&, const Target&, const Reply& reply) {
+    const std::string_view code = reply.error_code();
+    // The command did not run: the server is a replica now, has lost its master, is loading
+    // its data, or refuses writes while it has fewer good replicas than min-replicas-to-write
+    // (a master cut off from them, maybe replaced by one of them).
+    if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING" || code == "NOREPLICAS") {
+      topology_errors.fetch_add(1, std::memory_order_relaxed);
       request_resolve();
-      std::string why;
-      {
-        std::lock_guard lock(mu);
-        why = last_error;
-      }
-      retry_later(req, Error{ErrorCode::unavailable,
-                             fmt::format("redis sentinel: master '{}' not resolved: {}", options.master_name, why)});
-      return;
+      return detail::Disposition::retry(
+          Error{ErrorCode::unavailable, fmt::format("redis sentinel master: {}", reply.str)});
     }
-    tl_sending = req.get();
-    conn->command(
-        req->argv,
-        [this, req](Result<Reply> reply) {
-          if (tl_sending == req.get()) {
-            req->sync_result = std::move(reply);
-            return;
-          }
-          on_reply(req, std::move(reply));
-        },
-        req->deadline - now);
-    tl_sending = nullptr;
-    if (req->sync_result) {
-      auto result = std::move(*req->sync_result);
-      req->sync_result.reset();
-      if (result) {
-        on_reply(req, std::move(result));
-        return;
-      }
-      unsent_retries.fetch_add(1, std::memory_order_relaxed);
-      request_resolve();
-      retry_later(req, std::move(result.error()));
-    }
-  }
-
-  void retry_later(const RequestPtr& req, Error why) {
-    req->last_error = std::move(why);
-    const Micros now = steady_micros();
-    if (now >= req->deadline || closing.load(std::memory_order_acquire)) {
-      finish(req, std::unexpected(req->last_error));
-      return;
-    }
-    const int shift = std::min(req->retries++, 20);
-    const Micros delay = std::min({options.retry_max, options.retry_min << shift, req->deadline - now});
-    loop->post(static_cast<std::size_t>(req->retries), [this, req] { send(req); }, delay);
-  }
-
-  void on_reply(const RequestPtr& req, Result<Reply> reply) {
-    if (closing.load(std::memory_order_acquire)) {
-      finish(req, std::move(reply));
-      return;
-    }
-    if (!reply) {
-      if (reply.error().code != ErrorCode::timeout) request_resolve();
-      finish(req, std::move(reply));
-      return;
-    }
-    if (reply->is_error()) {
-      const std::string_view code = reply->error_code();
-      // The command did not run: the server is a replica now, has lost its master, is loading
-      // its data, or refuses writes while it has fewer good replicas than min-replicas-to-write
-      // (a master cut off from them, maybe replaced by one of them).
-      if (code == "READONLY" || code == "MASTERDOWN" || code == "LOADING" || code == "NOREPLICAS") {
-        topology_errors.fetch_add(1, std::memory_order_relaxed);
-        request_resolve();
-        retry_later(req, Error{ErrorCode::unavailable, fmt::format("redis sentinel master: {}", reply->str)});
-        return;
-      }
-    }
-    finish(req, std::move(reply));
+    return detail::Disposition::answer();
   }
 };
 
@@ -332,8 +261,9 @@ void Sentinel::command(std::span<const std::string_view> argv, ReplyCallback don
   auto req = std::make_shared<Impl::Request>();
   req->argv = argv;
   req->done = std::move(done);
-  req->deadline = steady_micros() + (timeout > 0 ? timeout : impl_->options.master.command_timeout);
-  impl_->send(req);
+  const std::size_t here = impl_->loop->current_index();
+  req->lane = here != EventLoop::npos ? here : impl_->next_lane.fetch_add(1, std::memory_order_relaxed);
+  impl_->router.start(std::move(req), timeout > 0 ? timeout : impl_->options.master.command_timeout);
 }
 
 void Sentinel::resolve() { impl_->request_resolve(); }
@@ -373,7 +303,7 @@ std::string Sentinel::subscription_status() const {
 Sentinel::Stats Sentinel::stats() const noexcept {
   const auto& i = *impl_;
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  Stats s{r(i.resolutions), r(i.switches), r(i.topology_errors), r(i.unsent_retries), r(i.switch_messages),
+  Stats s{r(i.resolutions), r(i.switches), r(i.topology_errors), i.router.unsent_retries(), r(i.switch_messages),
           r(i.switch_announcements)};
   for (const auto& subscriber : i.subscribers) {
     const auto sub = subscriber->stats();

@@ -135,7 +135,7 @@ void Coalescer::send_one(Call* call, bool eval) {
     on_reply(call, std::unexpected(argv.error()));
     return;
   }
-  const Micros left = std::max<Micros>(1, call->deadline - redis::steady_micros());
+  const Micros left = std::max<Micros>(1, call->deadline - SystemClock::instance().steady());
   send_(*argv, left, [this, call](Result<redis::Reply> reply) { on_reply(call, std::move(reply)); });
 }
 
@@ -164,7 +164,7 @@ void Coalescer::send_batch(Batch* batch, bool eval) {
     on_batch_reply(batch, std::unexpected(argv.error()));
     return;
   }
-  const Micros left = std::max<Micros>(1, batch->deadline - redis::steady_micros());
+  const Micros left = std::max<Micros>(1, batch->deadline - SystemClock::instance().steady());
   send_(*argv, left, [this, batch](Result<redis::Reply> reply) { on_batch_reply(batch, std::move(reply)); });
 }
 

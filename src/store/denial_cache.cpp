@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "ratekeeper/algorithms/step.hpp"
-#include "ratekeeper/redis/circuit_breaker.hpp"
+#include "ratekeeper/core/clock.hpp"
 
 namespace ratekeeper::store {
 
@@ -89,7 +89,7 @@ void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now,
     inner_->check(std::move(items), now, std::move(done));
     return;
   }
-  const Micros sent_at = redis::steady_micros();
+  const Micros sent_at = SystemClock::instance().steady();
   if (auto local = lookup(items, sent_at)) {
     hits_.fetch_add(1, std::memory_order_relaxed);
     done(std::move(*local));

@@ -55,6 +55,7 @@ RedisClusterStoreOptions redis_cluster_store_options(const StoreOptions& options
   c.node = detail::connection_options(options, url);
   c.node.endpoint = {};  // each node's own, from the slot map
   c.io_threads = std::max(1, options.io_threads);
+  c.loop = options.loop;
   out.health = detail::reply_health_options(options);
   return out;
 }
@@ -68,7 +69,7 @@ RedisClusterStore::~RedisClusterStore() = default;
 
 void RedisClusterStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = redis::steady_micros() + options_.cluster.node.command_timeout;
+  const Micros deadline = SystemClock::instance().steady() + options_.cluster.node.command_timeout;
   const std::uint16_t first = redis::key_slot(items[0].key);
   std::vector<std::uint16_t> slots;
   slots.reserve(items.size());
@@ -188,7 +189,7 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
   check->left = pending.size();
   for (auto& r : pending) {
     const auto& part = check->parts[r.part];
-    if (redis::steady_micros() >= check->deadline) {
+    if (SystemClock::instance().steady() >= check->deadline) {
       refund_answered(check, r.part, r.positions,
                       make_error(ErrorCode::timeout, "the deadline passed before the refund could be sent"));
       continue;

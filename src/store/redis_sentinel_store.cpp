@@ -20,6 +20,7 @@ RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& optio
   s.sentinel.credentials = {};
   s.sentinel.db = 0;
   s.io_threads = std::max(1, options.io_threads);
+  s.loop = options.loop;
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
   out.health = detail::reply_health_options(options);
   return out;
@@ -44,7 +45,7 @@ RedisSentinelStore::~RedisSentinelStore() {
 
 void RedisSentinelStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = redis::steady_micros() + options_.sentinel.master.command_timeout;
+  const Micros deadline = SystemClock::instance().steady() + options_.sentinel.master.command_timeout;
   coalescer_->check(std::move(items), now, deadline, std::move(done));
 }
 

@@ -61,7 +61,7 @@ RedisStore::~RedisStore() {
 
 void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = redis::steady_micros() + options_.connection.command_timeout;
+  const Micros deadline = SystemClock::instance().steady() + options_.connection.command_timeout;
   std::size_t index = loop_->current_index();
   if (index >= lanes_.size()) {
     index = lanes_.size() == 1 ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % lanes_.size();

@@ -57,7 +57,7 @@ void send_call(std::shared_ptr<Call> call, bool eval) {
   call->argv.push_back(eval ? std::string_view("EVAL") : std::string_view("EVALSHA"));
   call->argv.push_back(eval ? call->script->source : std::string_view(call->script->sha));
   for (const auto& a : call->args) call->argv.push_back(a);
-  const Micros left = std::max<Micros>(1, call->deadline - redis::steady_micros());
+  const Micros left = std::max<Micros>(1, call->deadline - SystemClock::instance().steady());
   // The sender keeps `call` (and so the argument vector) alive until it answers.
   auto& send = call->send;
   send(call->argv, left, [call](Result<redis::Reply> reply) {

@@ -349,7 +349,7 @@ void run_step(std::shared_ptr<ScriptRun> run, bool eval) {
     done(std::unexpected(argv.error()));
     return;
   }
-  const Micros left = std::max<Micros>(1, run->deadline - redis::steady_micros());
+  const Micros left = std::max<Micros>(1, run->deadline - SystemClock::instance().steady());
   // The sender keeps `run` (and so the argument vector) alive until it answers.
   auto& send = run->send;
   send(*argv, left, [run](Result<redis::Reply> reply) {

@@ -62,7 +62,7 @@ std::string bounded_text(std::string_view text, std::size_t max_bytes) {
 ScriptReplies::ScriptReplies(ReplyHealthOptions options) : options_(options) {}
 
 Micros ScriptReplies::now() const noexcept {
-  return options_.clock != nullptr ? options_.clock->now() : redis::steady_micros();
+  return options_.clock != nullptr ? options_.clock->now() : SystemClock::instance().steady();
 }
 
 void ScriptReplies::answered(const Result<redis::Reply>& reply) {

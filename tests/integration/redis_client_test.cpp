@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/redis/connection.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/url.hpp"
@@ -289,12 +290,17 @@ TEST(RedisConnection, ReconnectsAfterTheServerRestarts) {
   EXPECT_EQ(conn.status(), "ok");
 }
 
+// The breaker's open interval is timed by the connection's clock: a manual one here, so that
+// every refusal happens while it is open however slowly the calls run, and it half-opens
+// only when the clock is moved past it.
 TEST(RedisConnection, BreakerOpensFailsInMicrosecondsAndClosesAfterRecovery) {
   RedisServer server;
   EventLoop loop(1);
+  ManualClock clock;
   auto o = options_for(server.url());
   o.breaker.failures = 3;
   o.breaker.open_for = 200 * kMicrosPerMilli;
+  o.clock = &clock;
   Connection conn(loop, o);
   ASSERT_TRUE(conn.command_sync({"PING"}));
   server.stop();
@@ -314,9 +320,18 @@ TEST(RedisConnection, BreakerOpensFailsInMicrosecondsAndClosesAfterRecovery) {
   EXPECT_EQ(refused, kCalls);  // answered on the caller's stack
   EXPECT_LT(took / kCalls, 100e-6) << "per call: " << took / kCalls * 1e6 << " us";
   EXPECT_EQ(conn.stats().breaker_opened, 1u);
+  // Open until open_for has passed on its clock, then one probe may go.
+  clock.advance(o.breaker.open_for - 1);
+  EXPECT_EQ(conn.breaker_state(), CircuitBreaker::State::open);
+  clock.advance(1);
+  EXPECT_EQ(conn.breaker_state(), CircuitBreaker::State::half_open);
 
   server.start();
-  EXPECT_TRUE(eventually([&] { return conn.command_sync({"PING"}).has_value(); }));
+  // A probe that fails (the server still starting) opens the breaker again for open_for.
+  EXPECT_TRUE(eventually([&] {
+    if (conn.breaker_state() == CircuitBreaker::State::open) clock.advance(o.breaker.open_for);
+    return conn.command_sync({"PING"}).has_value();
+  }));
   EXPECT_EQ(conn.breaker_state(), CircuitBreaker::State::closed);
   EXPECT_EQ(conn.status(), "ok");
 }

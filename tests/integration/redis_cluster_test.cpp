@@ -593,8 +593,9 @@ TEST(RedisClusterStore, AKilledMasterIsReplacedByItsReplicaAndTheStoreCarriesOn)
   ::testing::Test::RecordProperty("failed_calls", static_cast<int>(failures.size()));
   for (const auto& f : failures) {
     EXPECT_TRUE(f.error.is_store_failure()) << f.error.message;
-    // Within the deadline, with a generous margin for a loaded 2-core machine.
-    EXPECT_LE(f.took, kDeadline + 400 * kMicrosPerMilli) << f.error.message;
+    // At the deadline, not hung past it: the margin is generous for a loaded 2-core machine
+    // (failover detection is Redis' time, not the client's).
+    EXPECT_LE(f.took, kDeadline + 2 * kMicrosPerSecond) << f.error.message;
   }
   EXPECT_NE(store->cluster().master_of(redis::key_slot(victim_key))->port, victim.port());
 }

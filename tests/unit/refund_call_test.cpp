@@ -57,7 +57,7 @@ std::vector<CheckItem> items() {
           {"a:{x}:2", *algorithms::Limit::make(Algorithm::fixed_window, 5, 60'000'000), 1}};
 }
 
-Micros far() { return redis::steady_micros() + 60'000'000; }
+Micros far() { return SystemClock::instance().steady() + 60'000'000; }
 
 TEST(RefundCall, TimedCheckSendsMultiAtAndParsesTheInstant) {
   ScriptedSender s;

@@ -29,7 +29,8 @@ class CircuitBreaker {
 
   explicit CircuitBreaker(Options options = {}) noexcept : options_(options) {}
 
-  // `now` is a steady-clock time in microseconds (see steady_micros()).
+  // `now` is a steady-clock reading in microseconds (Clock::steady()): the breaker reads no
+  // clock itself.
   Admission admit(Micros now) noexcept;
   void on_success(bool probe) noexcept;
   void on_failure(bool probe, Micros now) noexcept;
@@ -46,8 +47,5 @@ class CircuitBreaker {
   std::atomic<bool> probing_{false};
   std::atomic<std::uint64_t> opened_{0};
 };
-
-// Monotonic microseconds (std::chrono::steady_clock), for deadlines and the breaker.
-Micros steady_micros() noexcept;
 
 }  // namespace ratekeeper::redis

@@ -10,10 +10,16 @@
 // on that target, with ASKING). A command that could not be sent
 // (connection down, breaker open, slot without a master) is retried the same way. A command
 // that was sent and then lost (timeout, connection dropped) may have run, so it is not
-// retried: the caller gets the error. The map is also refreshed periodically by a topology
-// thread, which asks the known nodes (masters, replicas, then the seeds) in turn.
+// retried: the caller gets the error. (The routing and retrying is src/redis/routed_command.hpp,
+// shared with Sentinel.) The map is also refreshed periodically by a topology thread, which
+// asks the known nodes (masters, replicas, then the seeds) in turn, each with a blocking
+// CLUSTER SLOTS (hence a thread of its own, not the event loop).
 //
-// Thread-safe. Callbacks run on the client's event-loop threads; they must not block.
+// Time: deadlines and backoffs are read from options.node.clock (nullptr: the system clock).
+//
+// Thread-safe. Callbacks run on the event loop's threads (options.loop's, or the client's
+// own); they must not block. Destroy the client off the loop's threads, or on one of them
+// while no other thread sends.
 
 #include <cstdint>
 #include <memory>
@@ -25,6 +31,10 @@
 
 #include "ratekeeper/redis/connection.hpp"
 #include "ratekeeper/redis/url.hpp"
+
+namespace ratekeeper {
+class EventLoop;
+}
 
 namespace ratekeeper::redis {
 
@@ -38,6 +48,9 @@ struct ClusterOptions {
   Micros min_refresh_gap = 50 * kMicrosPerMilli;    // refreshes asked on errors coalesce
   Micros retry_min = 1 * kMicrosPerMilli;           // backoff of TRYAGAIN, CLUSTERDOWN, unsent
   Micros retry_max = 50 * kMicrosPerMilli;
+  // Run the node connections on this loop (shared with e.g. the HTTP server and RedisStore)
+  // instead of starting io_threads threads of its own; it must outlive the client.
+  std::shared_ptr<EventLoop> loop;
   int io_threads = 1;
 };
 

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
 #include "ratekeeper/redis/circuit_breaker.hpp"
@@ -51,6 +52,9 @@ struct ConnectionOptions {
   // Extra commands sent after AUTH/SELECT on every (re)connect (e.g. READONLY); an error
   // reply to one of them fails the connection attempt.
   std::vector<std::vector<std::string>> on_connect;
+  // Times deadlines and the breaker's open interval (steady()); nullptr: the system clock.
+  // Must outlive the connection.
+  const Clock* clock = nullptr;
 };
 
 // A reply (error replies included: check Reply::is_error()) or a transport-level error:

@@ -19,13 +19,20 @@
 // NOREPLICAS. Commands answered READONLY, MASTERDOWN, LOADING or NOREPLICAS, and commands that
 // could not be sent (connection down, breaker open, no master known) did not run: they are
 // retried with a bounded backoff until their deadline. A command that was sent and then lost
-// (timeout, connection dropped) may have run: the caller gets the error.
+// (timeout, connection dropped) may have run: the caller gets the error. (The routing and
+// retrying is src/redis/routed_command.hpp, shared with Cluster.) Resolutions run on a thread
+// of their own: they ask the sentinels in turn, then the master (ROLE), with blocking calls.
+//
+// Time: deadlines, backoffs and the age of replaced connections are read from
+// options.master.clock (nullptr: the system clock).
 //
 // Writes the old master acknowledged and had not replicated when the replica was promoted,
 // and writes it took until the first announcement reached the client, are lost (replication
 // is asynchronous); docs/configuration.md says how min-replicas-to-write bounds them.
 //
-// Thread-safe. Callbacks run on the client's event-loop threads; they must not block.
+// Thread-safe. Callbacks run on the event loop's threads (options.loop's, or the client's
+// own); they must not block. Destroy the client off the loop's threads, or on one of them
+// while no other thread sends.
 
 #include <cstdint>
 #include <memory>
@@ -37,6 +44,10 @@
 
 #include "ratekeeper/redis/connection.hpp"
 #include "ratekeeper/redis/url.hpp"
+
+namespace ratekeeper {
+class EventLoop;
+}
 
 namespace ratekeeper::redis {
 
@@ -55,6 +66,9 @@ struct SentinelOptions {
   Micros min_resolve_gap = 50 * kMicrosPerMilli;  // re-resolutions asked on errors coalesce
   Micros retry_min = 1 * kMicrosPerMilli;
   Micros retry_max = 50 * kMicrosPerMilli;
+  // Run the connections and subscriptions on this loop (shared with e.g. the HTTP server and
+  // RedisStore) instead of starting io_threads threads of its own; it must outlive the client.
+  std::shared_ptr<EventLoop> loop;
   int io_threads = 1;
 };
 
