@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <latch>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/open_store.hpp"
@@ -64,6 +66,25 @@ algorithms::Limit big_limit() {
 std::string unique(std::string_view what) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return fmt::format("{}-{}-{}", info->name(), ::getpid(), what);
+}
+
+// Given the server's event loop, the cluster client runs on it (as RedisStore does): answers
+// come on the loop's threads, not on threads of the client's own.
+TEST(RedisClusterStore, RunsOnTheEventLoopItIsGiven) {
+  auto loop = std::make_shared<EventLoop>(2);
+  StoreOptions o;
+  o.url = testing::shared_cluster().url();
+  o.command_timeout = 2 * kMicrosPerSecond;
+  o.loop = loop;
+  auto store = open_store(o);
+  ASSERT_TRUE(store) << store.error().message;
+  ASSERT_TRUE(eventually([&] { return (*store)->health().ready; })) << (*store)->health().detail;
+  std::promise<bool> answered_on_loop;
+  (*store)->check({{"lp:{" + unique("k") + "}:r", big_limit(), 1}}, std::nullopt, [&](Result<CheckOutcome> r) {
+    EXPECT_TRUE(r) << r.error().message;
+    answered_on_loop.set_value(loop->on_loop_thread());
+  });
+  EXPECT_TRUE(answered_on_loop.get_future().get());
 }
 
 TEST(RedisClusterStore, OpenStoreBuildsItFromTheUrl) {

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/sentinel.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_sentinel_store.hpp"
@@ -61,6 +62,28 @@ TEST(RedisSentinelStore, OpenStoreFindsTheMasterByName) {
   EXPECT_TRUE(store->check_sync({{key, *limit, 2}})->decision.allowed);
   EXPECT_FALSE(store->check_sync({{key, *limit, 1}})->decision.allowed);
   EXPECT_EQ(group.current_master().command({"EXISTS", key}), "1");
+}
+
+// Given the server's event loop, the sentinel client runs on it (as RedisStore does): answers
+// come on the loop's threads, not on threads of the client's own.
+TEST(RedisSentinelStore, RunsOnTheEventLoopItIsGiven) {
+  auto& group = testing::shared_sentinel_group();
+  auto loop = std::make_shared<EventLoop>(2);
+  StoreOptions o;
+  o.url = group.url();
+  o.command_timeout = 2 * kMicrosPerSecond;
+  o.loop = loop;
+  auto store = open_store(o);
+  ASSERT_TRUE(store) << store.error().message;
+  ASSERT_TRUE(eventually([&] { return (*store)->health().ready; })) << (*store)->health().detail;
+  auto limit = algorithms::Limit::make(Algorithm::token_bucket, 2, kMicrosPerSecond);
+  std::promise<bool> answered_on_loop;
+  (*store)->check({{fmt::format("lp:{{{}}}:r", ::getpid()), *limit, 1}}, std::nullopt,
+                  [&](Result<CheckOutcome> r) {
+                    EXPECT_TRUE(r) << r.error().message;
+                    answered_on_loop.set_value(loop->on_loop_thread());
+                  });
+  EXPECT_TRUE(answered_on_loop.get_future().get());
 }
 
 TEST(RedisSentinelStore, AnUnknownMasterNameIsNotReadyAndFailsWithinTheDeadline) {
