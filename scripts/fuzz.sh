@@ -27,7 +27,8 @@ fi
 
 # Longest input per target: enough for what each parses (a configuration file, a URL, a few
 # script replies behind resp_fuzz's 128-byte header, a peer, a header and a proxy list, a
-# decision API body, a few pipelined HTTP requests).
+# decision API body, a few pipelined HTTP requests, a redirection line and a few topology
+# replies).
 max_len_of() {
   case $1 in
     config) echo 4096 ;;
@@ -36,6 +37,7 @@ max_len_of() {
     forwarded) echo 512 ;;
     check_json) echo 1024 ;;
     http_request) echo 8192 ;;
+    redis_topology) echo 2048 ;;
     *) echo 4096 ;;
   esac
 }

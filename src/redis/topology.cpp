@@ -56,7 +56,7 @@ std::optional<Endpoint> parse_redirect(std::string_view error, std::string_view 
   if (colon == 0) {
     int port = 0;
     auto [p, ec] = std::from_chars(addr.data() + 1, addr.data() + addr.size(), port);
-    if (ec != std::errc() || p != addr.data() + addr.size()) return std::nullopt;
+    if (ec != std::errc() || p != addr.data() + addr.size() || port < 1 || port > 65535) return std::nullopt;
     return Endpoint{std::string(from_host), port, ""};
   }
   auto ep = parse_host_port(addr);
@@ -71,9 +71,8 @@ Result<Endpoint> parse_master_addr(const Reply& reply, std::string_view master_n
   }
   const std::string& text = reply.elements[1].str;
   int port = 0;
-  try {
-    port = std::stoi(text);
-  } catch (...) {
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || p != text.data() + text.size() || port < 1 || port > 65535) {
     return make_error(ErrorCode::protocol, "malformed port " + text);
   }
   return Endpoint{reply.elements[0].str, port, ""};

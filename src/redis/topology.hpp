@@ -29,12 +29,12 @@ struct SlotRange {
 Result<std::vector<SlotRange>> parse_cluster_slots(const Reply& reply, std::string_view from_host);
 
 // "MOVED 3999 127.0.0.1:6381" or "ASK 3999 :6381" (the replying node's host, `from_host`)
-// → the endpoint named; nullopt when malformed.
+// → the endpoint named; nullopt when malformed (a port out of 1..65535 included).
 std::optional<Endpoint> parse_redirect(std::string_view error, std::string_view from_host);
 
 // The reply to SENTINEL get-master-addr-by-name <name> → the master's address. Errors
-// (protocol): an error reply (its text), no master of that name (nil or not a pair), a
-// malformed port.
+// (protocol): an error reply (its text), no master of that name (nil or not a pair), a port
+// that is not a decimal number in 1..65535.
 Result<Endpoint> parse_master_addr(const Reply& reply, std::string_view master_name);
 
 // A +switch-master message, "<name> <old-ip> <old-port> <new-ip> <new-port>": the name and

@@ -80,7 +80,7 @@ TEST(Redirect, NamesTheTargetOrTheReplyingNodesHostWhenOnlyAPortIsGiven) {
   EXPECT_EQ(parse_redirect("MOVED 3999 127.0.0.1:6381", "h"), (Endpoint{"127.0.0.1", 6381, ""}));
   EXPECT_EQ(parse_redirect("ASK 3999 :6381", "10.0.0.7"), (Endpoint{"10.0.0.7", 6381, ""}));
   EXPECT_EQ(parse_redirect("MOVED 1 [::1]:7000", "h"), (Endpoint{"::1", 7000, ""}));
-  for (std::string_view bad : {"MOVED", "MOVED 3999", "MOVED 3999 host", "ASK 1 :", "ASK 1 :63x", "ASK 1 :99999999999",
+  for (std::string_view bad : {"MOVED", "MOVED 3999", "MOVED 3999 host", "ASK 1 :", "ASK 1 :63x", "ASK 1 :99999999999", "ASK 1 :0", "ASK 1 :-5", "ASK 1 :65536",
                                "MOVED 1 host:port"}) {
     EXPECT_EQ(parse_redirect(bad, "h"), std::nullopt) << bad;
   }
@@ -100,6 +100,9 @@ TEST(MasterAddr, ParsesTheAddressAndSaysWhyNot) {
   auto port = parse_master_addr(array({str("10.0.0.5"), str("x")}), "m");
   ASSERT_FALSE(port);
   EXPECT_EQ(port.error().message, "malformed port x");
+  for (const char* bad : {"", "0", "65536", "-1", "63 ", " 63", "6379x", "99999999999"}) {
+    EXPECT_FALSE(parse_master_addr(array({str("10.0.0.5"), str(bad)}), "m")) << bad;
+  }
 
   Reply err;
   err.type = Reply::Type::error;
