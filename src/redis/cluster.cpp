@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
 #include <utility>
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
+#include "refresher.hpp"
 #include "routed_command.hpp"
 #include "topology.hpp"
 
@@ -64,42 +63,35 @@ struct Cluster::Impl {
         router(*this, *loop, clock_or_system(options.node.clock), {options.retry_min, options.retry_max},
                "redis cluster client closed") {
     for (const auto& seed : options.seeds) node_for(seed);
-    topology = std::thread([this] { topology_main(); });
+    refresher = detail::Refresher::start(*loop, options.refresh_interval, options.min_refresh_gap,
+                                         "a Redis Cluster topology refresh",
+                                         [this](detail::Refresher::Done done) { refresh(std::move(done)); });
   }
 
-  ~Impl() {
-    {
-      std::lock_guard lock(topo_mu);
-      stopping = true;
-    }
-    topo_cv.notify_all();
-    if (topology.joinable()) topology.join();
-    // Commands waiting for a retry fail now; whatever runs on the loop threads from here on
-    // sees the router closed.
+  // Before destruction, off the loop's threads (or on one while no other thread sends).
+  void shutdown() {
+    stopping.store(true, std::memory_order_release);
+    refresher->stop();
+    // Commands waiting for a retry fail now; handlers running on the loop threads have
+    // finished when it returns, and those that start later see `stopping` and the router
+    // closed.
     router.close();
-    {
-      std::lock_guard lock(nodes_mu);
-      for (auto& n : nodes) {
-        n->ask_conn.reset();
-        n->conn.reset();
-      }
+    std::lock_guard lock(nodes_mu);
+    for (auto& n : nodes) {
+      n->ask_conn.reset();
+      n->conn.reset();  // what is pending fails with unavailable
     }
   }
 
   ClusterOptions options;
   std::shared_ptr<EventLoop> loop;  // the given one, or the client's own
   detail::Router<Impl> router;
+  std::shared_ptr<detail::Refresher> refresher;
+  std::atomic<bool> stopping{false};
 
   mutable std::mutex nodes_mu;
   std::vector<std::unique_ptr<Node>> nodes;  // never removed before destruction
   SharedValue<const SlotMap> map;
-
-  std::thread topology;
-  std::mutex topo_mu;
-  std::condition_variable topo_cv;
-  bool refresh_wanted = true;
-  bool stopping = false;
-  std::string last_refresh_error;  // under topo_mu
 
   std::atomic<std::uint64_t> moved{0}, ask{0}, tryagain{0}, clusterdown{0}, topology_errors{0},
       redirect_exhausted{0}, refreshes{0}, map_changes{0};
@@ -120,70 +112,72 @@ struct Cluster::Impl {
 
   // ---- topology ----
 
-  void request_refresh() {
-    {
-      std::lock_guard lock(topo_mu);
-      if (refresh_wanted) return;
-      refresh_wanted = true;
-    }
-    topo_cv.notify_one();
-  }
+  void request_refresh() { refresher->request(); }
 
-  void topology_main() {
-    std::unique_lock lock(topo_mu);
-    while (!stopping) {
-      topo_cv.wait_for(lock, std::chrono::microseconds(options.refresh_interval),
-                       [this] { return stopping || refresh_wanted; });
-      if (stopping) break;
-      refresh_wanted = false;
-      lock.unlock();
-      std::string error;
-      // The reply parsed here comes from outside: whatever it makes throw ends this refresh,
-      // not the process.
-      if (!contain("a Redis Cluster topology refresh", [&] { error = refresh_once(); })) {
-        error = "the topology refresh failed with an exception";
-      }
-      lock.lock();
-      last_refresh_error = std::move(error);
-      // Refreshes asked for meanwhile coalesce into the next one, at least a gap later.
-      topo_cv.wait_for(lock, std::chrono::microseconds(options.min_refresh_gap), [this] { return stopping; });
-    }
-  }
-
-  // Asks the known nodes in turn for CLUSTER SLOTS; returns "" or why no map was loaded.
-  std::string refresh_once() {
+  // One refresh: the known nodes (masters, replicas, then the seeds) asked in turn for
+  // CLUSTER SLOTS until one answers with a map.
+  struct RefreshRun {
     std::vector<Node*> candidates;
+    std::size_t next = 0;
+    std::string errors;
+    detail::Refresher::Done done;
+  };
+
+  void refresh(detail::Refresher::Done done) {
+    auto run = std::make_shared<RefreshRun>();
     auto add = [&](Node* n) {
-      if (std::find(candidates.begin(), candidates.end(), n) == candidates.end()) candidates.push_back(n);
+      if (std::find(run->candidates.begin(), run->candidates.end(), n) == run->candidates.end()) {
+        run->candidates.push_back(n);
+      }
     };
     if (auto current = map.load()) {
       for (Node* n : current->masters) add(n);
       for (Node* n : current->replicas) add(n);
     }
     for (const auto& seed : options.seeds) add(node_for(seed));
-    std::string errors;
-    const Micros timeout = std::max<Micros>(options.node.command_timeout, 500 * kMicrosPerMilli);
-    for (Node* n : candidates) {
-      {
-        std::lock_guard lock(topo_mu);
-        if (stopping) return "stopping";
-      }
-      auto reply = n->conn->command_sync({"CLUSTER", "SLOTS"}, timeout);
-      std::string why;
-      if (!reply) {
-        why = reply.error().message;
-      } else if (reply->is_error()) {
-        why = reply->str;
-      } else if (auto built = build_map(*reply, n->endpoint); !built) {
-        why = built.error().message;
-      } else {
-        install(std::move(*built));
-        return {};
-      }
-      if (!errors.empty()) errors += "; ";
-      errors += fmt::format("{}: {}", n->endpoint.to_string(), why);
+    run->done = std::move(done);
+    ask_next(run);
+  }
+
+  void ask_next(const std::shared_ptr<RefreshRun>& run) {
+    static constexpr std::string_view kSlotsCommand[] = {"CLUSTER", "SLOTS"};
+    if (stopping.load(std::memory_order_acquire)) {
+      run->done("stopping");
+      return;
     }
-    return errors.empty() ? "no node to ask for CLUSTER SLOTS" : errors;
+    if (run->next == run->candidates.size()) {
+      run->done(run->errors.empty() ? "no node to ask for CLUSTER SLOTS" : run->errors);
+      return;
+    }
+    Node* n = run->candidates[run->next++];
+    const Micros timeout = std::max<Micros>(options.node.command_timeout, 500 * kMicrosPerMilli);
+    n->conn->command(kSlotsCommand, [this, run, n](Result<Reply> reply) {
+      if (stopping.load(std::memory_order_acquire)) {
+        run->done("stopping");
+        return;
+      }
+      std::string why;
+      // The reply parsed here comes from outside: whatever it makes throw ends this attempt.
+      const bool contained = contain("a Redis Cluster topology refresh", [&] {
+        if (!reply) {
+          why = reply.error().message;
+        } else if (reply->is_error()) {
+          why = reply->str;
+        } else if (auto built = build_map(*reply, n->endpoint); !built) {
+          why = built.error().message;
+        } else {
+          install(std::move(*built));
+        }
+      });
+      if (!contained) why = "the topology refresh failed with an exception";
+      if (why.empty()) {
+        run->done({});
+        return;
+      }
+      if (!run->errors.empty()) run->errors += "; ";
+      run->errors += fmt::format("{}: {}", n->endpoint.to_string(), why);
+      ask_next(run);
+    }, timeout);
   }
 
   Result<std::shared_ptr<SlotMap>> build_map(const Reply& reply, const Endpoint& from) {
@@ -287,7 +281,7 @@ struct Cluster::Impl {
 
 Cluster::Cluster(ClusterOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
 
-Cluster::~Cluster() = default;
+Cluster::~Cluster() { impl_->shutdown(); }
 
 void Cluster::command(std::uint16_t slot, std::span<const std::string_view> argv, ReplyCallback done, Micros timeout) {
   auto req = std::make_shared<Impl::Request>();
@@ -305,9 +299,8 @@ bool Cluster::ready() const { return status() == "ok"; }
 std::string Cluster::status() const {
   auto m = impl_->map.load();
   if (!m) {
-    std::lock_guard lock(impl_->topo_mu);
-    return impl_->last_refresh_error.empty() ? "discovering the cluster topology"
-                                             : "no slot map: " + impl_->last_refresh_error;
+    const std::string error = impl_->refresher->last_error("");
+    return error.empty() ? "discovering the cluster topology" : "no slot map: " + error;
   }
   if (!m->covered) return "some slots have no master";
   for (Node* n : m->masters) {

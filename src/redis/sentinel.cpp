@@ -3,14 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/shared_value.hpp"
+#include "refresher.hpp"
 #include "routed_command.hpp"
 #include "subscriber.hpp"
 #include "topology.hpp"
@@ -38,6 +38,9 @@ struct Sentinel::Impl {
       o.endpoint = ep;
       sentinels.push_back(std::make_unique<Connection>(*loop, o));
     }
+    resolver = detail::Refresher::start(*loop, options.poll_interval, options.min_resolve_gap,
+                                        "a Sentinel master resolution",
+                                        [this](detail::Refresher::Done done) { resolve(std::move(done)); });
     for (std::size_t i = 0; i < options.sentinels.size(); ++i) {
       detail::SubscriberOptions so;
       so.endpoint = options.sentinels[i];
@@ -53,26 +56,26 @@ struct Sentinel::Impl {
             if (!first) on_resubscribed();  // may have missed announcements
           }));
     }
-    resolver = std::thread([this] { resolver_main(); });
   }
 
-  ~Impl() {
+  // Before destruction, off the loop's threads (or on one while no other thread sends).
+  void shutdown() {
     subscribers.clear();  // no message callback runs once this returns
-    {
-      std::lock_guard lock(mu);
-      stopping = true;
-    }
-    cv.notify_all();
-    if (resolver.joinable()) resolver.join();
-    // Commands waiting for a retry fail now; whatever runs on the loop threads from here on
-    // sees the router closed.
+    stopping.store(true, std::memory_order_release);
+    resolver->stop();
+    // Commands waiting for a retry fail now; handlers running on the loop threads have
+    // finished when it returns, and those that start later see `stopping` and the router
+    // closed.
     router.close();
     current.store(nullptr);
+    std::shared_ptr<Connection> probe;
     {
       std::lock_guard lock(mu);
       retired.clear();
       in_use.reset();
+      probe = std::move(probing);
     }
+    probe.reset();  // what is pending fails with unavailable
     sentinels.clear();
   }
 
@@ -84,11 +87,12 @@ struct Sentinel::Impl {
   SharedValue<Connection> current;
   std::vector<std::unique_ptr<detail::Subscriber>> subscribers;  // one per sentinel, same order
 
-  std::thread resolver;
+  std::shared_ptr<detail::Refresher> resolver;
+  std::atomic<bool> stopping{false};
   mutable std::mutex mu;
-  std::condition_variable cv;
-  bool wanted = true;
-  bool stopping = false;
+  // The address request, kept for the connections (argv must outlive the commands).
+  const std::array<std::string_view, 3> addr_command{"SENTINEL", "get-master-addr-by-name", options.master_name};
+  std::shared_ptr<Connection> probing;          // under mu: the last candidate master asked ROLE
   std::optional<Endpoint> master_ep;            // under mu
   std::shared_ptr<Connection> in_use;           // under mu: the connection in `current`
   std::vector<std::pair<Micros, std::shared_ptr<Connection>>> retired;  // under mu
@@ -117,10 +121,9 @@ struct Sentinel::Impl {
       if (!change.empty() && change == announced_switch) return;
       announced_switch = change;
       first_asked = from;
-      wanted = true;
     }
     switch_announcements.fetch_add(1, std::memory_order_relaxed);
-    cv.notify_one();
+    resolver->request();
   }
 
   // A subscription is up again after a loss: switches announced meanwhile are found by
@@ -136,86 +139,124 @@ struct Sentinel::Impl {
 
   // ---- resolution ----
 
-  void request_resolve() {
-    {
-      std::lock_guard lock(mu);
-      if (wanted) return;
-      wanted = true;
-    }
-    cv.notify_one();
-  }
-
-  void resolver_main() {
-    std::unique_lock lock(mu);
-    while (!stopping) {
-      cv.wait_for(lock, std::chrono::microseconds(options.poll_interval), [this] { return stopping || wanted; });
-      if (stopping) break;
-      wanted = false;
-      // Connections replaced long ago have nothing in flight any more.
-      const Micros now = clock.steady();
-      std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
-      const std::size_t first = first_asked;
-      lock.unlock();
-      std::string error;
-      // Sentinel replies come from outside: whatever they make throw ends this resolution,
-      // not the process.
-      if (!contain("a Sentinel master resolution", [&] { error = resolve_once(first); })) {
-        error = "the master resolution failed with an exception";
-      }
-      lock.lock();
-      if (!error.empty()) last_error = std::move(error);
-      cv.wait_for(lock, std::chrono::microseconds(options.min_resolve_gap), [this] { return stopping; });
-    }
-  }
+  void request_resolve() { resolver->request(); }
 
   Micros sync_timeout() const { return std::max<Micros>(options.sentinel.command_timeout, 500 * kMicrosPerMilli); }
 
-  // Asks the sentinels in turn from number `first`; switches to the answer when it differs
-  // and says it is a master. Returns "" or why the master is not known.
-  std::string resolve_once(std::size_t first) {
+  // One resolution: the sentinels asked in turn from the one that announced the last switch;
+  // the answer, when it differs from the master in use, verified with ROLE and switched to.
+  struct ResolveRun {
+    std::size_t first = 0;
+    std::size_t asked = 0;
     std::string errors;
-    for (std::size_t k = 0; k < sentinels.size(); ++k) {
-      auto& s = sentinels[(first + k) % sentinels.size()];
-      auto reply = s->command_sync({"SENTINEL", "get-master-addr-by-name", options.master_name}, sync_timeout());
-      std::string why;
-      if (!reply) {
-        why = reply.error().message;
-      } else if (auto master = detail::parse_master_addr(*reply, options.master_name); !master) {
-        why = std::move(master.error().message);
-      } else {
-        resolutions.fetch_add(1, std::memory_order_relaxed);
-        return adopt(*master);
-      }
-      if (!errors.empty()) errors += "; ";
-      errors += fmt::format("sentinel {}: {}", s->options().endpoint.to_string(), why);
-    }
-    return errors;
-  }
+    detail::Refresher::Done done;
+  };
 
-  std::string adopt(const Endpoint& ep) {
+  void resolve(detail::Refresher::Done done) {
+    auto run = std::make_shared<ResolveRun>();
     {
       std::lock_guard lock(mu);
-      if (master_ep && *master_ep == ep) return {};
+      // Connections replaced long ago have nothing in flight any more.
+      const Micros now = clock.steady();
+      std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
+      run->first = first_asked;
     }
+    run->done = [this, done = std::move(done)](std::string error) {
+      if (!error.empty()) {
+        std::lock_guard lock(mu);
+        last_error = error;
+      }
+      done(std::move(error));
+    };
+    ask_sentinel(run);
+  }
+
+  void ask_sentinel(const std::shared_ptr<ResolveRun>& run) {
+    if (stopping.load(std::memory_order_acquire)) {
+      run->done("stopping");
+      return;
+    }
+    if (run->asked == sentinels.size()) {
+      run->done(run->errors);
+      return;
+    }
+    Connection* s = sentinels[(run->first + run->asked++) % sentinels.size()].get();
+    s->command(addr_command, [this, run, s](Result<Reply> reply) {
+      if (stopping.load(std::memory_order_acquire)) {
+        run->done("stopping");
+        return;
+      }
+      std::string why;
+      std::optional<Endpoint> master;
+      // Sentinel replies come from outside: whatever they make throw ends this attempt.
+      const bool contained = contain("a Sentinel master resolution", [&] {
+        if (!reply) {
+          why = reply.error().message;
+        } else if (auto m = detail::parse_master_addr(*reply, options.master_name); !m) {
+          why = std::move(m.error().message);
+        } else {
+          master = std::move(*m);
+        }
+      });
+      if (!contained) why = "the master resolution failed with an exception";
+      if (master) {
+        resolutions.fetch_add(1, std::memory_order_relaxed);
+        adopt(*master, run);
+        return;
+      }
+      if (!run->errors.empty()) run->errors += "; ";
+      run->errors += fmt::format("sentinel {}: {}", s->options().endpoint.to_string(), why);
+      ask_sentinel(run);
+    }, sync_timeout());
+  }
+
+  void adopt(const Endpoint& ep, const std::shared_ptr<ResolveRun>& run) {
+    static constexpr std::string_view kRole[] = {"ROLE"};
     ConnectionOptions o = options.master;
     o.endpoint = ep;
-    auto conn = std::make_shared<Connection>(*loop, o);
-    auto role = conn->command_sync({"ROLE"}, sync_timeout());
-    if (!role) return fmt::format("master {}: {}", ep.to_string(), role.error().message);
-    if (role->is_error() || !role->is_array() || role->elements.empty() || role->elements[0].str != "master") {
-      // The sentinels may be ahead of the promotion: asked again soon.
+    std::shared_ptr<Connection> conn;
+    {
       std::lock_guard lock(mu);
-      wanted = true;
-      return fmt::format("{} is not a master yet (ROLE: {})", ep.to_string(), role->to_string());
+      if (!(master_ep && *master_ep == ep) && !stopping.load(std::memory_order_acquire)) {
+        // The previous candidate, if any, has its ROLE answered: nothing of it is pending.
+        probing = std::make_shared<Connection>(*loop, o);
+        conn = probing;
+      }
     }
-    std::lock_guard lock(mu);
-    if (master_ep) switches.fetch_add(1, std::memory_order_relaxed);
-    master_ep = ep;
-    if (in_use) retired.emplace_back(clock.steady(), std::move(in_use));
-    in_use = conn;
-    current.store(std::move(conn));
-    last_error.clear();
-    return {};
+    if (!conn) {  // the master in use, or stopping
+      run->done(stopping.load(std::memory_order_acquire) ? "stopping" : "");
+      return;
+    }
+    conn->command(kRole, [this, run, ep, candidate = conn.get()](Result<Reply> role) {
+      if (stopping.load(std::memory_order_acquire)) {
+        run->done("stopping");
+        return;
+      }
+      if (!role) {
+        run->done(fmt::format("master {}: {}", ep.to_string(), role.error().message));
+        return;
+      }
+      if (role->is_error() || !role->is_array() || role->elements.empty() || role->elements[0].str != "master") {
+        // The sentinels may be ahead of the promotion: asked again soon.
+        request_resolve();
+        run->done(fmt::format("{} is not a master yet (ROLE: {})", ep.to_string(), role->to_string()));
+        return;
+      }
+      bool adopted = false;
+      {
+        std::lock_guard lock(mu);
+        if (probing.get() == candidate) {  // else stopping: shutdown() took it
+          if (master_ep) switches.fetch_add(1, std::memory_order_relaxed);
+          master_ep = ep;
+          if (in_use) retired.emplace_back(clock.steady(), std::move(in_use));
+          in_use = std::move(probing);
+          current.store(in_use);
+          last_error.clear();
+          adopted = true;
+        }
+      }
+      run->done(adopted ? "" : "stopping");
+    }, sync_timeout());
   }
 
   // ---- commands (the hooks of detail::Router) ----
@@ -255,7 +296,7 @@ struct Sentinel::Impl {
 
 Sentinel::Sentinel(SentinelOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
 
-Sentinel::~Sentinel() = default;
+Sentinel::~Sentinel() { impl_->shutdown(); }
 
 void Sentinel::command(std::span<const std::string_view> argv, ReplyCallback done, Micros timeout) {
   auto req = std::make_shared<Impl::Request>();

@@ -11,9 +11,9 @@
 // (connection down, breaker open, slot without a master) is retried the same way. A command
 // that was sent and then lost (timeout, connection dropped) may have run, so it is not
 // retried: the caller gets the error. (The routing and retrying is src/redis/routed_command.hpp,
-// shared with Sentinel.) The map is also refreshed periodically by a topology thread, which
-// asks the known nodes (masters, replicas, then the seeds) in turn, each with a blocking
-// CLUSTER SLOTS (hence a thread of its own, not the event loop).
+// shared with Sentinel.) A refresh asks the known nodes (masters, replicas, then the seeds) in
+// turn for CLUSTER SLOTS, on the event loop (src/redis/refresher.hpp): one at a time, those
+// asked meanwhile coalesced, and one every refresh_interval.
 //
 // Time: deadlines and backoffs are read from options.node.clock (nullptr: the system clock).
 //
@@ -68,7 +68,7 @@ class Cluster {
   void command(std::uint16_t slot, std::span<const std::string_view> argv, ReplyCallback done,
                Micros timeout = 0);
 
-  // Asks the topology thread to reload the slot map now (coalesced).
+  // Reloads the slot map now (coalesced).
   void refresh();
 
   // True when every slot has a master in the map and every master's connection is up.

@@ -20,8 +20,8 @@
 // could not be sent (connection down, breaker open, no master known) did not run: they are
 // retried with a bounded backoff until their deadline. A command that was sent and then lost
 // (timeout, connection dropped) may have run: the caller gets the error. (The routing and
-// retrying is src/redis/routed_command.hpp, shared with Cluster.) Resolutions run on a thread
-// of their own: they ask the sentinels in turn, then the master (ROLE), with blocking calls.
+// retrying is src/redis/routed_command.hpp, shared with Cluster.) Resolutions run on the event
+// loop (src/redis/refresher.hpp): one at a time, those asked meanwhile coalesced.
 //
 // Time: deadlines, backoffs and the age of replaced connections are read from
 // options.master.clock (nullptr: the system clock).
