@@ -4,14 +4,18 @@
 
 namespace ratekeeper::redis::detail {
 
-std::shared_ptr<Refresher> Refresher::start(EventLoop& loop, Micros interval, Micros gap, std::string what, Run run) {
+std::shared_ptr<Refresher> Refresher::start(EventLoop& loop, Micros interval, Micros gap,
+                                            std::string what, Run run) {
   auto r = std::make_shared<Refresher>(loop, interval, gap, std::move(what), std::move(run));
   r->loop_.post(0, [weak = r->weak_from_this()] {
     if (auto self = weak.lock()) self->request();
   });
-  r->loop_.post(0, [weak = r->weak_from_this()] {
-    if (auto self = weak.lock()) self->tick();
-  }, std::max<Micros>(1, r->interval_));
+  r->loop_.post(
+      0,
+      [weak = r->weak_from_this()] {
+        if (auto self = weak.lock()) self->tick();
+      },
+      std::max<Micros>(1, r->interval_));
   return r;
 }
 
@@ -59,9 +63,12 @@ void Refresher::finished(std::string error) {
   last_error_ = std::move(error);
   ended_once_ = true;
   state_ = State::resting;
-  loop_.post(0, [weak = weak_from_this()] {
-    if (auto self = weak.lock()) self->rested();
-  }, std::max<Micros>(1, gap_));
+  loop_.post(
+      0,
+      [weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->rested();
+      },
+      std::max<Micros>(1, gap_));
 }
 
 void Refresher::rested() {
@@ -84,9 +91,12 @@ void Refresher::tick() {
     if (stopped_) return;
   }
   request();
-  loop_.post(0, [weak = weak_from_this()] {
-    if (auto self = weak.lock()) self->tick();
-  }, std::max<Micros>(1, interval_));
+  loop_.post(
+      0,
+      [weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->tick();
+      },
+      std::max<Micros>(1, interval_));
 }
 
 }  // namespace ratekeeper::redis::detail

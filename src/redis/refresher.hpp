@@ -24,9 +24,10 @@ class Refresher : public std::enable_shared_from_this<Refresher> {
   using Done = std::function<void(std::string error)>;
   using Run = std::function<void(Done done)>;
 
-  // The first run starts on the loop at once. `loop` must outlive the refresher's timers (as every handler
-  // posted to it).
-  static std::shared_ptr<Refresher> start(EventLoop& loop, Micros interval, Micros gap, std::string what, Run run);
+  // The first run starts on the loop at once. `loop` must outlive the refresher's timers (as every
+  // handler posted to it).
+  static std::shared_ptr<Refresher> start(EventLoop& loop, Micros interval, Micros gap,
+                                          std::string what, Run run);
 
   Refresher(EventLoop& loop, Micros interval, Micros gap, std::string what, Run run);
 
@@ -49,11 +50,11 @@ class Refresher : public std::enable_shared_from_this<Refresher> {
   const std::string what_;  // for the log of a contained exception
   const Run run_;
   mutable std::mutex mu_;
-  State state_ = State::idle;    // under mu_
-  bool wanted_ = false;          // under mu_
-  bool stopped_ = false;         // under mu_
-  bool ended_once_ = false;      // under mu_
-  std::string last_error_;       // under mu_
+  State state_ = State::idle;  // under mu_
+  bool wanted_ = false;        // under mu_
+  bool stopped_ = false;       // under mu_
+  bool ended_once_ = false;    // under mu_
+  std::string last_error_;     // under mu_
 };
 
 }  // namespace ratekeeper::redis::detail

@@ -55,7 +55,8 @@ struct RetryOptions {
 // retry_min · 2^retries, at most retry_max, at most what is left before `deadline`; nullopt
 // when `now` has reached the deadline (no retry: the command fails). retry_min <= 0 counts
 // as 1 µs, retry_max below retry_min as retry_min. Pure.
-std::optional<Micros> retry_delay(const RetryOptions& options, int retries, Micros now, Micros deadline) noexcept;
+std::optional<Micros> retry_delay(const RetryOptions& options, int retries, Micros now,
+                                  Micros deadline) noexcept;
 
 // What a client makes of an error reply it recognises.
 struct Disposition {
@@ -93,7 +94,8 @@ class Router {
   using Target = typename Client::Target;
   using RequestPtr = std::shared_ptr<Request>;
 
-  Router(Client& client, EventLoop& loop, const Clock& clock, RetryOptions options, std::string closed_message)
+  Router(Client& client, EventLoop& loop, const Clock& clock, RetryOptions options,
+         std::string closed_message)
       : client_(client),
         loop_(loop),
         clock_(clock),
@@ -131,13 +133,14 @@ class Router {
       return;
     }
     tl_sending = req.get();
-    client_.transmit(*req, *target, req->deadline - now, [this, req, t = *target](Result<Reply> reply) {
-      if (tl_sending == req.get()) {
-        req->sync_result = std::move(reply);  // failed before being sent: handled below
-        return;
-      }
-      on_reply(req, t, std::move(reply));
-    });
+    client_.transmit(
+        *req, *target, req->deadline - now, [this, req, t = *target](Result<Reply> reply) {
+          if (tl_sending == req.get()) {
+            req->sync_result = std::move(reply);  // failed before being sent: handled below
+            return;
+          }
+          on_reply(req, t, std::move(reply));
+        });
     tl_sending = nullptr;
     if (req->sync_result) {
       auto result = std::move(*req->sync_result);
@@ -163,13 +166,16 @@ class Router {
       if (shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
       waiting.swap(shared_->waiting);
     }
-    for (auto& [key, req] : waiting) finish(req, make_error(ErrorCode::unavailable, closed_message_));
+    for (auto& [key, req] : waiting)
+      finish(req, make_error(ErrorCode::unavailable, closed_message_));
     if (!loop_.on_loop_thread()) loop_.barrier();
   }
 
   bool closed() const noexcept { return shared_->closed.load(std::memory_order_acquire); }
 
-  std::uint64_t unsent_retries() const noexcept { return unsent_retries_.load(std::memory_order_relaxed); }
+  std::uint64_t unsent_retries() const noexcept {
+    return unsent_retries_.load(std::memory_order_relaxed);
+  }
 
  private:
   // What outlives the router: the retries' timers may fire after it is gone.
@@ -205,20 +211,23 @@ class Router {
       finish(req, std::unexpected(req->last_error));
       return;
     }
-    loop_.post(req->lane, [this, weak = std::weak_ptr<Shared>(shared_), key = req.get()] {
-      auto shared = weak.lock();
-      if (!shared) return;
-      RequestPtr req;
-      {
-        std::lock_guard lock(shared->mu);
-        if (shared->closed.load(std::memory_order_relaxed)) return;  // close() completed it
-        auto it = shared->waiting.find(key);
-        if (it == shared->waiting.end()) return;
-        req = std::move(it->second);
-        shared->waiting.erase(it);
-      }
-      send(req);
-    }, *delay);
+    loop_.post(
+        req->lane,
+        [this, weak = std::weak_ptr<Shared>(shared_), key = req.get()] {
+          auto shared = weak.lock();
+          if (!shared) return;
+          RequestPtr req;
+          {
+            std::lock_guard lock(shared->mu);
+            if (shared->closed.load(std::memory_order_relaxed)) return;  // close() completed it
+            auto it = shared->waiting.find(key);
+            if (it == shared->waiting.end()) return;
+            req = std::move(it->second);
+            shared->waiting.erase(it);
+          }
+          send(req);
+        },
+        *delay);
   }
 
   void on_reply(const RequestPtr& req, const Target& target, Result<Reply> reply) {
@@ -245,8 +254,12 @@ class Router {
           finish(req, std::move(reply));
         }
         return;
-      case Disposition::Kind::retry: retry_later(req, std::move(*d.error)); return;
-      case Disposition::Kind::resend: send(req); return;
+      case Disposition::Kind::retry:
+        retry_later(req, std::move(*d.error));
+        return;
+      case Disposition::Kind::resend:
+        send(req);
+        return;
     }
   }
 

@@ -12,7 +12,8 @@ namespace {
 
 // ["host", port, ...] → endpoint; an empty or "?" host is the replying node's.
 std::optional<Endpoint> node_endpoint(const Reply& node, std::string_view from_host) {
-  if (!node.is_array() || node.elements.size() < 2 || !node.elements[1].is_integer()) return std::nullopt;
+  if (!node.is_array() || node.elements.size() < 2 || !node.elements[1].is_integer())
+    return std::nullopt;
   std::string host = node.elements[0].str;
   if (host.empty() || host == "?") host = from_host;
   return Endpoint{std::move(host), static_cast<int>(node.elements[1].integer), ""};
@@ -36,9 +37,13 @@ Result<std::vector<SlotRange>> parse_cluster_slots(const Reply& reply, std::stri
     }
     auto master = node_endpoint(range.elements[2], from_host);
     if (!master) return make_error(ErrorCode::protocol, "CLUSTER SLOTS: malformed node");
-    SlotRange r{static_cast<std::uint16_t>(first), static_cast<std::uint16_t>(last), std::move(*master), {}};
+    SlotRange r{static_cast<std::uint16_t>(first),
+                static_cast<std::uint16_t>(last),
+                std::move(*master),
+                {}};
     for (std::size_t i = 3; i < range.elements.size(); ++i) {
-      if (auto ep = node_endpoint(range.elements[i], from_host)) r.replicas.push_back(std::move(*ep));
+      if (auto ep = node_endpoint(range.elements[i], from_host))
+        r.replicas.push_back(std::move(*ep));
     }
     out.push_back(std::move(r));
   }
@@ -56,7 +61,8 @@ std::optional<Endpoint> parse_redirect(std::string_view error, std::string_view 
   if (colon == 0) {
     int port = 0;
     auto [p, ec] = std::from_chars(addr.data() + 1, addr.data() + addr.size(), port);
-    if (ec != std::errc() || p != addr.data() + addr.size() || port < 1 || port > 65535) return std::nullopt;
+    if (ec != std::errc() || p != addr.data() + addr.size() || port < 1 || port > 65535)
+      return std::nullopt;
     return Endpoint{std::string(from_host), port, ""};
   }
   auto ep = parse_host_port(addr);

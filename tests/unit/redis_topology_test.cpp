@@ -1,11 +1,11 @@
 // The parsers of what Redis says about where commands go (src/redis/topology.hpp):
 // CLUSTER SLOTS, MOVED/ASK, SENTINEL get-master-addr-by-name and +switch-master.
 
-#include "redis/topology.hpp"
-
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+
+#include "redis/topology.hpp"
 
 namespace ratekeeper::redis::detail {
 namespace {
@@ -31,7 +31,9 @@ Reply array(std::initializer_list<Reply> elements) {
   return r;
 }
 
-Reply node(std::string host, int port) { return array({str(std::move(host)), integer(port), str("id")}); }
+Reply node(std::string host, int port) {
+  return array({str(std::move(host)), integer(port), str("id")});
+}
 
 TEST(ClusterSlots, ParsesRangesMastersAndReplicasWithTheReplyingNodesHostForEmptyOnes) {
   const Reply reply = array({
@@ -58,12 +60,12 @@ TEST(ClusterSlots, ParsesRangesMastersAndReplicasWithTheReplyingNodesHostForEmpt
 TEST(ClusterSlots, RefusesMalformedRepliesAsProtocolErrors) {
   for (const Reply& bad : {
            str("not an array"),
-           array({array({integer(0), integer(10)})}),                        // no master
-           array({array({integer(0), str("10"), node("h", 1)})}),            // slot not an integer
-           array({array({integer(-1), integer(10), node("h", 1)})}),         // below 0
-           array({array({integer(0), integer(16384), node("h", 1)})}),       // past the last slot
-           array({array({integer(10), integer(9), node("h", 1)})}),          // reversed
-           array({array({integer(0), integer(10), array({str("h")})})}),     // master without port
+           array({array({integer(0), integer(10)})}),                     // no master
+           array({array({integer(0), str("10"), node("h", 1)})}),         // slot not an integer
+           array({array({integer(-1), integer(10), node("h", 1)})}),      // below 0
+           array({array({integer(0), integer(16384), node("h", 1)})}),    // past the last slot
+           array({array({integer(10), integer(9), node("h", 1)})}),       // reversed
+           array({array({integer(0), integer(10), array({str("h")})})}),  // master without port
            array({array({integer(0), integer(10), array({str("h"), str("1")})})}),
        }) {
     auto r = parse_cluster_slots(bad, "h");
@@ -80,8 +82,9 @@ TEST(Redirect, NamesTheTargetOrTheReplyingNodesHostWhenOnlyAPortIsGiven) {
   EXPECT_EQ(parse_redirect("MOVED 3999 127.0.0.1:6381", "h"), (Endpoint{"127.0.0.1", 6381, ""}));
   EXPECT_EQ(parse_redirect("ASK 3999 :6381", "10.0.0.7"), (Endpoint{"10.0.0.7", 6381, ""}));
   EXPECT_EQ(parse_redirect("MOVED 1 [::1]:7000", "h"), (Endpoint{"::1", 7000, ""}));
-  for (std::string_view bad : {"MOVED", "MOVED 3999", "MOVED 3999 host", "ASK 1 :", "ASK 1 :63x", "ASK 1 :99999999999", "ASK 1 :0", "ASK 1 :-5", "ASK 1 :65536",
-                               "MOVED 1 host:port"}) {
+  for (std::string_view bad :
+       {"MOVED", "MOVED 3999", "MOVED 3999 host", "ASK 1 :", "ASK 1 :63x", "ASK 1 :99999999999",
+        "ASK 1 :0", "ASK 1 :-5", "ASK 1 :65536", "MOVED 1 host:port"}) {
     EXPECT_EQ(parse_redirect(bad, "h"), std::nullopt) << bad;
   }
 }

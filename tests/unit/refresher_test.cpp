@@ -110,7 +110,8 @@ TEST(Refresher, RunsPeriodicallyWhenNothingAsks) {
   EventLoop loop(1);
   Runs runs;
   runs.immediate = true;
-  auto r = Refresher::start(loop, 10 * kMicrosPerMilli, 1 * kMicrosPerMilli, "a test refresh", runs.run());
+  auto r = Refresher::start(loop, 10 * kMicrosPerMilli, 1 * kMicrosPerMilli, "a test refresh",
+                            runs.run());
   EXPECT_TRUE(runs.wait_started(3));
   r->stop();
 }
@@ -135,7 +136,8 @@ TEST(Refresher, ARunThatThrowsEndsWithAnErrorAndTheNextOneRuns) {
 TEST(Refresher, NothingRunsAfterStopAndTheEndOfARunInProgressIsIgnored) {
   EventLoop loop(1);
   Runs runs;
-  auto r = Refresher::start(loop, 5 * kMicrosPerMilli, 1 * kMicrosPerMilli, "a test refresh", runs.run());
+  auto r = Refresher::start(loop, 5 * kMicrosPerMilli, 1 * kMicrosPerMilli, "a test refresh",
+                            runs.run());
   ASSERT_TRUE(runs.wait_started(1));
   r->stop();
   runs.finish("late");

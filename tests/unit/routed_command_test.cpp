@@ -93,12 +93,14 @@ struct ScriptedClient {
   }
 
   Disposition on_error_reply(Request& req, const Target&, const Reply& reply) {
-    if (reply.error_code() == "LOADING") return Disposition::retry(Error{ErrorCode::unavailable, reply.str});
+    if (reply.error_code() == "LOADING")
+      return Disposition::retry(Error{ErrorCode::unavailable, reply.str});
     if (reply.error_code() == "MOVED") {
       req.redirect_to = 2;
       return Disposition::resend();
     }
-    if (reply.error_code() == "BAD") return Disposition::answer_with(Error{ErrorCode::protocol, "bad reply"});
+    if (reply.error_code() == "BAD")
+      return Disposition::answer_with(Error{ErrorCode::protocol, "bad reply"});
     return Disposition::answer();
   }
 
@@ -140,10 +142,11 @@ struct RouterTest : ::testing::Test {
   ManualClock clock{0};
   EventLoop loop{1};
   ScriptedClient client{loop};
-  std::unique_ptr<Router<ScriptedClient>> router =
-      std::make_unique<Router<ScriptedClient>>(client, loop, clock, RetryOptions{100, 1'000}, "client closed");
+  std::unique_ptr<Router<ScriptedClient>> router = std::make_unique<Router<ScriptedClient>>(
+      client, loop, clock, RetryOptions{100, 1'000}, "client closed");
 
-  std::shared_ptr<ScriptedClient::Request> start(Completion& c, Micros timeout = 10 * kMicrosPerSecond) {
+  std::shared_ptr<ScriptedClient::Request> start(Completion& c,
+                                                 Micros timeout = 10 * kMicrosPerSecond) {
     auto req = std::make_shared<ScriptedClient::Request>();
     req->done = c.callback();
     router->start(req, timeout);
@@ -247,7 +250,8 @@ TEST_F(RouterTest, RetriesStopAtTheDeadlineWithTheLastAttemptsError) {
   start(c, 1 * kMicrosPerSecond);
   // Retried (every 1 ms at most) while the clock stands still before the deadline.
   const auto until = std::chrono::steady_clock::now() + 10s;
-  while (client.routes.load() < 5 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  while (client.routes.load() < 5 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
   ASSERT_GE(client.routes.load(), 5);
   EXPECT_EQ(c.calls.load(), 0);
   clock.advance(1 * kMicrosPerSecond);
@@ -261,9 +265,9 @@ TEST_F(RouterTest, RetriesStopAtTheDeadlineWithTheLastAttemptsError) {
 }
 
 TEST_F(RouterTest, ClosingAnswersCommandsWaitingForARetryAndRefusesNewOnes) {
-  router = std::make_unique<Router<ScriptedClient>>(client, loop, clock,
-                                                    RetryOptions{3600 * kMicrosPerSecond, 3600 * kMicrosPerSecond},
-                                                    "client closed");
+  router = std::make_unique<Router<ScriptedClient>>(
+      client, loop, clock, RetryOptions{3600 * kMicrosPerSecond, 3600 * kMicrosPerSecond},
+      "client closed");
   client.no_route = true;
   Completion waiting;
   start(waiting);
