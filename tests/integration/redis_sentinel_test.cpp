@@ -217,7 +217,9 @@ TEST(RedisSentinelStore, FollowsTheMasterWhenSentinelsPromoteTheReplica) {
                            store.sentinel().stats().switches, store.noscript_reloads());
   for (std::size_t i = 0; i < failures.size(); ++i) {
     EXPECT_TRUE(errors[i].is_store_failure()) << errors[i].message;
-    EXPECT_LE(failures[i].second, kDeadline + 400 * kMicrosPerMilli) << errors[i].message;
+    // At the deadline, not hung past it: the margin is generous for a loaded 2-core machine
+    // (failover detection is Redis' time, not the client's).
+    EXPECT_LE(failures[i].second, kDeadline + 2 * kMicrosPerSecond) << errors[i].message;
   }
   EXPECT_GE(store.sentinel().stats().switches, 1u);
   EXPECT_EQ(store.sentinel().master()->port, group.master_port());
