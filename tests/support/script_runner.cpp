@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "ratekeeper/store/lua_scripts.hpp"
+#include "store/script_argv.hpp"
 
 namespace ratekeeper::testing {
 namespace {
@@ -38,8 +39,23 @@ RedisReply convert(const redisReply* r) {
   return out;
 }
 
-std::string algorithm_code(algorithms::Algorithm a) {
-  return std::to_string(static_cast<int>(a));
+const store::LuaScript& embedded(std::string_view name) {
+  const store::LuaScript* script = store::find_lua_script(name);
+  if (script == nullptr) throw std::runtime_error(fmt::format("no embedded script named '{}'", name));
+  return *script;
+}
+
+// ARGV of a call ScriptArgv encodes for `items`: what follows numkeys and the keys.
+std::vector<std::string> argv_of(const store::detail::ScriptArgv& argv, std::size_t items) {
+  const auto args = argv.args().subspan(1 + items);
+  return {args.begin(), args.end()};
+}
+
+std::vector<store::CheckItem> items_of(std::span<const algorithms::Limit> limits,
+                                       std::span<const std::int64_t> costs) {
+  std::vector<store::CheckItem> items;
+  for (std::size_t i = 0; i < limits.size(); ++i) items.push_back({fmt::format("k{}", i), limits[i], costs[i]});
+  return items;
 }
 
 }  // namespace
@@ -115,32 +131,26 @@ std::int64_t RedisConnection::server_time_us() {
 }
 
 std::string ScriptRunner::sha(std::string_view script) {
-  const std::string name(script);
-  if (auto it = sha_.find(name); it != sha_.end()) return it->second;
-  auto source = store::lua_script(name);
-  if (!source) throw std::runtime_error(fmt::format("no embedded script named '{}'", name));
-  RedisReply loaded = connection_.command({"SCRIPT", "LOAD", std::string(*source)});
-  if (loaded.type != RedisReply::Type::string) {
-    throw std::runtime_error(fmt::format("SCRIPT LOAD {}: {}", name, loaded.text));
+  const store::LuaScript& s = embedded(script);
+  RedisReply loaded = connection_.command({"SCRIPT", "LOAD", std::string(s.source)});
+  if (loaded.type != RedisReply::Type::string || loaded.text != s.sha) {
+    throw std::runtime_error(fmt::format("SCRIPT LOAD {}: {}", script, loaded.text));
   }
-  return sha_.emplace(name, loaded.text).first->second;
+  return std::string(s.sha);
 }
 
 RedisReply ScriptRunner::run(std::string_view script, const std::vector<std::string>& keys,
                              const std::vector<std::string>& args) {
-  const std::string name(script);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    std::vector<std::string> argv{"EVALSHA", sha(name), std::to_string(keys.size())};
-    argv.insert(argv.end(), keys.begin(), keys.end());
-    argv.insert(argv.end(), args.begin(), args.end());
-    RedisReply r = connection_.command(argv);
-    if (r.is_error() && r.text.starts_with("NOSCRIPT")) {
-      sha_.erase(name);
-      continue;
-    }
-    return r;
-  }
-  throw std::runtime_error(fmt::format("script {} is not loaded after SCRIPT LOAD", name));
+  // EVALSHA, and EVAL with the source once after NOSCRIPT, as the store's script client.
+  const store::LuaScript& s = embedded(script);
+  std::vector<std::string> argv{"EVALSHA", std::string(s.sha), std::to_string(keys.size())};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  RedisReply r = connection_.command(argv);
+  if (!r.is_error() || !r.text.starts_with("NOSCRIPT")) return r;
+  argv[0] = "EVAL";
+  argv[1] = std::string(s.source);
+  return connection_.command(argv);
 }
 
 std::vector<std::int64_t> ScriptRunner::run_integers(std::string_view script,
@@ -169,21 +179,29 @@ std::vector<algorithms::Decision> ScriptRunner::check_all(const std::vector<std:
 
 std::vector<std::string> single_args(const algorithms::Limit& limit, std::int64_t cost,
                                      std::optional<std::int64_t> now) {
-  return {std::to_string(limit.capacity), std::to_string(limit.period), std::to_string(cost),
-          std::to_string(now.value_or(-1))};
+  const std::vector<store::CheckItem> items{{"k", limit, cost}};
+  store::detail::ScriptArgv argv;
+  argv.check(items, now);
+  return argv_of(argv, 1);
 }
 
 std::vector<std::string> multi_args(std::span<const algorithms::Limit> limits,
                                     std::span<const std::int64_t> costs,
                                     std::optional<std::int64_t> now) {
-  std::vector<std::string> args{std::to_string(now.value_or(-1))};
-  for (std::size_t i = 0; i < limits.size(); ++i) {
-    args.push_back(algorithm_code(limits[i].algorithm));
-    args.push_back(std::to_string(limits[i].capacity));
-    args.push_back(std::to_string(limits[i].period));
-    args.push_back(std::to_string(costs[i]));
-  }
-  return args;
+  // "multi_at" takes the ARGV of "multi", whatever the number of keys.
+  const auto items = items_of(limits, costs);
+  store::detail::ScriptArgv argv;
+  argv.multi_at(items, now);
+  return argv_of(argv, items.size());
+}
+
+std::vector<std::string> refund_args(std::span<const algorithms::Limit> limits, std::span<const std::int64_t> costs,
+                                     std::span<const std::int64_t> reset_after, std::int64_t at,
+                                     std::optional<std::int64_t> now) {
+  const auto items = items_of(limits, costs);
+  store::detail::ScriptArgv argv;
+  argv.refund(items, reset_after, at, now);
+  return argv_of(argv, items.size());
 }
 
 std::vector<std::int64_t> integers(const RedisReply& reply) {
