@@ -46,7 +46,7 @@ void Coalescer::close() {
     closed_ = true;
     for (Check* check : queued_) {
       left.push_back(std::move(check->done));
-      checks_.release(check);
+      check_pool_.release(check);
     }
     queued_.clear();
   }
@@ -58,7 +58,7 @@ void Coalescer::check(std::vector<CheckItem> items, std::optional<Micros> now, M
   {
     std::lock_guard lock(mu_);
     if (!closed_) {
-      Check* check = checks_.acquire();
+      Check* check = check_pool_.acquire();
       check->items = std::move(items);
       check->now = now;
       check->deadline = deadline;
@@ -132,7 +132,7 @@ void Coalescer::flush() {
 Coalescer::Batch* Coalescer::started(bool batch) {
   std::lock_guard lock(mu_);
   ++in_flight_;
-  return batch ? batches_in_use_.acquire() : nullptr;
+  return batch ? batch_pool_.acquire() : nullptr;
 }
 
 void Coalescer::finished() {
@@ -158,7 +158,7 @@ void Coalescer::on_reply(Check* check, Result<redis::Reply> reply) {
                                        : Result<CheckOutcome>(std::unexpected(std::move(reply.error())));
   {
     std::lock_guard lock(mu_);
-    checks_.release(check);
+    check_pool_.release(check);
   }
   finished();
   done(std::move(outcome));
@@ -189,9 +189,9 @@ void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
   }
   std::lock_guard lock(mu_);
   for (auto& entry : batch->checks) {
-    for (Check* check : entry) checks_.release(check);
+    for (Check* check : entry) check_pool_.release(check);
   }
-  batches_in_use_.release(batch);
+  batch_pool_.release(batch);
 }
 
 }  // namespace ratekeeper::store::detail

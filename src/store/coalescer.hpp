@@ -78,8 +78,8 @@ class Coalescer {
   Post post_;
   Options options_;
   std::mutex mu_;
-  Pool<Check> checks_;
-  Pool<Batch> batches_in_use_;
+  Pool<Check> check_pool_;
+  Pool<Batch> batch_pool_;
   std::vector<Check*> queued_;
   bool flush_posted_ = false;
   std::size_t in_flight_ = 0;

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/core/time.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/store.hpp"
 
