@@ -586,7 +586,9 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
 // is held by a single check behind a DEBUG SLEEP of the server, the others queue up behind it
 // (max_in_flight 1); the flush, sent during the sleep, runs before the batch is sent.
 TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) {
-  RedisServer server(RedisServer::Options{.args = {"--enable-debug-command", "local"}});
+  RedisServer::Options debug;
+  debug.args = {"--enable-debug-command", "local"};
+  RedisServer server(debug);
   auto loop = std::make_shared<EventLoop>(1);
   RedisStoreOptions o;
   o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
