@@ -42,9 +42,9 @@ struct OwnedCall {
   Callback done;
 };
 
-template <class Callback, class Build, class Parse>
+template <auto Parse, class Callback, class Build>
 void run_owned(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,
-               std::vector<Micros> reset_after, Micros deadline, Callback done, Build build, Parse parse) {
+               std::vector<Micros> reset_after, Micros deadline, Callback done, Build build) {
   auto owned = std::make_shared<OwnedCall<Callback>>();
   owned->items = std::move(items);
   owned->reset_after = std::move(reset_after);
@@ -53,7 +53,7 @@ void run_owned(const ScriptClient& client, std::uint16_t slot, std::vector<Check
   owned->call.deadline = deadline;
   owned->call.slot = slot;
   // The call keeps itself alive until its final reply.
-  owned->call.done = [owned, parse](Result<redis::Reply> reply) mutable {
+  owned->call.done = [owned](Result<redis::Reply> reply) mutable {
     auto done = std::move(owned->done);
     const std::size_t n = owned->items.size();
     owned.reset();
@@ -61,7 +61,7 @@ void run_owned(const ScriptClient& client, std::uint16_t slot, std::vector<Check
       done(std::unexpected(std::move(reply.error())));
       return;
     }
-    done(parse(*reply, n));
+    done(Parse(*reply, n));
   };
   client.send(owned->call);
 }
@@ -70,21 +70,21 @@ void run_owned(const ScriptClient& client, std::uint16_t slot, std::vector<Check
 
 void run_check(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,
                std::optional<Micros> now, Micros deadline, CheckCallback done) {
-  run_owned(client, slot, std::move(items), {}, deadline, std::move(done),
-            [now](auto& o) { o.call.argv.check(o.items, now); }, parse_outcome);
+  run_owned<parse_outcome>(client, slot, std::move(items), {}, deadline, std::move(done),
+                           [now](auto& o) { o.call.argv.check(o.items, now); });
 }
 
 void run_timed_check(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,
                      std::optional<Micros> now, Micros deadline, TimedCallback done) {
-  run_owned(client, slot, std::move(items), {}, deadline, std::move(done),
-            [now](auto& o) { o.call.argv.multi_at(o.items, now); }, parse_timed_outcome);
+  run_owned<parse_timed_outcome>(client, slot, std::move(items), {}, deadline, std::move(done),
+                                 [now](auto& o) { o.call.argv.multi_at(o.items, now); });
 }
 
 void run_refund(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,
                 std::vector<Micros> reset_after, Micros at, std::optional<Micros> now, Micros deadline,
                 RefundCallback done) {
-  run_owned(client, slot, std::move(items), std::move(reset_after), deadline, std::move(done),
-            [at, now](auto& o) { o.call.argv.refund(o.items, o.reset_after, at, now); }, parse_refund);
+  run_owned<parse_refund>(client, slot, std::move(items), std::move(reset_after), deadline, std::move(done),
+                          [at, now](auto& o) { o.call.argv.refund(o.items, o.reset_after, at, now); });
 }
 
 }  // namespace ratekeeper::store::detail
