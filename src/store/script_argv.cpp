@@ -97,6 +97,13 @@ void ScriptArgv::batch(std::span<const BatchEntry> entries, std::optional<Micros
   }
 }
 
+void ScriptArgv::call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args) {
+  start(script, 1, 1 + keys.size() + args.size());
+  number(static_cast<std::int64_t>(keys.size()));
+  for (const auto& k : keys) argv_.push_back(k);
+  for (const auto& a : args) argv_.push_back(a);
+}
+
 std::span<const std::string_view> ScriptArgv::argv(bool eval) noexcept {
   if (script_ != nullptr) {
     argv_[0] = eval ? std::string_view("EVAL") : std::string_view("EVALSHA");

@@ -46,6 +46,11 @@ class ScriptArgv {
   void refund(std::span<const CheckItem> items, std::span<const Micros> reset_after, Micros at,
               std::optional<Micros> now);
 
+  // A call of the script named `script` with `keys` and `args` as they are, for a caller
+  // that encodes its own arguments (the tests' direct line to the scripts). The views point
+  // into `keys` and `args`.
+  void call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args);
+
   // The script the last build is for; nullptr when it is not embedded (nothing to send).
   const LuaScript* script() const noexcept { return script_; }
   // EVALSHA sha (or EVAL source) numkeys keys... args...

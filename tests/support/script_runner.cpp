@@ -7,6 +7,7 @@
 
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "store/script_argv.hpp"
+#include "store/script_client.hpp"
 
 namespace ratekeeper::testing {
 namespace {
@@ -36,6 +37,38 @@ RedisReply convert(const redisReply* r) {
       break;
     default: break;
   }
+  return out;
+}
+
+redis::Reply to_reply(const RedisReply& r) {
+  redis::Reply out;
+  switch (r.type) {
+    case RedisReply::Type::nil: out.type = redis::Reply::Type::nil; break;
+    case RedisReply::Type::integer: out.type = redis::Reply::Type::integer; break;
+    case RedisReply::Type::string: out.type = redis::Reply::Type::string; break;
+    case RedisReply::Type::status: out.type = redis::Reply::Type::status; break;
+    case RedisReply::Type::error: out.type = redis::Reply::Type::error; break;
+    case RedisReply::Type::array: out.type = redis::Reply::Type::array; break;
+  }
+  out.integer = r.integer;
+  out.str = r.text;
+  for (const auto& e : r.elements) out.elements.push_back(to_reply(e));
+  return out;
+}
+
+RedisReply from_reply(const redis::Reply& r) {
+  RedisReply out;
+  switch (r.type) {
+    case redis::Reply::Type::nil: out.type = RedisReply::Type::nil; break;
+    case redis::Reply::Type::integer: out.type = RedisReply::Type::integer; break;
+    case redis::Reply::Type::string: out.type = RedisReply::Type::string; break;
+    case redis::Reply::Type::status: out.type = RedisReply::Type::status; break;
+    case redis::Reply::Type::error: out.type = RedisReply::Type::error; break;
+    case redis::Reply::Type::array: out.type = RedisReply::Type::array; break;
+  }
+  out.integer = r.integer;
+  out.text = r.str;
+  for (const auto& e : r.elements) out.elements.push_back(from_reply(e));
   return out;
 }
 
@@ -141,16 +174,24 @@ std::string ScriptRunner::sha(std::string_view script) {
 
 RedisReply ScriptRunner::run(std::string_view script, const std::vector<std::string>& keys,
                              const std::vector<std::string>& args) {
-  // EVALSHA, and EVAL with the source once after NOSCRIPT, as the store's script client.
-  const store::LuaScript& s = embedded(script);
-  std::vector<std::string> argv{"EVALSHA", std::string(s.sha), std::to_string(keys.size())};
-  argv.insert(argv.end(), keys.begin(), keys.end());
-  argv.insert(argv.end(), args.begin(), args.end());
-  RedisReply r = connection_.command(argv);
-  if (!r.is_error() || !r.text.starts_with("NOSCRIPT")) return r;
-  argv[0] = "EVAL";
-  argv[1] = std::string(s.source);
-  return connection_.command(argv);
+  // Through the store's script client (EVALSHA, EVAL once after NOSCRIPT), over this
+  // synchronous connection: the client's callbacks run before send() returns.
+  (void)embedded(script);
+  const store::detail::ScriptClient client(
+      [this](std::uint16_t, std::span<const std::string_view> argv, Micros, redis::ReplyCallback done) {
+        done(to_reply(connection_.command(std::vector<std::string>(argv.begin(), argv.end()))));
+      },
+      nullptr, nullptr);
+  std::optional<Result<redis::Reply>> reply;
+  store::detail::ScriptCall call;
+  call.argv.call(script, keys, args);
+  call.deadline = client.steady() + 60 * kMicrosPerSecond;
+  call.done = [&reply](Result<redis::Reply> r) { reply = std::move(r); };
+  client.send(call);
+  if (!reply || !*reply) {
+    throw std::runtime_error(fmt::format("script {}: {}", script, reply ? reply->error().message : "no reply"));
+  }
+  return from_reply(**reply);
 }
 
 std::vector<std::int64_t> ScriptRunner::run_integers(std::string_view script,

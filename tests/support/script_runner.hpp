@@ -1,7 +1,7 @@
 #pragma once
 // Tests' direct line to the Lua scripts: a synchronous hiredis connection and a runner that
 // calls the embedded scripts (store/lua_scripts.hpp) with the calling convention of
-// RedisStore, encoded by the store's own ScriptArgv. Not thread-safe.
+// RedisStore, encoded and sent by the store's own script client. Not thread-safe.
 
 #include <cstdint>
 #include <memory>
@@ -48,7 +48,8 @@ class RedisConnection {
   redisContext* context_ = nullptr;
 };
 
-// Runs the embedded scripts by EVALSHA (EVAL once after NOSCRIPT).
+// Runs the embedded scripts through the store's script client (EVALSHA, EVAL once after
+// NOSCRIPT).
 class ScriptRunner {
  public:
   explicit ScriptRunner(RedisConnection& connection) : connection_(connection) {}
