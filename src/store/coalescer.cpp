@@ -54,24 +54,21 @@ void Coalescer::close() {
 }
 
 void Coalescer::check(std::vector<CheckItem> items, std::optional<Micros> now, Micros deadline, CheckCallback done) {
-  bool taken = false;
   {
-    std::lock_guard lock(mu_);
-    if (!closed_) {
-      Check* check = check_pool_.acquire();
-      check->items = std::move(items);
-      check->now = now;
-      check->deadline = deadline;
-      check->done = std::move(done);
-      queued_.push_back(check);
-      taken = true;
+    std::unique_lock lock(mu_);
+    if (closed_) {
+      lock.unlock();
+      done(make_error(ErrorCode::unavailable, "redis store closed"));
+      return;
     }
+    Check* check = check_pool_.acquire();
+    check->items = std::move(items);
+    check->now = now;
+    check->deadline = deadline;
+    check->done = std::move(done);
+    queued_.push_back(check);
   }
-  if (taken) {
-    schedule_flush();
-    return;
-  }
-  done(make_error(ErrorCode::unavailable, "redis store closed"));
+  schedule_flush();
 }
 
 void Coalescer::schedule_flush() {

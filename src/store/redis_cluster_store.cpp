@@ -145,9 +145,9 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
     if (--check->left > 0) return;
   }
   // Every part has answered: nothing else touches `check` until the refunds are sent.
-  if (check->error) {
+  if (const std::optional<Error>& error = check->error; error.has_value()) {
     auto done = std::move(check->done);
-    done(std::unexpected(*check->error));
+    done(std::unexpected(*error));
     return;
   }
   const bool denied = std::any_of(check->parts.begin(), check->parts.end(),

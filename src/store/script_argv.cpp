@@ -17,7 +17,7 @@ void ScriptArgv::start(std::string_view name, std::size_t numbers, std::size_t c
   numbers_.reserve(numbers * kNumberChars);  // no reallocation: the views stay valid
   argv_.clear();
   argv_.reserve(2 + count);
-  argv_.push_back("EVALSHA");
+  argv_.emplace_back("EVALSHA");
   argv_.push_back(script_ != nullptr ? script_->sha : std::string_view());
 }
 

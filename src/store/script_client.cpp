@@ -45,10 +45,8 @@ struct OwnedCall {
 template <auto Parse, class Callback, class Build>
 void run_owned(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,
                std::vector<Micros> reset_after, Micros deadline, Callback done, Build build) {
-  auto owned = std::make_shared<OwnedCall<Callback>>();
-  owned->items = std::move(items);
-  owned->reset_after = std::move(reset_after);
-  owned->done = std::move(done);
+  auto owned = std::make_shared<OwnedCall<Callback>>(
+      OwnedCall<Callback>{std::move(items), std::move(reset_after), ScriptCall{}, std::move(done)});
   build(*owned);
   owned->call.deadline = deadline;
   owned->call.slot = slot;

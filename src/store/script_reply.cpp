@@ -50,7 +50,7 @@ std::vector<Result<CheckOutcome>> parse_compact(const redis::Reply& reply, const
       Decision d = *first;
       d.remaining -= k * item.cost;
       d.reset_after += k * item.cost * item.limit.period;
-      out.push_back(CheckOutcome{d, {d}});
+      out.emplace_back(CheckOutcome{d, {d}});
     }
   }
   if (admitted < repeats) {
