@@ -17,7 +17,8 @@ trap 'rm -f "$out"' EXIT
 # that libstdc++ 12 tests before it declares std::expected.
 status=0
 printf '%s\n' "${files[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy-16 -p "$build" --quiet \
-  --extra-arg=-std=c++2b --extra-arg=-D__cpp_concepts=202002L --extra-arg=-Wno-macro-redefined \
+  --extra-arg=-std=c++2b --extra-arg=-U__cpp_concepts --extra-arg=-D__cpp_concepts=202002L \
+  --extra-arg=-Wno-builtin-macro-redefined \
   >"$out" 2>&1 || status=1
 grep -v -E '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$|^Suppressed [0-9]+ warnings|^Use -header-filter' "$out" || true
 if ((status)); then echo "tidy.sh: findings above (${#files[@]} files)" >&2; exit 1; fi
