@@ -35,7 +35,9 @@ foreach(name IN LISTS scripts)
   file(WRITE ${dir}/lua/${name}.lua.tmp "${text}")
   file(COPY_FILE ${dir}/lua/${name}.lua.tmp ${dir}/lua/${name}.lua ONLY_IF_DIFFERENT)
   file(REMOVE ${dir}/lua/${name}.lua.tmp)
-  string(APPEND body "    {\"${name}\", R\"__lua__(${text})__lua__\"},\n")
+  # Redis knows a script by the SHA1 of its source (EVALSHA): computed here, once.
+  string(SHA1 sha "${text}")
+  string(APPEND body "    {\"${name}\", R\"__lua__(${text})__lua__\", \"${sha}\"},\n")
 endforeach()
 string(APPEND body "  }};\n  return scripts;\n}\n\n}  // namespace ratekeeper::store\n")
 

@@ -18,8 +18,7 @@
 
 #include "redis/resp.hpp"
 #include "require.hpp"
-#include "store/refund_call.hpp"
-#include "store/script_call.hpp"
+#include "store/script_reply.hpp"
 
 namespace {
 

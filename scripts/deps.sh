@@ -6,7 +6,9 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   libgmock-dev googletest libbenchmark-dev redis-server redis-sentinel redis-tools curl wrk
   # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes of clang 16 (clang 14 cannot compile
   # <expected>), llvm-symbolizer for readable stack traces.
-  clang-16 libclang-rt-16-dev llvm)
+  clang-16 libclang-rt-16-dev llvm
+  # scripts/tidy.sh
+  clang-tidy-16)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

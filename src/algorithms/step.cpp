@@ -10,9 +10,14 @@
 #include "ratekeeper/algorithms/token_bucket.hpp"
 
 namespace ratekeeper::algorithms {
-namespace {
+Result<void> validate_now(Micros now) {
+  if (now < 0) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", now));
+  }
+  return {};
+}
 
-Step dispatch(const Limit& limit, State state, Micros now, std::int64_t cost) {
+Step step_unchecked(const Limit& limit, State state, Micros now, std::int64_t cost) {
   switch (limit.algorithm) {
     case Algorithm::token_bucket: return token_bucket::step(limit, std::move(state), now, cost);
     case Algorithm::sliding_window_log:
@@ -24,19 +29,10 @@ Step dispatch(const Limit& limit, State state, Micros now, std::int64_t cost) {
   return {};
 }
 
-Result<void> validate_now(Micros now) {
-  if (now < 0) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", now));
-  }
-  return {};
-}
-
-}  // namespace
-
 Result<Step> step(const Limit& limit, State state, Micros now, std::int64_t cost) {
   if (auto ok = validate_cost(limit, cost); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_now(now); !ok) return std::unexpected(ok.error());
-  return dispatch(limit, std::move(state), now, cost);
+  return step_unchecked(limit, std::move(state), now, cost);
 }
 
 Decision combine(std::span<const Decision> items) {
@@ -73,7 +69,7 @@ Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> sta
   next.reserve(limits.size());
   bool allowed = true;
   for (std::size_t i = 0; i < limits.size(); ++i) {
-    Step s = dispatch(limits[i], states[i], now, costs[i]);
+    Step s = step_unchecked(limits[i], states[i], now, costs[i]);
     allowed = allowed && s.decision.allowed;
     out.items.push_back(s.decision);
     out.expires_at.push_back(s.expires_at);
@@ -84,7 +80,7 @@ Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> sta
     // (A denial already leaves its state as it was, apart from forgetting expired entries.)
     for (std::size_t i = 0; i < limits.size(); ++i) {
       if (!out.items[i].allowed) continue;
-      Step peek = dispatch(limits[i], std::move(states[i]), now, 0);
+      Step peek = step_unchecked(limits[i], std::move(states[i]), now, 0);
       out.items[i] = peek.decision;
       out.expires_at[i] = peek.expires_at;
       next[i] = std::move(peek.state);

@@ -4,29 +4,35 @@
 #include <utility>
 
 #include "ratekeeper/core/contained.hpp"
-#include "ratekeeper/redis/circuit_breaker.hpp"
 
 namespace ratekeeper::store::detail {
 
-// One check: owned by the queue, then by exactly one pending command (or one batch).
-struct Coalescer::Call {
-  ScriptCall script;  // the items, `now`, and the argument vector of a call of its own
-  CheckCallback done;
+// One check: queued, then sent alone (`call`) or as part of one batch.
+struct Coalescer::Check {
+  std::vector<CheckItem> items;
+  std::optional<Micros> now;
   Micros deadline = 0;  // steady clock
-  bool retried = false;
+  CheckCallback done;
+  ScriptCall call;  // when sent alone
 };
 
 // Checks sent together in one call of the batch script; identical checks share one entry.
 struct Coalescer::Batch {
   std::vector<BatchEntry> entries;
-  std::vector<std::vector<Call*>> calls;  // per entry, in issue order
-  BatchArgv argv;
-  Micros deadline = 0;  // the earliest of the calls'
-  bool retried = false;
+  std::vector<std::vector<Check*>> checks;  // per entry, in issue order
+  ScriptCall call;
 };
 
-Coalescer::Coalescer(ScriptSender send, Post post, Options options, ScriptReplies* replies)
-    : send_(std::move(send)), post_(std::move(post)), options_(options), replies_(replies) {
+template <class T>
+T* Coalescer::Pool<T>::acquire() {
+  if (free_.empty()) return &all_.emplace_back();
+  T* t = free_.back();
+  free_.pop_back();
+  return t;
+}
+
+Coalescer::Coalescer(const ScriptClient& client, Post post, Options options)
+    : client_(client), post_(std::move(post)), options_(options) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);
   options_.max_in_flight = std::max<std::size_t>(1, options_.max_in_flight);
 }
@@ -34,30 +40,33 @@ Coalescer::Coalescer(ScriptSender send, Post post, Options options, ScriptReplie
 Coalescer::~Coalescer() { close(); }
 
 void Coalescer::close() {
-  std::vector<Call*> left;
+  std::vector<CheckCallback> left;
   {
     std::lock_guard lock(mu_);
     closed_ = true;
-    left.swap(queued_);
+    for (Check* check : queued_) {
+      left.push_back(std::move(check->done));
+      check_pool_.release(check);
+    }
+    queued_.clear();
   }
-  for (Call* call : left) {
-    auto done = std::move(call->done);
-    delete call;
-    done(make_error(ErrorCode::unavailable, "redis store closed"));
-  }
+  for (auto& done : left) done(make_error(ErrorCode::unavailable, "redis store closed"));
 }
 
 void Coalescer::check(std::vector<CheckItem> items, std::optional<Micros> now, Micros deadline, CheckCallback done) {
-  auto* call = new Call{ScriptCall(std::move(items), now), std::move(done), deadline, false};
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (closed_) {
-      auto d = std::move(call->done);
-      delete call;
-      d(make_error(ErrorCode::unavailable, "redis store closed"));
+      lock.unlock();
+      done(make_error(ErrorCode::unavailable, "redis store closed"));
       return;
     }
-    queued_.push_back(call);
+    Check* check = check_pool_.acquire();
+    check->items = std::move(items);
+    check->now = now;
+    check->deadline = deadline;
+    check->done = std::move(done);
+    queued_.push_back(check);
   }
   schedule_flush();
 }
@@ -75,48 +84,52 @@ void Coalescer::schedule_flush() {
 }
 
 void Coalescer::flush() {
-  std::vector<Call*> calls;
+  std::vector<Check*> checks;
   {
     std::lock_guard lock(mu_);
     flush_posted_ = false;
     // Enough in flight: what is queued goes with the next completion, in fewer, larger calls.
     if (closed_ || in_flight_ >= options_.max_in_flight || queued_.empty()) return;
-    calls.swap(queued_);
+    checks.swap(queued_);
   }
-  // Runs of calls with the same `now` (the script takes one), at most max_batch each.
-  for (std::size_t i = 0; i < calls.size();) {
+  // Runs of checks with the same `now` (the script takes one), at most max_batch each.
+  for (std::size_t i = 0; i < checks.size();) {
     std::size_t j = i + 1;
-    while (j < calls.size() && j - i < options_.max_batch && calls[j]->script.now() == calls[i]->script.now()) ++j;
-    started();
-    if (j - i == 1) {
-      send_one(calls[i], false);
-    } else {
-      auto* batch = new Batch;
-      batch->deadline = calls[i]->deadline;
-      for (std::size_t k = i; k < j; ++k) {
-        const auto& items = calls[k]->script.items();
-        // Identical to an earlier check of the batch (typically one client's key): one entry.
-        std::size_t e = 0;
-        while (e < batch->entries.size() && *batch->entries[e].items != items) ++e;
-        if (e == batch->entries.size()) {
-          batch->entries.push_back({&items, 0});
-          batch->calls.emplace_back();
-        }
-        ++batch->entries[e].repeats;
-        batch->calls[e].push_back(calls[k]);
-        batch->deadline = std::min(batch->deadline, calls[k]->deadline);
-      }
-      batches_.fetch_add(1, std::memory_order_relaxed);
-      batched_checks_.fetch_add(j - i, std::memory_order_relaxed);
-      send_batch(batch, false);
+    while (j < checks.size() && j - i < options_.max_batch && checks[j]->now == checks[i]->now) ++j;
+    Batch* batch = started(j - i > 1);
+    if (batch == nullptr) {
+      send_one(checks[i]);
+      i = j;
+      continue;
     }
+    batch->entries.clear();
+    batch->checks.clear();
+    batch->call.deadline = checks[i]->deadline;
+    for (std::size_t k = i; k < j; ++k) {
+      const auto& items = checks[k]->items;
+      // Identical to an earlier check of the batch (typically one client's key): one entry.
+      std::size_t e = 0;
+      while (e < batch->entries.size() && *batch->entries[e].items != items) ++e;
+      if (e == batch->entries.size()) {
+        batch->entries.push_back({&items, 0});
+        batch->checks.emplace_back();
+      }
+      ++batch->entries[e].repeats;
+      batch->checks[e].push_back(checks[k]);
+      batch->call.deadline = std::min(batch->call.deadline, checks[k]->deadline);
+    }
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    batched_checks_.fetch_add(j - i, std::memory_order_relaxed);
+    batch->call.argv.batch(batch->entries, checks[i]->now);
+    send_batch(batch);
     i = j;
   }
 }
 
-void Coalescer::started() {
+Coalescer::Batch* Coalescer::started(bool batch) {
   std::lock_guard lock(mu_);
   ++in_flight_;
+  return batch ? batch_pool_.acquire() : nullptr;
 }
 
 void Coalescer::finished() {
@@ -128,61 +141,39 @@ void Coalescer::finished() {
   schedule_flush();
 }
 
-void Coalescer::send_one(Call* call, bool eval) {
-  // EVALSHA sha numkeys keys... args... (EVAL with the source after NOSCRIPT).
-  auto argv = call->script.argv(eval);
-  if (!argv) {
-    on_reply(call, std::unexpected(argv.error()));
-    return;
-  }
-  const Micros left = std::max<Micros>(1, call->deadline - SystemClock::instance().steady());
-  send_(*argv, left, [this, call](Result<redis::Reply> reply) { on_reply(call, std::move(reply)); });
+void Coalescer::send_one(Check* check) {
+  check->call.argv.check(check->items, check->now);
+  check->call.deadline = check->deadline;
+  check->call.evaluated = false;
+  check->call.done = [this, check](Result<redis::Reply> reply) { on_reply(check, std::move(reply)); };
+  client_.send(check->call);
 }
 
-void Coalescer::on_reply(Call* call, Result<redis::Reply> reply) {
-  if (needs_eval(reply, call->retried, replies_)) {
-    // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
-    call->retried = true;
-    send_one(call, true);
-    return;
+void Coalescer::on_reply(Check* check, Result<redis::Reply> reply) {
+  auto done = std::move(check->done);
+  Result<CheckOutcome> outcome = reply ? parse_outcome(*reply, check->items.size())
+                                       : Result<CheckOutcome>(std::unexpected(std::move(reply.error())));
+  {
+    std::lock_guard lock(mu_);
+    check_pool_.release(check);
   }
-  auto done = std::move(call->done);
-  const std::size_t n = call->script.items().size();
-  delete call;
   finished();
-  if (!reply) {
-    done(std::unexpected(std::move(reply.error())));
-    return;
-  }
-  done(parse_outcome(*reply, n));
+  done(std::move(outcome));
 }
 
-void Coalescer::send_batch(Batch* batch, bool eval) {
-  const auto& now = batch->calls.front().front()->script.now();
-  auto argv = batch->argv.build(batch->entries, now, eval);
-  if (!argv) {
-    on_batch_reply(batch, std::unexpected(argv.error()));
-    return;
-  }
-  const Micros left = std::max<Micros>(1, batch->deadline - SystemClock::instance().steady());
-  send_(*argv, left, [this, batch](Result<redis::Reply> reply) { on_batch_reply(batch, std::move(reply)); });
+void Coalescer::send_batch(Batch* batch) {
+  batch->call.evaluated = false;
+  batch->call.done = [this, batch](Result<redis::Reply> reply) { on_batch_reply(batch, std::move(reply)); };
+  client_.send(batch->call);
 }
 
 void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
-  if (needs_eval(reply, batch->retried, replies_)) {
-    batch->retried = true;
-    send_batch(batch, true);
-    return;
-  }
   std::vector<std::vector<Result<CheckOutcome>>> outcomes;
   if (reply) outcomes = parse_batch(*reply, batch->entries);
-  std::vector<std::vector<Call*>> calls = std::move(batch->calls);
-  delete batch;
   finished();
-  for (std::size_t e = 0; e < calls.size(); ++e) {
-    for (std::size_t r = 0; r < calls[e].size(); ++r) {
-      auto done = std::move(calls[e][r]->done);
-      delete calls[e][r];
+  for (std::size_t e = 0; e < batch->checks.size(); ++e) {
+    for (std::size_t r = 0; r < batch->checks[e].size(); ++r) {
+      auto done = std::move(batch->checks[e][r]->done);
       // Each check's callback runs whatever the others do.
       contain("a coalesced check's callback", [&] {
         if (reply) {
@@ -193,6 +184,11 @@ void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
       });
     }
   }
+  std::lock_guard lock(mu_);
+  for (auto& entry : batch->checks) {
+    for (Check* check : entry) check_pool_.release(check);
+  }
+  batch_pool_.release(batch);
 }
 
 }  // namespace ratekeeper::store::detail

@@ -6,19 +6,21 @@
 // with a `post` function, at the end of the current turn of the thread it posts to) the
 // waiting checks go out together as one call of the batch script (lua/batch.lua), at most
 // max_batch per call, identical checks as one entry. A check alone goes out as its own
-// script. NOSCRIPT is answered by EVAL with the source, once per call. Every check keeps its
-// own deadline: a check that waited gets what is left of it. The replies are noted in the
-// store's ScriptReplies (NOSCRIPT reloads, health). Thread-safe.
+// script. Calls go through the store's ScriptClient (NOSCRIPT → EVAL once per call). Every
+// check keeps its own deadline: a check that waited gets what is left of it.
+//
+// The coalescer owns its checks and calls, from check() until their callbacks ran, and
+// reuses them (and their argument buffers) for later checks. Thread-safe.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
 
-#include "script_call.hpp"
-#include "script_replies.hpp"
+#include "script_client.hpp"
 
 namespace ratekeeper::store::detail {
 
@@ -32,14 +34,14 @@ class Coalescer {
   using Post = std::function<void(std::function<void()>)>;
 
   // `post` empty: waiting checks go out when a call completes, from its callback.
-  // `replies` may be null.
-  Coalescer(ScriptSender send, Post post, Options options, ScriptReplies* replies);
-  // close() must have been called, and no callback of `send` be pending.
+  // `client` must outlive the coalescer.
+  Coalescer(const ScriptClient& client, Post post, Options options);
+  // close() must have been called, and no callback of the client's sender be pending.
   ~Coalescer();
   Coalescer(const Coalescer&) = delete;
   Coalescer& operator=(const Coalescer&) = delete;
 
-  // `items` valid (validate_check); `deadline` absolute on the steady clock.
+  // `items` valid (validate_check); `deadline` absolute on the client's steady clock.
   void check(std::vector<CheckItem> items, std::optional<Micros> now, Micros deadline, CheckCallback done);
 
   // Nothing is sent from here on; the checks still waiting fail with unavailable.
@@ -49,23 +51,36 @@ class Coalescer {
   std::uint64_t batched_checks() const noexcept { return batched_checks_.load(std::memory_order_relaxed); }
 
  private:
-  struct Call;
+  struct Check;
   struct Batch;
+  // Objects kept for reuse: in use from acquire() to release(). Under mu_.
+  template <class T>
+  class Pool {
+   public:
+    T* acquire();
+    void release(T* t) { free_.push_back(t); }
+
+   private:
+    std::deque<T> all_;  // stable addresses
+    std::vector<T*> free_;
+  };
+
   void schedule_flush();  // under no lock
   void flush();
-  void send_one(Call* call, bool eval);
-  void on_reply(Call* call, Result<redis::Reply> reply);
-  void send_batch(Batch* batch, bool eval);
+  Batch* started(bool batch);  // a call goes out: its batch when it is one
+  void finished();              // a call was answered
+  void send_one(Check* check);
+  void on_reply(Check* check, Result<redis::Reply> reply);
+  void send_batch(Batch* batch);
   void on_batch_reply(Batch* batch, Result<redis::Reply> reply);
-  void started();
-  void finished();
 
-  ScriptSender send_;
+  const ScriptClient& client_;
   Post post_;
   Options options_;
-  ScriptReplies* replies_;
   std::mutex mu_;
-  std::vector<Call*> queued_;
+  Pool<Check> check_pool_;
+  Pool<Batch> batch_pool_;
+  std::vector<Check*> queued_;
   bool flush_posted_ = false;
   std::size_t in_flight_ = 0;
   bool closed_ = false;

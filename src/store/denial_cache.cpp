@@ -7,7 +7,6 @@
 #include <unordered_map>
 
 #include "ratekeeper/algorithms/step.hpp"
-#include "ratekeeper/core/clock.hpp"
 
 namespace ratekeeper::store {
 
@@ -29,7 +28,7 @@ struct DenialCache::Shard {
 };
 
 DenialCache::DenialCache(std::unique_ptr<Store> inner, DenialCacheOptions options)
-    : inner_(std::move(inner)), options_(options) {
+    : inner_(std::move(inner)), options_(options), clock_(&clock_or_system(options_.clock)) {
   const std::size_t n = std::bit_ceil(std::max<std::size_t>(1, options_.shards));
   shards_ = std::make_unique<Shard[]>(n);
   shard_mask_ = n - 1;
@@ -89,7 +88,7 @@ void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now,
     inner_->check(std::move(items), now, std::move(done));
     return;
   }
-  const Micros sent_at = SystemClock::instance().steady();
+  const Micros sent_at = clock_->steady();
   if (auto local = lookup(items, sent_at)) {
     hits_.fetch_add(1, std::memory_order_relaxed);
     done(std::move(*local));

@@ -8,11 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "ratekeeper/algorithms/fixed_window.hpp"
-#include "ratekeeper/algorithms/sliding_window_counter.hpp"
-#include "ratekeeper/algorithms/sliding_window_log.hpp"
 #include "ratekeeper/algorithms/step.hpp"
-#include "ratekeeper/algorithms/token_bucket.hpp"
 
 namespace ratekeeper::store {
 namespace {
@@ -112,26 +108,6 @@ std::size_t shard_count(const MemoryStoreOptions& options) {
   return n;
 }
 
-// The algorithm's step with arguments already validated by the caller.
-algorithms::Step run_step(const Limit& limit, algorithms::State state, Micros now, std::int64_t cost) {
-  switch (limit.algorithm) {
-    case algorithms::Algorithm::token_bucket:
-      return algorithms::token_bucket::step(limit, std::move(state), now, cost);
-    case algorithms::Algorithm::sliding_window_log:
-      return algorithms::sliding_window_log::step(limit, std::move(state), now, cost);
-    case algorithms::Algorithm::sliding_window_counter:
-      return algorithms::sliding_window_counter::step(limit, std::move(state), now, cost);
-    case algorithms::Algorithm::fixed_window:
-      return algorithms::fixed_window::step(limit, std::move(state), now, cost);
-  }
-  return {};
-}
-
-Result<void> validate_now(Micros now) {
-  if (now < 0) return make_error(ErrorCode::invalid_argument, fmt::format("now must be >= 0, got {}", now));
-  return {};
-}
-
 }  // namespace
 
 // Lock, sweep cursor and map header share one cache line.
@@ -198,7 +174,7 @@ Result<Decision> MemoryStore::check_one(std::string_view key, const Limit& limit
                                         std::optional<Micros> now_opt) {
   const Micros now = now_opt ? *now_opt : options_.clock->now();
   if (auto ok = algorithms::validate_cost(limit, cost); !ok) return std::unexpected(ok.error());
-  if (auto ok = validate_now(now); !ok) return std::unexpected(ok.error());
+  if (auto ok = algorithms::validate_now(now); !ok) return std::unexpected(ok.error());
   const KeyProbe probe{key, hash_key(key)};
   Shard& shard = shards_[shard_index(probe.hash, shard_mask_)];
   std::lock_guard lock(shard.mutex);
@@ -206,7 +182,7 @@ Result<Decision> MemoryStore::check_one(std::string_view key, const Limit& limit
   const bool present = it != shard.map.end();
   const bool live = present && it->second.expires_at > now && it->second.algorithm == limit.algorithm;
   algorithms::Step step =
-      run_step(limit, live ? std::move(it->second.state) : algorithms::State{}, now, cost);
+      algorithms::step_unchecked(limit, live ? std::move(it->second.state) : algorithms::State{}, now, cost);
   if (step.expires_at == 0) {
     if (present) shard.map.erase(it);
     return step.decision;

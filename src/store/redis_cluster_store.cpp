@@ -7,24 +7,14 @@
 #include <mutex>
 
 #include "ratekeeper/algorithms/step.hpp"
-#include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/redis/url.hpp"
-#include "refund_call.hpp"
-#include "script_call.hpp"
-#include "script_replies.hpp"
+#include "check_validation.hpp"
+#include "redis_options.hpp"
+#include "script_client.hpp"
+#include "script_health.hpp"
 
 namespace ratekeeper::store {
-namespace {
-
-// Script calls to the master of `slot`.
-detail::ScriptSender slot_sender(redis::Cluster& cluster, std::uint16_t slot) {
-  return [&cluster, slot](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
-    cluster.command(slot, argv, std::move(cb), timeout);
-  };
-}
-
-}  // namespace
 
 // One check spanning several slots: its parts (one per slot), answered concurrently, then
 // the refunds of the parts that consumed when another part denied.
@@ -57,19 +47,29 @@ RedisClusterStoreOptions redis_cluster_store_options(const StoreOptions& options
   c.io_threads = std::max(1, options.io_threads);
   c.loop = options.loop;
   out.health = detail::reply_health_options(options);
+  out.clock = options.clock;
   return out;
 }
 
 RedisClusterStore::RedisClusterStore(RedisClusterStoreOptions options)
     : options_(std::move(options)),
-      replies_(std::make_unique<detail::ScriptReplies>(options_.health)),
+      clock_(&clock_or_system(options_.clock)),
+      health_(std::make_unique<detail::ScriptHealth>(options_.health, clock_)),
+      // Script calls to the master of their slot.
+      client_(std::make_unique<detail::ScriptClient>(
+          [this](std::uint16_t slot, std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
+            cluster_->command(slot, argv, std::move(cb), timeout);
+          },
+          health_.get(), clock_)),
       cluster_(std::make_unique<redis::Cluster>(options_.cluster)) {}
 
-RedisClusterStore::~RedisClusterStore() = default;
+RedisClusterStore::~RedisClusterStore() {
+  cluster_.reset();  // fails what is pending; its callbacks still reach the client
+}
 
 void RedisClusterStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = SystemClock::instance().steady() + options_.cluster.node.command_timeout;
+  const Micros deadline = clock_->steady() + options_.cluster.node.command_timeout;
   const std::uint16_t first = redis::key_slot(items[0].key);
   std::vector<std::uint16_t> slots;
   slots.reserve(items.size());
@@ -124,9 +124,8 @@ void RedisClusterStore::check_across_slots(std::vector<CheckItem> items, std::sp
     group.reserve(part.positions.size());
     for (std::size_t i : part.positions) group.push_back(check->items[i]);
     detail::run_timed_check(
-        group, now, deadline, slot_sender(*cluster_, part.slot),
-        [this, check, g](Result<detail::TimedOutcome> r) { part_answered(check, g, std::move(r)); },
-        replies_.get());
+        *client_, part.slot, std::move(group), now, deadline,
+        [this, check, g](Result<detail::TimedOutcome> r) { part_answered(check, g, std::move(r)); });
   }
 }
 
@@ -147,9 +146,9 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
     if (--check->left > 0) return;
   }
   // Every part has answered: nothing else touches `check` until the refunds are sent.
-  if (check->error) {
+  if (const std::optional<Error>& error = check->error; error.has_value()) {
     auto done = std::move(check->done);
-    done(std::unexpected(*check->error));
+    done(std::unexpected(*error));
     return;
   }
   const bool denied = std::any_of(check->parts.begin(), check->parts.end(),
@@ -189,18 +188,17 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
   check->left = pending.size();
   for (auto& r : pending) {
     const auto& part = check->parts[r.part];
-    if (SystemClock::instance().steady() >= check->deadline) {
+    if (clock_->steady() >= check->deadline) {
       refund_answered(check, r.part, r.positions,
                       make_error(ErrorCode::timeout, "the deadline passed before the refund could be sent"));
       continue;
     }
     refunds_sent_.fetch_add(1, std::memory_order_relaxed);
-    detail::run_refund(r.items, r.reset_after, part.at, check->now, check->deadline,
-                       slot_sender(*cluster_, part.slot),
+    detail::run_refund(*client_, part.slot, std::move(r.items), std::move(r.reset_after), part.at, check->now,
+                       check->deadline,
                        [this, check, p = r.part, positions = r.positions](Result<detail::RefundOutcome> outcome) {
                          refund_answered(check, p, positions, std::move(outcome));
-                       },
-                       replies_.get());
+                       });
   }
 }
 
@@ -236,19 +234,18 @@ void RedisClusterStore::answer(const std::shared_ptr<CrossSlotCheck>& check) {
 
 void RedisClusterStore::run(std::vector<CheckItem> items, std::uint16_t slot, std::optional<Micros> now,
                             Micros deadline, CheckCallback done) {
-  auto call = std::make_shared<detail::ScriptCall>(std::move(items), now);
-  detail::run_script(call, deadline, slot_sender(*cluster_, slot), std::move(done), replies_.get());
+  detail::run_check(*client_, slot, std::move(items), now, deadline, std::move(done));
 }
 
 StoreHealth RedisClusterStore::health() const {
   auto status = cluster_->status();
   if (status != "ok") return {false, std::move(status)};
-  if (auto why = replies_->failing()) return {false, std::move(*why)};
+  if (auto why = health_->failing()) return {false, std::move(*why)};
   return {true, "ok"};
 }
 
 RedisClusterStore::Stats RedisClusterStore::stats() const noexcept {
-  return Stats{replies_->noscript_reloads(), cross_slot_checks_.load(std::memory_order_relaxed),
+  return Stats{health_->noscript_reloads(), cross_slot_checks_.load(std::memory_order_relaxed),
                cross_slot_partial_.load(std::memory_order_relaxed), refunds_sent_.load(std::memory_order_relaxed),
                refunds_failed_.load(std::memory_order_relaxed)};
 }

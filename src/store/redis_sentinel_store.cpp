@@ -1,11 +1,11 @@
 #include "ratekeeper/store/redis_sentinel_store.hpp"
 
-#include "ratekeeper/algorithms/step.hpp"
-#include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/redis/url.hpp"
+#include "check_validation.hpp"
 #include "coalescer.hpp"
-#include "script_call.hpp"
-#include "script_replies.hpp"
+#include "redis_options.hpp"
+#include "script_client.hpp"
+#include "script_health.hpp"
 
 namespace ratekeeper::store {
 
@@ -23,20 +23,23 @@ RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& optio
   s.loop = options.loop;
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
   out.health = detail::reply_health_options(options);
+  out.clock = options.clock;
   return out;
 }
 
 RedisSentinelStore::RedisSentinelStore(RedisSentinelStoreOptions options)
     : options_(std::move(options)),
-      replies_(std::make_unique<detail::ScriptReplies>(options_.health)),
-      sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {
-  // No event loop of its own to post to: checks that waited go out when a call completes.
-  coalescer_ = std::make_unique<detail::Coalescer>(
-      [this](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
-        sentinel_->command(argv, std::move(cb), timeout);
-      },
-      detail::Coalescer::Post{}, detail::Coalescer::Options{options_.max_batch, 1}, replies_.get());
-}
+      clock_(&clock_or_system(options_.clock)),
+      health_(std::make_unique<detail::ScriptHealth>(options_.health, clock_)),
+      client_(std::make_unique<detail::ScriptClient>(
+          [this](std::uint16_t, std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
+            sentinel_->command(argv, std::move(cb), timeout);
+          },
+          health_.get(), clock_)),
+      // No event loop of its own to post to: checks that waited go out when a call completes.
+      coalescer_(std::make_unique<detail::Coalescer>(*client_, detail::Coalescer::Post{},
+                                                     detail::Coalescer::Options{options_.max_batch, 1})),
+      sentinel_(std::make_unique<redis::Sentinel>(options_.sentinel)) {}
 
 RedisSentinelStore::~RedisSentinelStore() {
   coalescer_->close();  // the checks still waiting fail
@@ -45,17 +48,17 @@ RedisSentinelStore::~RedisSentinelStore() {
 
 void RedisSentinelStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = SystemClock::instance().steady() + options_.sentinel.master.command_timeout;
+  const Micros deadline = clock_->steady() + options_.sentinel.master.command_timeout;
   coalescer_->check(std::move(items), now, deadline, std::move(done));
 }
 
 StoreHealth RedisSentinelStore::health() const {
   auto status = sentinel_->status();
   if (status != "ok") return {false, std::move(status)};
-  if (auto why = replies_->failing()) return {false, std::move(*why)};
+  if (auto why = health_->failing()) return {false, std::move(*why)};
   return {true, "ok"};
 }
 
-std::uint64_t RedisSentinelStore::noscript_reloads() const noexcept { return replies_->noscript_reloads(); }
+std::uint64_t RedisSentinelStore::noscript_reloads() const noexcept { return health_->noscript_reloads(); }
 
 }  // namespace ratekeeper::store

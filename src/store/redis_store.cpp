@@ -3,18 +3,19 @@
 #include <algorithm>
 #include <utility>
 
-#include "../redis/sha1.hpp"
-#include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "check_validation.hpp"
 #include "coalescer.hpp"
-#include "script_call.hpp"
-#include "script_replies.hpp"
+#include "redis_options.hpp"
+#include "script_client.hpp"
+#include "script_health.hpp"
 
 namespace ratekeeper::store {
 
 // One connection, driven by one loop thread, and the coalescing of the checks sent on it.
 struct RedisStore::Lane {
   std::unique_ptr<redis::Connection> connection;
+  std::unique_ptr<detail::ScriptClient> client;
   std::unique_ptr<detail::Coalescer> coalescer;
   std::size_t context = 0;  // the loop thread that drives the connection
 };
@@ -26,25 +27,28 @@ RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::
   out.loop = options.loop;
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
   out.health = detail::reply_health_options(options);
+  out.clock = options.clock;
   return out;
 }
 
-std::string RedisStore::script_sha1(std::string_view source) { return redis::detail::sha1_hex(source); }
-
 RedisStore::RedisStore(RedisStoreOptions options)
-    : options_(std::move(options)), replies_(std::make_unique<detail::ScriptReplies>(options_.health)) {
+    : options_(std::move(options)),
+      clock_(&clock_or_system(options_.clock)),
+      health_(std::make_unique<detail::ScriptHealth>(options_.health, clock_)) {
   loop_ = options_.loop ? options_.loop : std::make_shared<EventLoop>(std::max(1, options_.connections));
   for (std::size_t i = 0; i < loop_->size(); ++i) {
     auto lane = std::make_unique<Lane>();
     lane->context = i;
     lane->connection = std::make_unique<redis::Connection>(*loop_, options_.connection, i);
     auto* connection = lane->connection.get();
-    lane->coalescer = std::make_unique<detail::Coalescer>(
-        [connection](std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
+    lane->client = std::make_unique<detail::ScriptClient>(
+        [connection](std::uint16_t, std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
           connection->command(argv, std::move(cb), timeout);
         },
-        [loop = loop_.get(), i](std::function<void()> fn) { loop->post(i, std::move(fn)); },
-        detail::Coalescer::Options{options_.max_batch, options_.max_in_flight}, replies_.get());
+        health_.get(), clock_);
+    lane->coalescer = std::make_unique<detail::Coalescer>(
+        *lane->client, [loop = loop_.get(), i](std::function<void()> fn) { loop->post(i, std::move(fn)); },
+        detail::Coalescer::Options{options_.max_batch, options_.max_in_flight});
     lanes_.push_back(std::move(lane));
   }
 }
@@ -61,7 +65,7 @@ RedisStore::~RedisStore() {
 
 void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = SystemClock::instance().steady() + options_.connection.command_timeout;
+  const Micros deadline = clock_->steady() + options_.connection.command_timeout;
   std::size_t index = loop_->current_index();
   if (index >= lanes_.size()) {
     index = lanes_.size() == 1 ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % lanes_.size();
@@ -76,11 +80,11 @@ StoreHealth RedisStore::health() const {
       return {false, c.status()};
     }
   }
-  if (auto why = replies_->failing()) return {false, std::move(*why)};
+  if (auto why = health_->failing()) return {false, std::move(*why)};
   return {true, "ok"};
 }
 
-std::uint64_t RedisStore::noscript_reloads() const noexcept { return replies_->noscript_reloads(); }
+std::uint64_t RedisStore::noscript_reloads() const noexcept { return health_->noscript_reloads(); }
 
 redis::Connection& RedisStore::connection(std::size_t index) { return *lanes_.at(index)->connection; }
 

@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include "ratekeeper/store/lua_scripts.hpp"
+#include "store/script_argv.hpp"
+#include "store/script_client.hpp"
 
 namespace ratekeeper::testing {
 namespace {
@@ -38,8 +40,55 @@ RedisReply convert(const redisReply* r) {
   return out;
 }
 
-std::string algorithm_code(algorithms::Algorithm a) {
-  return std::to_string(static_cast<int>(a));
+redis::Reply to_reply(const RedisReply& r) {
+  redis::Reply out;
+  switch (r.type) {
+    case RedisReply::Type::nil: out.type = redis::Reply::Type::nil; break;
+    case RedisReply::Type::integer: out.type = redis::Reply::Type::integer; break;
+    case RedisReply::Type::string: out.type = redis::Reply::Type::string; break;
+    case RedisReply::Type::status: out.type = redis::Reply::Type::status; break;
+    case RedisReply::Type::error: out.type = redis::Reply::Type::error; break;
+    case RedisReply::Type::array: out.type = redis::Reply::Type::array; break;
+  }
+  out.integer = r.integer;
+  out.str = r.text;
+  for (const auto& e : r.elements) out.elements.push_back(to_reply(e));
+  return out;
+}
+
+RedisReply from_reply(const redis::Reply& r) {
+  RedisReply out;
+  switch (r.type) {
+    case redis::Reply::Type::nil: out.type = RedisReply::Type::nil; break;
+    case redis::Reply::Type::integer: out.type = RedisReply::Type::integer; break;
+    case redis::Reply::Type::string: out.type = RedisReply::Type::string; break;
+    case redis::Reply::Type::status: out.type = RedisReply::Type::status; break;
+    case redis::Reply::Type::error: out.type = RedisReply::Type::error; break;
+    case redis::Reply::Type::array: out.type = RedisReply::Type::array; break;
+  }
+  out.integer = r.integer;
+  out.text = r.str;
+  for (const auto& e : r.elements) out.elements.push_back(from_reply(e));
+  return out;
+}
+
+const store::LuaScript& embedded(std::string_view name) {
+  const store::LuaScript* script = store::find_lua_script(name);
+  if (script == nullptr) throw std::runtime_error(fmt::format("no embedded script named '{}'", name));
+  return *script;
+}
+
+// ARGV of a call ScriptArgv encodes for `items`: what follows numkeys and the keys.
+std::vector<std::string> argv_of(const store::detail::ScriptArgv& argv, std::size_t items) {
+  const auto args = argv.args().subspan(1 + items);
+  return {args.begin(), args.end()};
+}
+
+std::vector<store::CheckItem> items_of(std::span<const algorithms::Limit> limits,
+                                       std::span<const std::int64_t> costs) {
+  std::vector<store::CheckItem> items;
+  for (std::size_t i = 0; i < limits.size(); ++i) items.push_back({fmt::format("k{}", i), limits[i], costs[i]});
+  return items;
 }
 
 }  // namespace
@@ -115,32 +164,34 @@ std::int64_t RedisConnection::server_time_us() {
 }
 
 std::string ScriptRunner::sha(std::string_view script) {
-  const std::string name(script);
-  if (auto it = sha_.find(name); it != sha_.end()) return it->second;
-  auto source = store::lua_script(name);
-  if (!source) throw std::runtime_error(fmt::format("no embedded script named '{}'", name));
-  RedisReply loaded = connection_.command({"SCRIPT", "LOAD", std::string(*source)});
-  if (loaded.type != RedisReply::Type::string) {
-    throw std::runtime_error(fmt::format("SCRIPT LOAD {}: {}", name, loaded.text));
+  const store::LuaScript& s = embedded(script);
+  RedisReply loaded = connection_.command({"SCRIPT", "LOAD", std::string(s.source)});
+  if (loaded.type != RedisReply::Type::string || loaded.text != s.sha) {
+    throw std::runtime_error(fmt::format("SCRIPT LOAD {}: {}", script, loaded.text));
   }
-  return sha_.emplace(name, loaded.text).first->second;
+  return std::string(s.sha);
 }
 
 RedisReply ScriptRunner::run(std::string_view script, const std::vector<std::string>& keys,
                              const std::vector<std::string>& args) {
-  const std::string name(script);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    std::vector<std::string> argv{"EVALSHA", sha(name), std::to_string(keys.size())};
-    argv.insert(argv.end(), keys.begin(), keys.end());
-    argv.insert(argv.end(), args.begin(), args.end());
-    RedisReply r = connection_.command(argv);
-    if (r.is_error() && r.text.starts_with("NOSCRIPT")) {
-      sha_.erase(name);
-      continue;
-    }
-    return r;
+  // Through the store's script client (EVALSHA, EVAL once after NOSCRIPT), over this
+  // synchronous connection: the client's callbacks run before send() returns.
+  (void)embedded(script);
+  const store::detail::ScriptClient client(
+      [this](std::uint16_t, std::span<const std::string_view> argv, Micros, redis::ReplyCallback done) {
+        done(to_reply(connection_.command(std::vector<std::string>(argv.begin(), argv.end()))));
+      },
+      nullptr, nullptr);
+  std::optional<Result<redis::Reply>> reply;
+  store::detail::ScriptCall call;
+  call.argv.call(script, keys, args);
+  call.deadline = client.steady() + 60 * kMicrosPerSecond;
+  call.done = [&reply](Result<redis::Reply> r) { reply = std::move(r); };
+  client.send(call);
+  if (!reply || !*reply) {
+    throw std::runtime_error(fmt::format("script {}: {}", script, reply ? reply->error().message : "no reply"));
   }
-  throw std::runtime_error(fmt::format("script {} is not loaded after SCRIPT LOAD", name));
+  return from_reply(**reply);
 }
 
 std::vector<std::int64_t> ScriptRunner::run_integers(std::string_view script,
@@ -169,21 +220,29 @@ std::vector<algorithms::Decision> ScriptRunner::check_all(const std::vector<std:
 
 std::vector<std::string> single_args(const algorithms::Limit& limit, std::int64_t cost,
                                      std::optional<std::int64_t> now) {
-  return {std::to_string(limit.capacity), std::to_string(limit.period), std::to_string(cost),
-          std::to_string(now.value_or(-1))};
+  const std::vector<store::CheckItem> items{{"k", limit, cost}};
+  store::detail::ScriptArgv argv;
+  argv.check(items, now);
+  return argv_of(argv, 1);
 }
 
 std::vector<std::string> multi_args(std::span<const algorithms::Limit> limits,
                                     std::span<const std::int64_t> costs,
                                     std::optional<std::int64_t> now) {
-  std::vector<std::string> args{std::to_string(now.value_or(-1))};
-  for (std::size_t i = 0; i < limits.size(); ++i) {
-    args.push_back(algorithm_code(limits[i].algorithm));
-    args.push_back(std::to_string(limits[i].capacity));
-    args.push_back(std::to_string(limits[i].period));
-    args.push_back(std::to_string(costs[i]));
-  }
-  return args;
+  // "multi_at" takes the ARGV of "multi", whatever the number of keys.
+  const auto items = items_of(limits, costs);
+  store::detail::ScriptArgv argv;
+  argv.multi_at(items, now);
+  return argv_of(argv, items.size());
+}
+
+std::vector<std::string> refund_args(std::span<const algorithms::Limit> limits, std::span<const std::int64_t> costs,
+                                     std::span<const std::int64_t> reset_after, std::int64_t at,
+                                     std::optional<std::int64_t> now) {
+  const auto items = items_of(limits, costs);
+  store::detail::ScriptArgv argv;
+  argv.refund(items, reset_after, at, now);
+  return argv_of(argv, items.size());
 }
 
 std::vector<std::int64_t> integers(const RedisReply& reply) {

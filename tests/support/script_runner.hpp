@@ -1,7 +1,7 @@
 #pragma once
 // Tests' direct line to the Lua scripts: a synchronous hiredis connection and a runner that
 // calls the embedded scripts (store/lua_scripts.hpp) with the calling convention of
-// RedisStore. Not thread-safe.
+// RedisStore, encoded and sent by the store's own script client. Not thread-safe.
 
 #include <cstdint>
 #include <memory>
@@ -9,7 +9,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "ratekeeper/algorithms/decision.hpp"
@@ -49,12 +48,13 @@ class RedisConnection {
   redisContext* context_ = nullptr;
 };
 
-// Runs the embedded scripts by EVALSHA (SCRIPT LOAD on first use and after NOSCRIPT).
+// Runs the embedded scripts through the store's script client (EVALSHA, EVAL once after
+// NOSCRIPT).
 class ScriptRunner {
  public:
   explicit ScriptRunner(RedisConnection& connection) : connection_(connection) {}
 
-  // The SHA1 of a script, loading it into Redis first if needed (for EVALSHA in MULTI).
+  // The SHA1 of a script, loaded into Redis (for EVALSHA in MULTI).
   std::string sha(std::string_view script);
 
   RedisReply run(std::string_view script, const std::vector<std::string>& keys,
@@ -74,7 +74,6 @@ class ScriptRunner {
 
  private:
   RedisConnection& connection_;
-  std::unordered_map<std::string, std::string> sha_;  // script name → SHA1
 };
 
 // ARGV of a single-key script and of "multi", in the convention RedisStore uses.
@@ -83,6 +82,10 @@ std::vector<std::string> single_args(const algorithms::Limit& limit, std::int64_
 std::vector<std::string> multi_args(std::span<const algorithms::Limit> limits,
                                     std::span<const std::int64_t> costs,
                                     std::optional<std::int64_t> now);
+// ARGV of "refund" (at, now, then per key algorithm, capacity, period, cost, reset_after).
+std::vector<std::string> refund_args(std::span<const algorithms::Limit> limits, std::span<const std::int64_t> costs,
+                                     std::span<const std::int64_t> reset_after, std::int64_t at,
+                                     std::optional<std::int64_t> now);
 
 // The integers of an array reply; throws with the reply's text on anything else.
 std::vector<std::int64_t> integers(const RedisReply& reply);

@@ -12,6 +12,12 @@ namespace ratekeeper::algorithms {
 
 Result<Step> step(const Limit& limit, State state, Micros now, std::int64_t cost);
 
+// invalid_argument unless now >= 0.
+Result<void> validate_now(Micros now);
+
+// As step, with the arguments already validated by the caller (validate_cost, now >= 0).
+Step step_unchecked(const Limit& limit, State state, Micros now, std::int64_t cost);
+
 struct MultiStep {
   Decision decision;            // the combined decision (see combine)
   std::vector<Decision> items;  // each limit's own view; when denied, without consumption

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/store/store.hpp"
 
 namespace ratekeeper::store {
@@ -27,6 +28,9 @@ namespace ratekeeper::store {
 struct DenialCacheOptions {
   std::size_t max_keys = 100'000;
   std::size_t shards = 16;  // rounded up to a power of two
+  // Times the denials on its steady reading (nullptr: the system clock); give it the
+  // store's clock (StoreOptions::clock).
+  const Clock* clock = nullptr;
 };
 
 class DenialCache final : public Store {
@@ -55,6 +59,7 @@ class DenialCache final : public Store {
 
   std::unique_ptr<Store> inner_;
   DenialCacheOptions options_;
+  const Clock* clock_;
   std::unique_ptr<Shard[]> shards_;
   std::size_t shard_mask_ = 0;
   std::atomic<std::uint64_t> hits_{0};

@@ -9,7 +9,10 @@
 // "multi", its reply followed by the instant (µs) it decided at. "refund": KEYS = k1..kN,
 // ARGV = {at_us, now_us, then per key: algorithm, capacity, period_us, cost, reset_after_us},
 // gives back what a "multi_at" decided at `at_us` consumed (lua/refund.lua); reply per key:
-// refunded 1/0, then a peek's 5 integers.
+// refunded 1/0, then a peek's 5 integers. "batch": see lua/batch.lua.
+//
+// This is the one registry of the scripts: each one's name, source, and the SHA1 Redis knows
+// it by (EVALSHA), computed at build time. Immutable; thread-safe.
 
 #include <optional>
 #include <span>
@@ -20,14 +23,21 @@ namespace ratekeeper::store {
 struct LuaScript {
   std::string_view name;  // "token_bucket", ..., "multi"
   std::string_view source;
+  std::string_view sha;  // SHA1 of source, lowercase hex
 };
 
 std::span<const LuaScript> lua_scripts();
 
-inline std::optional<std::string_view> lua_script(std::string_view name) {
+// The script named `name`, or nullptr.
+inline const LuaScript* find_lua_script(std::string_view name) noexcept {
   for (const auto& s : lua_scripts()) {
-    if (s.name == name) return s.source;
+    if (s.name == name) return &s;
   }
+  return nullptr;
+}
+
+inline std::optional<std::string_view> lua_script(std::string_view name) {
+  if (const LuaScript* s = find_lua_script(name)) return s->source;
   return std::nullopt;
 }
 

@@ -18,8 +18,7 @@ namespace ratekeeper::store {
 // while a script call got an error reply (OOM under maxmemory with noeviction, a command an
 // ACL refuses, ...) within the last error_window, ready again once it has passed without one.
 struct ReplyHealthOptions {
-  Micros error_window = 10 * kMicrosPerSecond;
-  const Clock* clock = nullptr;  // measures error_window; nullptr: the steady clock
+  Micros error_window = 10 * kMicrosPerSecond;  // measured on the store's steady clock
 };
 
 struct StoreOptions {
@@ -44,8 +43,9 @@ struct StoreOptions {
   Micros error_window = 10 * kMicrosPerSecond;
   // memory:// only.
   std::size_t max_keys = 1'000'000;
-  // memory://: the time of checks without an explicit `now` (nullptr: the system clock).
-  // Redis stores: the clock of error_window (nullptr: the steady clock).
+  // The store's one clock (nullptr: the system clock). memory://: its wall reading is the
+  // time of checks without an explicit `now`. Redis stores: its steady reading measures
+  // every deadline and error_window.
   const Clock* clock = nullptr;
 };
 

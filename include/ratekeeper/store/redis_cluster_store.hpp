@@ -50,13 +50,16 @@ namespace ratekeeper::store {
 namespace detail {
 struct TimedOutcome;
 struct RefundOutcome;
-class ScriptReplies;
+class ScriptClient;
+class ScriptHealth;
 }  // namespace detail
 
 struct RedisClusterStoreOptions {
   redis::ClusterOptions cluster;
   bool reject_cross_slot = false;  // true: a check spanning slots is invalid_argument
   ReplyHealthOptions health;
+  // Deadlines and health are measured on its steady reading (nullptr: the system clock).
+  const Clock* clock = nullptr;
 };
 
 // StoreOptions + a parsed redis-cluster:// URL → RedisClusterStoreOptions.
@@ -98,7 +101,9 @@ class RedisClusterStore final : public Store {
   void answer(const std::shared_ptr<CrossSlotCheck>& check);
 
   RedisClusterStoreOptions options_;
-  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the cluster's callbacks
+  const Clock* clock_;
+  std::unique_ptr<detail::ScriptHealth> health_;  // outlives the client
+  std::unique_ptr<detail::ScriptClient> client_;  // outlives the cluster's callbacks
   std::unique_ptr<redis::Cluster> cluster_;
   std::atomic<std::uint64_t> cross_slot_checks_{0};
   std::atomic<std::uint64_t> cross_slot_partial_{0};

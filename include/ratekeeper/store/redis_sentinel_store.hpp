@@ -18,13 +18,16 @@ namespace ratekeeper::store {
 
 namespace detail {
 class Coalescer;
-class ScriptReplies;
+class ScriptClient;
+class ScriptHealth;
 }
 
 struct RedisSentinelStoreOptions {
   redis::SentinelOptions sentinel;
   std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
   ReplyHealthOptions health;
+  // Deadlines and health are measured on its steady reading (nullptr: the system clock).
+  const Clock* clock = nullptr;
 };
 
 // StoreOptions + a parsed redis-sentinel:// URL → options. The URL's credentials and db
@@ -48,7 +51,9 @@ class RedisSentinelStore final : public Store {
 
  private:
   RedisSentinelStoreOptions options_;
-  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the coalescer
+  const Clock* clock_;
+  std::unique_ptr<detail::ScriptHealth> health_;  // outlives the client
+  std::unique_ptr<detail::ScriptClient> client_;  // outlives the coalescer
   std::unique_ptr<detail::Coalescer> coalescer_;  // destroyed after the sentinel's callbacks ran
   std::unique_ptr<redis::Sentinel> sentinel_;
 };

@@ -29,7 +29,7 @@ class EventLoop;
 }
 
 namespace ratekeeper::store::detail {
-class ScriptReplies;
+class ScriptHealth;
 }
 
 namespace ratekeeper::store {
@@ -46,6 +46,8 @@ struct RedisStoreOptions {
   // then go out together). Bounds nothing else: each check keeps its own deadline.
   std::size_t max_in_flight = 4;
   ReplyHealthOptions health;
+  // Deadlines and health are measured on its steady reading (nullptr: the system clock).
+  const Clock* clock = nullptr;
 };
 
 // StoreOptions + a parsed redis:// or unix:// URL → RedisStoreOptions.
@@ -65,9 +67,6 @@ class RedisStore final : public Store {
   // noeviction: see ReplyHealthOptions).
   StoreHealth health() const override;
 
-  // SHA1 of a script's source as Redis computes it (lowercase hex), for EVALSHA.
-  static std::string script_sha1(std::string_view source);
-
   std::uint64_t noscript_reloads() const noexcept;
   redis::Connection& connection(std::size_t index = 0);
 
@@ -81,7 +80,8 @@ class RedisStore final : public Store {
   struct Lane;
 
   RedisStoreOptions options_;
-  std::unique_ptr<detail::ScriptReplies> replies_;  // outlives the lanes
+  const Clock* clock_;
+  std::unique_ptr<detail::ScriptHealth> health_;  // outlives the lanes
   std::shared_ptr<EventLoop> loop_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<std::size_t> next_{0};

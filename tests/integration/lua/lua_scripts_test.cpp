@@ -577,22 +577,11 @@ TEST(LuaScripts, MultiOfNoKeysAdmits) {
 
 // ---- "multi_at" and "refund": the refund of a check whose keys span Redis Cluster slots ----
 
-// ARGV of "refund": the consumption's instant, the refund's, then per key the limit, the cost
-// consumed and the reset_after of the admitted decision.
-std::vector<std::string> refund_args(std::span<const Limit> limits, std::span<const std::int64_t> costs,
-                                     std::span<const Micros> reset_after, Micros at, std::optional<Micros> now) {
-  std::vector<std::string> args{std::to_string(at), std::to_string(now.value_or(-1))};
-  const auto multi = testing::multi_args(limits, costs, std::nullopt);
-  for (std::size_t i = 0; i < limits.size(); ++i) {
-    args.insert(args.end(), multi.begin() + 1 + 4 * i, multi.begin() + 5 + 4 * i);
-    args.push_back(std::to_string(reset_after[i]));
-  }
-  return args;
-}
-
+// ARGV of "refund" for one key: the consumption's instant, the refund's, then the limit, the
+// cost consumed and the reset_after of the admitted decision (testing::refund_args).
 std::vector<std::string> refund_args(const Limit& limit, std::int64_t cost, Micros reset_after, Micros at,
                                      std::optional<Micros> now) {
-  return refund_args(std::span(&limit, 1), std::span(&cost, 1), std::span(&reset_after, 1), at, now);
+  return testing::refund_args(std::span(&limit, 1), std::span(&cost, 1), std::span(&reset_after, 1), at, now);
 }
 
 // The refund's reply for one key: whether it gave state back, and the peek after it.
@@ -1013,7 +1002,7 @@ TEST(LuaRefund, ServerClockRefundRestoresEveryAlgorithmsState) {
   std::vector<Micros> reset_after;
   for (std::size_t i = 0; i < keys.size(); ++i) reset_after.push_back(consumed[5 * (i + 1) + 4]);
   const auto refund =
-      runner().run_integers("refund", keys, refund_args(limits, costs, reset_after, consumed.back(), std::nullopt));
+      runner().run_integers("refund", keys, testing::refund_args(limits, costs, reset_after, consumed.back(), std::nullopt));
   ASSERT_EQ(refund.size(), 24u);
   // The windows are aligned on the server's clock (one hour here): a run that crossed the end
   // of one cannot compare states, whatever the refund did.

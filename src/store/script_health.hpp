@@ -11,6 +11,8 @@
 // denials and peeks between failing admissions succeed. Timeouts and connection failures are
 // not counted here: the connection's state and circuit breaker report them.
 //
+// Time is the store's clock (StoreOptions::clock), its steady reading.
+//
 // Thread-safe: the connections' threads record, health() reads from anywhere. A reply that is
 // not an error costs one branch.
 
@@ -22,15 +24,17 @@
 #include <string>
 #include <string_view>
 
+#include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/redis/reply.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::store::detail {
 
-class ScriptReplies {
+class ScriptHealth {
  public:
-  explicit ScriptReplies(ReplyHealthOptions options = {});
+  // `clock` nullptr: the system clock.
+  explicit ScriptHealth(ReplyHealthOptions options = {}, const Clock* clock = nullptr);
 
   // A NOSCRIPT reply, about to be answered with EVAL.
   void reloaded() noexcept { noscript_reloads_.fetch_add(1, std::memory_order_relaxed); }
@@ -44,12 +48,11 @@ class ScriptReplies {
   std::optional<std::string> failing() const;
 
  private:
-  Micros now() const noexcept;
-
   ReplyHealthOptions options_;
+  const Clock* clock_;
   std::atomic<std::uint64_t> noscript_reloads_{0};
   std::atomic<bool> failed_{false};      // an error reply was ever recorded
-  std::atomic<Micros> last_failure_{0};  // when, on options_.clock or the steady clock
+  std::atomic<Micros> last_failure_{0};  // when, on the steady clock
   mutable std::mutex mu_;                // guards last_error_
   std::string last_error_;
 };

@@ -1,4 +1,4 @@
-// Script replies into decisions (store/script_call.hpp): the batch script's closed-form reply
+// Script replies into decisions (store/script_reply.hpp): the batch script's closed-form reply
 // for a repeated token bucket check, and replies that cannot be the script's.
 
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "store/script_call.hpp"
+#include "store/script_reply.hpp"
 
 namespace ratekeeper::store::detail {
 namespace {
@@ -61,7 +61,7 @@ TEST(ScriptReply, RepeatedTokenBucketCheckUnfoldsFromItsClosedForm) {
 }
 
 // Found while writing fuzz/resp_fuzz, reproduced by it (corpus/resp/crash-compact-overflow,
-// UBSan: signed integer overflow in script_call.cpp): the k-th admitted check
+// UBSan: signed integer overflow in the batch reply parser): the k-th admitted check
 // was computed as remaining − k·cost and reset_after + k·cost·interval from the first
 // decision of the reply, overflowing (undefined behaviour) for extreme values, and giving
 // negative remaining counts for a first decision that could not have admitted the others.

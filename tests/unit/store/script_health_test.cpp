@@ -1,7 +1,7 @@
-// What a Redis store learns from its script replies (store/script_replies.hpp): the NOSCRIPT
+// What a Redis store learns from its script replies (store/script_health.hpp): the NOSCRIPT
 // count, the health rule on a manual clock, and the error text made safe to show.
 
-#include "store/script_replies.hpp"
+#include "store/script_health.hpp"
 
 #include <gtest/gtest.h>
 
@@ -26,9 +26,9 @@ Result<redis::Reply> integer_reply(std::int64_t v) {
 
 constexpr Micros kWindow = 10 * kMicrosPerSecond;
 
-TEST(ScriptReplies, AnErrorReplyMakesTheStoreNotReadyForTheWindowWhateverSucceedsMeanwhile) {
+TEST(ScriptHealth, AnErrorReplyMakesTheStoreNotReadyForTheWindowWhateverSucceedsMeanwhile) {
   ManualClock clock(1'000'000);
-  ScriptReplies replies({kWindow, &clock});
+  ScriptHealth replies({kWindow}, &clock);
   EXPECT_FALSE(replies.failing());
   replies.answered(integer_reply(1));
   EXPECT_FALSE(replies.failing());
@@ -55,25 +55,25 @@ TEST(ScriptReplies, AnErrorReplyMakesTheStoreNotReadyForTheWindowWhateverSucceed
 }
 
 // Timeouts and lost connections are the connection's to report (state, circuit breaker).
-TEST(ScriptReplies, FailuresWithoutAReplyAreNotCounted) {
+TEST(ScriptHealth, FailuresWithoutAReplyAreNotCounted) {
   ManualClock clock(0);
-  ScriptReplies replies({kWindow, &clock});
+  ScriptHealth replies({kWindow}, &clock);
   replies.answered(make_error(ErrorCode::timeout, "deadline passed"));
   replies.answered(make_error(ErrorCode::unavailable, "connection lost"));
   EXPECT_FALSE(replies.failing());
 }
 
-TEST(ScriptReplies, CountsNoscriptReloads) {
-  ScriptReplies replies;
+TEST(ScriptHealth, CountsNoscriptReloads) {
+  ScriptHealth replies;
   replies.reloaded();
   replies.reloaded();
   EXPECT_EQ(replies.noscript_reloads(), 2u);
   EXPECT_FALSE(replies.failing());
 }
 
-TEST(ScriptReplies, TheErrorTextIsBoundedAndValidUtf8) {
+TEST(ScriptHealth, TheErrorTextIsBoundedAndValidUtf8) {
   ManualClock clock(0);
-  ScriptReplies replies({kWindow, &clock});
+  ScriptHealth replies({kWindow}, &clock);
   replies.answered(error_reply("ERR key '\xff\xfe' " + std::string(100'000, 'x')));
   const auto why = replies.failing();
   ASSERT_TRUE(why);

@@ -1,10 +1,9 @@
-#include "script_replies.hpp"
+#include "script_health.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "ratekeeper/redis/circuit_breaker.hpp"
 
 namespace ratekeeper::store::detail {
 namespace {
@@ -59,27 +58,24 @@ std::string bounded_text(std::string_view text, std::size_t max_bytes) {
   return out;
 }
 
-ScriptReplies::ScriptReplies(ReplyHealthOptions options) : options_(options) {}
+ScriptHealth::ScriptHealth(ReplyHealthOptions options, const Clock* clock)
+    : options_(options), clock_(&clock_or_system(clock)) {}
 
-Micros ScriptReplies::now() const noexcept {
-  return options_.clock != nullptr ? options_.clock->now() : SystemClock::instance().steady();
-}
-
-void ScriptReplies::answered(const Result<redis::Reply>& reply) {
+void ScriptHealth::answered(const Result<redis::Reply>& reply) {
   if (!reply || !reply->is_error()) return;
   std::string text = bounded_text(reply->str, kMaxErrorBytes);
   {
     std::lock_guard lock(mu_);
     last_error_ = std::move(text);
   }
-  last_failure_.store(now(), std::memory_order_release);
+  last_failure_.store(clock_->steady(), std::memory_order_release);
   failed_.store(true, std::memory_order_release);
 }
 
-std::optional<std::string> ScriptReplies::failing() const {
+std::optional<std::string> ScriptHealth::failing() const {
   if (!failed_.load(std::memory_order_acquire)) return std::nullopt;
   const Micros at = last_failure_.load(std::memory_order_acquire);
-  if (now() - at >= options_.error_window) return std::nullopt;
+  if (clock_->steady() - at >= options_.error_window) return std::nullopt;
   std::lock_guard lock(mu_);
   return fmt::format("redis answered a script call with an error within the last {} ms: {}",
                      options_.error_window / kMicrosPerMilli, last_error_);

@@ -1,5 +1,5 @@
 // Redis URL and host:port parsing (redis/url.hpp) without a server: what an endpoint prints
-// parses back to the same endpoint. (Every scheme: integration/redis_client_test.cpp.)
+// parses back to the same endpoint. (Every scheme: integration/redis/redis_client_test.cpp.)
 
 #include <gtest/gtest.h>
 

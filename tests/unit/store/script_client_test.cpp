@@ -1,15 +1,14 @@
-// The script calls of a refund across Redis Cluster slots (store/refund_call.hpp) against a
-// scripted sender: the argument vectors of "multi_at" and "refund", the NOSCRIPT → EVAL
-// fallback, and the parsing of their replies.
+// The script client (store/script_client.hpp) against a scripted sender: the argument
+// vectors of "multi_at" and "refund" (the calls behind a refund across Redis Cluster slots),
+// the NOSCRIPT → EVAL fallback, and the parsing of their replies.
 
-#include "store/refund_call.hpp"
+#include "store/script_client.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
 
 namespace ratekeeper::store::detail {
@@ -43,8 +42,11 @@ struct ScriptedSender {
   std::vector<std::vector<std::string>> sent;
   std::vector<redis::Reply> replies;
 
+  std::vector<std::uint16_t> slots;
+
   ScriptSender sender() {
-    return [this](std::span<const std::string_view> argv, Micros, redis::ReplyCallback done) {
+    return [this](std::uint16_t slot, std::span<const std::string_view> argv, Micros, redis::ReplyCallback done) {
+      slots.push_back(slot);
       sent.emplace_back(argv.begin(), argv.end());
       const redis::Reply reply = replies.at(sent.size() - 1);
       done(reply);
@@ -57,16 +59,20 @@ std::vector<CheckItem> items() {
           {"a:{x}:2", *algorithms::Limit::make(Algorithm::fixed_window, 5, 60'000'000), 1}};
 }
 
-Micros far() { return SystemClock::instance().steady() + 60'000'000; }
+ManualClock clock(0);
 
-TEST(RefundCall, TimedCheckSendsMultiAtAndParsesTheInstant) {
+Micros far() { return clock.steady() + 60'000'000; }
+
+TEST(ScriptClient, TimedCheckSendsMultiAtAndParsesTheInstant) {
   ScriptedSender s;
   s.replies = {array({1, 5, 3, 0, 9, /*first*/ 1, 10, 8, 0, 2000, /*second*/ 1, 5, 4, 0, 9, /*at*/ 1234})};
   std::optional<Result<TimedOutcome>> got;
   const auto batch = items();
-  run_timed_check(batch, std::nullopt, far(), s.sender(), [&](Result<TimedOutcome> r) { got = std::move(r); },
-                  nullptr);
+  ScriptClient client(s.sender(), nullptr, &clock);
+  run_timed_check(client, 7, batch, std::nullopt, far(), [&](Result<TimedOutcome> r) { got = std::move(r); });
   ASSERT_EQ(s.sent.size(), 1u);
+  EXPECT_EQ(s.slots, (std::vector<std::uint16_t>{7}));
+  EXPECT_EQ(s.sent[0][1], find_lua_script("multi_at")->sha);
   const std::vector<std::string> expected{"EVALSHA", s.sent[0][1], "2", "a:{x}:1", "a:{x}:2", "-1",
                                           "0",       "10",         "1000", "2",     "3",       "5",
                                           "60000000", "1"};
@@ -79,19 +85,19 @@ TEST(RefundCall, TimedCheckSendsMultiAtAndParsesTheInstant) {
   EXPECT_EQ((*got)->outcome.items[1].remaining, 4);
 }
 
-TEST(RefundCall, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
+TEST(ScriptClient, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
   ScriptedSender s;
   s.replies = {error("NOSCRIPT No matching script"), array({1, 1, 10, 10, 0, 0, 0, 1, 5, 5, 0, 0})};
-  ScriptReplies replies;
+  ScriptHealth replies;
+  ScriptClient client(s.sender(), &replies, &clock);
   std::optional<Result<RefundOutcome>> got;
-  const auto batch = items();
   const std::vector<Micros> reset_after{2000, 59'000'000};
-  run_refund(batch, reset_after, 777, 1000, far(), s.sender(), [&](Result<RefundOutcome> r) { got = std::move(r); },
-             &replies);
+  run_refund(client, 3, items(), reset_after, 777, 1000, far(), [&](Result<RefundOutcome> r) { got = std::move(r); });
   ASSERT_EQ(s.sent.size(), 2u);
   EXPECT_EQ(s.sent[0][0], "EVALSHA");
   EXPECT_EQ(s.sent[1][0], "EVAL");
   EXPECT_EQ(s.sent[1][1], *lua_script("refund"));
+  EXPECT_EQ(s.slots, (std::vector<std::uint16_t>{3, 3}));
   const std::vector<std::string> args(s.sent[1].begin() + 2, s.sent[1].end());
   const std::vector<std::string> expected{"2", "a:{x}:1", "a:{x}:2", "777", "1000", "0",        "10", "1000",
                                           "2", "2000",    "3",       "5",   "60000000", "1", "59000000"};
@@ -103,21 +109,19 @@ TEST(RefundCall, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
   EXPECT_EQ((*got)->items[1].limit, 5);
 }
 
-TEST(RefundCall, ASecondNoscriptIsAnError) {
+TEST(ScriptClient, ASecondNoscriptIsAnError) {
   ScriptedSender s;
   s.replies = {error("NOSCRIPT No matching script"), error("NOSCRIPT No matching script")};
   std::optional<Result<RefundOutcome>> got;
-  const auto batch = items();
-  const std::vector<Micros> reset_after{1, 1};
-  run_refund(batch, reset_after, 0, std::nullopt, far(), s.sender(),
-             [&](Result<RefundOutcome> r) { got = std::move(r); }, nullptr);
+  ScriptClient client(s.sender(), nullptr, &clock);
+  run_refund(client, 0, items(), {1, 1}, 0, std::nullopt, far(), [&](Result<RefundOutcome> r) { got = std::move(r); });
   EXPECT_EQ(s.sent.size(), 2u);
   ASSERT_TRUE(got);
   ASSERT_FALSE(*got);
   EXPECT_EQ(got->error().code, ErrorCode::reply);
 }
 
-TEST(RefundCall, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) {
+TEST(ScriptClient, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) {
   EXPECT_EQ(parse_timed_outcome(error("ERR ratekeeper: bad"), 1).error().code, ErrorCode::reply);
   // "multi" of one item without the instant.
   EXPECT_EQ(parse_timed_outcome(array({1, 5, 4, 0, 1, 1, 5, 4, 0, 1}), 1).error().code, ErrorCode::protocol);

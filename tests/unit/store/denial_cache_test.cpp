@@ -1,12 +1,12 @@
-// DenialCache in front of a MemoryStore on the system clock: a known denial is answered
+// DenialCache in front of a MemoryStore, both on one manual clock: a known denial is answered
 // without the store, only for the same limit and an equal or larger cost, never for peeks,
-// explicit-`now` checks or checks with a key not known to be denied.
+// explicit-`now` checks or checks with a key not known to be denied; and a denial lasts
+// retry_after from when its check was sent, not from when the store answered.
 
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
-#include <thread>
+#include <deque>
 
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/memory_store.hpp"
@@ -19,6 +19,7 @@ using algorithms::Algorithm;
 // Counts the checks that reach the store behind it.
 class CountingStore final : public Store {
  public:
+  explicit CountingStore(const Clock* clock) : inner(MemoryStoreOptions{.clock = clock}) {}
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override {
     calls.fetch_add(1);
     inner.check(std::move(items), now, std::move(done));
@@ -30,12 +31,28 @@ class CountingStore final : public Store {
 
 struct Fixture {
   Fixture() {
-    auto s = std::make_unique<CountingStore>();
+    auto s = std::make_unique<CountingStore>(&clock);
     counting = s.get();
-    cache = std::make_unique<DenialCache>(std::move(s));
+    cache = std::make_unique<DenialCache>(std::move(s), DenialCacheOptions{.clock = &clock});
   }
+  ManualClock clock{1'000'000'000};
   CountingStore* counting = nullptr;
   std::unique_ptr<DenialCache> cache;
+};
+
+// Answers each check only when the test says so, with the outcome the test gives.
+class HeldStore final : public Store {
+ public:
+  void check(std::vector<CheckItem>, std::optional<Micros>, CheckCallback done) override {
+    held.push_back(std::move(done));
+  }
+  std::string_view kind() const noexcept override { return "held"; }
+  void answer(const Decision& d) {
+    auto done = std::move(held.front());
+    held.pop_front();
+    done(CheckOutcome{d, {d}});
+  }
+  std::deque<CheckCallback> held;
 };
 
 Limit limit(std::int64_t capacity, Micros period) { return *Limit::make(Algorithm::token_bucket, capacity, period); }
@@ -102,15 +119,58 @@ TEST(DenialCache, DenialEndsWhenTheStoreCouldAdmitAgain) {
   ASSERT_TRUE(f.cache->check_sync({{"k", l, 1}})->decision.allowed);
   auto denied = f.cache->check_sync({{"k", l, 1}});
   ASSERT_FALSE(denied->decision.allowed);
-  std::this_thread::sleep_for(std::chrono::microseconds(denied->decision.retry_after + 20 * kMicrosPerMilli));
-  const int asked = f.counting->calls.load();
+  ASSERT_GT(denied->decision.retry_after, 1);
+  f.clock.advance(denied->decision.retry_after - 1);
+  int asked = f.counting->calls.load();
+  EXPECT_FALSE(f.cache->check_sync({{"k", l, 1}})->decision.allowed);
+  EXPECT_EQ(f.counting->calls.load(), asked);  // still known denied
+  f.clock.advance(1);
+  asked = f.counting->calls.load();
   EXPECT_TRUE(f.cache->check_sync({{"k", l, 1}})->decision.allowed);
   EXPECT_EQ(f.counting->calls.load(), asked + 1);
 }
 
+// The store answers 300 ms after the check was sent, denying for 1 s: the denial is known
+// until 1 s after the sending (what the store itself would answer then), not after the reply.
+TEST(DenialCache, DenialIsTimedFromWhenTheCheckWasSent) {
+  ManualClock clock(1'000'000'000);
+  auto held = std::make_unique<HeldStore>();
+  HeldStore& store = *held;
+  DenialCache cache(std::move(held), DenialCacheOptions{.clock = &clock});
+  const Limit l = limit(1, kMicrosPerSecond);
+  std::optional<Result<CheckOutcome>> first;
+  cache.check({{"k", l, 1}}, std::nullopt, [&](Result<CheckOutcome> r) { first = std::move(r); });
+  ASSERT_EQ(store.held.size(), 1u);
+  clock.advance(300 * kMicrosPerMilli);
+  store.answer(Decision{.allowed = false, .limit = 1, .remaining = 0, .retry_after = kMicrosPerSecond,
+                        .reset_after = 2 * kMicrosPerSecond});
+  ASSERT_TRUE(first && *first);
+  EXPECT_EQ(cache.stats().recorded, 1u);
+
+  std::optional<Result<CheckOutcome>> local;
+  cache.check({{"k", l, 1}}, std::nullopt, [&](Result<CheckOutcome> r) { local = std::move(r); });
+  EXPECT_TRUE(store.held.empty());
+  ASSERT_TRUE(local && *local);
+  EXPECT_FALSE((*local)->decision.allowed);
+  EXPECT_EQ((*local)->decision.retry_after, 700 * kMicrosPerMilli);
+  EXPECT_EQ((*local)->decision.reset_after, 1700 * kMicrosPerMilli);
+
+  clock.advance(700 * kMicrosPerMilli - 1);
+  cache.check({{"k", l, 1}}, std::nullopt, [](Result<CheckOutcome>) {});
+  EXPECT_TRUE(store.held.empty());
+  EXPECT_EQ(cache.stats().hits, 2u);
+  // 1 s after the first check was sent: the store decides again.
+  clock.advance(1);
+  cache.check({{"k", l, 1}}, std::nullopt, [](Result<CheckOutcome>) {});
+  EXPECT_EQ(store.held.size(), 1u);
+  EXPECT_EQ(cache.stats().hits, 2u);
+  store.answer(Decision{.allowed = true, .limit = 1});
+}
+
 TEST(DenialCache, HoldsAtMostMaxKeysDenials) {
-  auto s = std::make_unique<CountingStore>();
-  DenialCache cache(std::move(s), DenialCacheOptions{8, 2});
+  ManualClock clock(0);
+  auto s = std::make_unique<CountingStore>(&clock);
+  DenialCache cache(std::move(s), DenialCacheOptions{8, 2, &clock});
   const Limit l = limit(1, 60 * kMicrosPerSecond);
   for (int i = 0; i < 50; ++i) {
     const std::string key = "k" + std::to_string(i);

@@ -24,6 +24,7 @@
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_store.hpp"
 #include "support/redis_server.hpp"
+#include "support/script_runner.hpp"
 
 namespace ratekeeper::store {
 namespace {
@@ -77,14 +78,11 @@ std::string unique_key(std::string_view what) {
   return fmt::format("ratelimit:{{test:{}}}:{}", n.fetch_add(1), what);
 }
 
-TEST(RedisStore, ComputesScriptShaAsRedisDoes) {
+// The SHA1 each embedded script is sent by (EVALSHA) is computed at build time.
+TEST(RedisStore, EmbeddedScriptShaIsTheOneRedisComputes) {
   for (const auto& script : lua_scripts()) {
-    EXPECT_EQ(RedisStore::script_sha1(script.source),
-              shared_server().command({"SCRIPT", "LOAD", std::string(script.source)}))
-        << script.name;
+    EXPECT_EQ(script.sha, shared_server().command({"SCRIPT", "LOAD", std::string(script.source)})) << script.name;
   }
-  EXPECT_EQ(RedisStore::script_sha1(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-  EXPECT_EQ(RedisStore::script_sha1(std::string(1000, 'a')), "291e9a6c66994949b57ba5e650361e98fc36b1ba");
 }
 
 TEST(RedisStore, OpensFromUrlsAndReportsHealth) {
@@ -527,6 +525,123 @@ TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
   EXPECT_EQ(multi_admitted, kMulti);
   EXPECT_GE(store.stats().batches, 1u);
   EXPECT_EQ(store.stats().batched_checks, static_cast<std::uint64_t>(kHot + kCold + kMulti));
+}
+
+// Identical checks of one key coalesced into one batch call (the closed form of a repeated
+// token bucket check, the per-check replies of the other algorithms) answer exactly what the
+// same checks answer sent one call at a time: decision, remaining, retry_after and
+// reset_after (RateLimit's t=) of each, in issue order.
+TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
+  RedisServer server;
+  auto loop = std::make_shared<EventLoop>(1);
+  RedisStoreOptions o;
+  o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  o.connection.command_timeout = 2 * kMicrosPerSecond;
+  o.loop = loop;
+  RedisStore store(o);
+  ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+
+  constexpr int kChecks = 8;
+  constexpr Micros kNow = 1'000'000'000;
+  for (Algorithm a : kAlgorithms) {
+    const Limit l = limit(a, 5, 100 * kMicrosPerMilli);
+    const std::int64_t cost = 2;
+    const std::string coalesced = fmt::format("test:{{coalesced:{}}}", algorithms::to_string(a));
+    const std::string alone = fmt::format("test:{{alone:{}}}", algorithms::to_string(a));
+    const auto before = store.stats();
+    std::mutex mu;
+    std::vector<std::optional<Result<CheckOutcome>>> batched(kChecks);
+    std::atomic<int> answered{0};
+    // Issued from one task on the loop's thread: they go out together at the end of it.
+    loop->post(0, [&] {
+      for (int i = 0; i < kChecks; ++i) {
+        store.check({{coalesced, l, cost}}, kNow, [&, i](Result<CheckOutcome> r) {
+          std::lock_guard lock(mu);
+          batched[static_cast<std::size_t>(i)] = std::move(r);
+          answered.fetch_add(1);
+        });
+      }
+    });
+    ASSERT_TRUE(eventually([&] { return answered.load() == kChecks; }));
+    ASSERT_EQ(store.stats().batches, before.batches + 1) << algorithms::to_string(a);
+    ASSERT_EQ(store.stats().batched_checks, before.batched_checks + kChecks);
+
+    int admitted = 0;
+    for (int i = 0; i < kChecks; ++i) {
+      auto one = store.check_sync({{alone, l, cost}}, kNow);
+      ASSERT_TRUE(one) << one.error().message;
+      const auto& got = batched[static_cast<std::size_t>(i)];
+      ASSERT_TRUE(got && *got) << algorithms::to_string(a) << " check " << i;
+      EXPECT_EQ((*got)->decision, one->decision) << algorithms::to_string(a) << " check " << i;
+      EXPECT_EQ((*got)->items, one->items) << algorithms::to_string(a) << " check " << i;
+      admitted += one->decision.allowed;
+    }
+    EXPECT_EQ(admitted, 2) << algorithms::to_string(a);  // 5 units, 2 per check
+    EXPECT_EQ(store.stats().batches, before.batches + 1);  // one call each
+  }
+}
+
+// A SCRIPT FLUSH while checks wait to go out as one batch: the batch call gets NOSCRIPT, is
+// sent again once as EVAL, and every check is answered by Redis. The store's only connection
+// is held by a single check behind a DEBUG SLEEP of the server, the others queue up behind it
+// (max_in_flight 1); the flush, sent during the sleep, runs before the batch is sent.
+TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) {
+  RedisServer::Options debug;
+  debug.args = {"--enable-debug-command", "local"};
+  RedisServer server(debug);
+  auto loop = std::make_shared<EventLoop>(1);
+  RedisStoreOptions o;
+  o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  o.connection.command_timeout = 30 * kMicrosPerSecond;
+  o.loop = loop;
+  o.max_in_flight = 1;
+  RedisStore store(o);
+  ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+  const Limit l = limit(Algorithm::token_bucket, 1000, kMicrosPerSecond);
+  ASSERT_TRUE(store.check_sync({{"test:{warm}", l, 1}}));  // the single-key script is loaded
+  const auto* batch = find_lua_script("batch");
+  ASSERT_NE(batch, nullptr);
+
+  // Two more clients (5 s timeouts): one puts the server to sleep for 2 s, the other flushes
+  // the scripts during it.
+  testing::RedisConnection sleeping(server.host(), server.port());
+  testing::RedisConnection flushing(server.host(), server.port());
+  std::thread sleeper([&] { EXPECT_EQ(sleeping.command({"DEBUG", "SLEEP", "2"}).text, "OK"); });
+  std::this_thread::sleep_for(300ms);  // for DEBUG SLEEP to reach the server
+
+  constexpr int kQueued = 6;
+  std::mutex mu;
+  std::vector<Result<CheckOutcome>> outcomes;
+  std::atomic<int> answered{0};
+  auto record = [&](Result<CheckOutcome> r) {
+    std::lock_guard lock(mu);
+    outcomes.push_back(std::move(r));
+    answered.fetch_add(1);
+  };
+  // The first check goes out alone (its flush runs before the next task); the others queue.
+  loop->post(0, [&] { store.check({{"test:{first}", l, 1}}, std::nullopt, record); });
+  loop->barrier();
+  loop->post(0, [&] {
+    for (int i = 0; i < kQueued; ++i) {
+      store.check({{fmt::format("test:{{queued:{}}}", i % 3), l, 1}}, std::nullopt, record);
+    }
+  });
+  loop->barrier();
+  EXPECT_EQ(answered.load(), 0);  // everything waits behind the sleep
+  std::thread flusher([&] { EXPECT_EQ(flushing.command({"SCRIPT", "FLUSH"}).text, "OK"); });
+  sleeper.join();
+  flusher.join();
+
+  ASSERT_TRUE(eventually([&] { return answered.load() == 1 + kQueued; }, 10'000ms));
+  std::lock_guard lock(mu);
+  for (const auto& r : outcomes) {
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(r->decision.allowed);
+  }
+  EXPECT_EQ(store.stats().batches, 1u);
+  EXPECT_EQ(store.stats().batched_checks, static_cast<std::uint64_t>(kQueued));
+  EXPECT_GE(store.noscript_reloads(), 1u);
+  EXPECT_EQ(server.command({"SCRIPT", "EXISTS", std::string(batch->sha)}), "1");
 }
 
 }  // namespace

@@ -1,0 +1,75 @@
+#pragma once
+// The argument vector of one call of an embedded script (store/lua_scripts.hpp), for every
+// shape of call: a check (its algorithm's own script for one item, "multi" for several),
+// several checks in one call of "batch", one cluster slot's part of a check ("multi_at"),
+// and its "refund". The calling conventions are those documented in lua_scripts.hpp and
+// lua/*.lua; this is the one place that encodes them. Internal to the store layer.
+//
+// The argument vector starts EVALSHA sha (or EVAL source, after NOSCRIPT: switching costs
+// nothing, the rest is encoded once). Its views point into the checked items (which must
+// outlive the call and not move) and into this object's own buffer. Building again reuses
+// the buffers. Not thread-safe (one call at a time).
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratekeeper/core/time.hpp"
+#include "ratekeeper/store/lua_scripts.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store::detail {
+
+// One entry of a batch script call: a check, or `repeats` identical checks issued one after
+// the other.
+struct BatchEntry {
+  const std::vector<CheckItem>* items = nullptr;
+  std::size_t repeats = 1;
+};
+
+class ScriptArgv {
+ public:
+  // One check: the single-key script of its algorithm (KEYS[1]; ARGV capacity, period,
+  // cost, now) or "multi" (ARGV now, then algorithm, capacity, period, cost per key).
+  void check(std::span<const CheckItem> items, std::optional<Micros> now);
+  // Several checks at one `now`, in order (lua/batch.lua: ARGV now, entries, then per entry
+  // n, repeats, and per key algorithm, capacity, period, cost).
+  void batch(std::span<const BatchEntry> entries, std::optional<Micros> now);
+  // "multi_at": as "multi" over `items`, answering the instant it decided at too.
+  void multi_at(std::span<const CheckItem> items, std::optional<Micros> now);
+  // "refund" of `items` consumed by a "multi_at" decided at `at`, each with the reset_after
+  // of its admitted decision (ARGV at, now, then per key algorithm, capacity, period, cost,
+  // reset_after).
+  void refund(std::span<const CheckItem> items, std::span<const Micros> reset_after, Micros at,
+              std::optional<Micros> now);
+
+  // A call of the script named `script` with `keys` and `args` as they are, for a caller
+  // that encodes its own arguments (the tests' direct line to the scripts). The views point
+  // into `keys` and `args`.
+  void call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args);
+
+  // The script the last build is for; nullptr when it is not embedded (nothing to send).
+  const LuaScript* script() const noexcept { return script_; }
+  // EVALSHA sha (or EVAL source) numkeys keys... args...
+  std::span<const std::string_view> argv(bool eval) noexcept;
+  // numkeys keys... args...: what follows the script.
+  std::span<const std::string_view> args() const noexcept {
+    return std::span<const std::string_view>(argv_).subspan(2);
+  }
+
+ private:
+  // Starts the vector of script `name` with room for `numbers` encoded integers and `count`
+  // arguments after the script.
+  void start(std::string_view name, std::size_t numbers, std::size_t count);
+  void number(std::int64_t v);
+  void items(std::span<const CheckItem> items, std::span<const Micros> tail);
+
+  const LuaScript* script_ = nullptr;
+  std::string numbers_;
+  std::vector<std::string_view> argv_;
+};
+
+}  // namespace ratekeeper::store::detail
