@@ -20,7 +20,7 @@ struct Attempt {
   std::function<void(std::string)> done;
 };
 
-void try_target(std::shared_ptr<Attempt> attempt, std::size_t index) {
+void try_target(const std::shared_ptr<Attempt>& attempt, std::size_t index) {
   boost::system::error_code ignored;
   attempt->socket.close(ignored);
   const Target target = attempt->targets[index];
@@ -57,7 +57,7 @@ void async_open(Socket& socket, asio::ip::tcp::resolver& resolver, const Endpoin
   }
   resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
                          [&socket, done = std::move(done)](const boost::system::error_code& rec,
-                                                          asio::ip::tcp::resolver::results_type results) mutable {
+                                                          const asio::ip::tcp::resolver::results_type& results) mutable {
                            if (rec || results.empty()) {
                              done("cannot resolve: " + (rec ? rec.message() : std::string("no address")));
                              return;

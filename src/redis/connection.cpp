@@ -27,7 +27,7 @@ using boost::system::error_code;
 namespace {
 
 constexpr Micros kNever = std::numeric_limits<Micros>::max();
-constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 
 }  // namespace
 
@@ -389,13 +389,14 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
         fail_connection(next.error());
         return;
       }
-      if (!*next) break;
+      std::optional<Reply>& reply = *next;
+      if (!reply) break;
       if (handshake_left > 0) {
-        on_handshake_reply(**next);
+        on_handshake_reply(*reply);
         if (gen != generation) return;
         continue;
       }
-      replies.push_back(std::move(**next));
+      replies.push_back(std::move(*reply));
     }
     if (!replies.empty()) {
       completing.clear();
@@ -429,7 +430,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   std::vector<Pending> completing;
 
   // Drops the socket, fails everything pending and schedules a reconnect.
-  void fail_connection(Error error) {
+  void fail_connection(const Error& error) {
     ++generation;
     error_code ignored;
     socket.close(ignored);

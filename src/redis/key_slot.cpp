@@ -8,7 +8,7 @@ namespace {
 constexpr std::array<std::uint16_t, 256> make_table() {
   std::array<std::uint16_t, 256> table{};
   for (unsigned i = 0; i < 256; ++i) {
-    std::uint16_t crc = static_cast<std::uint16_t>(i << 8);
+    auto crc = static_cast<std::uint16_t>(i << 8);
     for (int bit = 0; bit < 8; ++bit) {
       crc = static_cast<std::uint16_t>((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
     }

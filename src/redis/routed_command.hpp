@@ -142,9 +142,9 @@ class Router {
           on_reply(req, t, std::move(reply));
         });
     tl_sending = nullptr;
-    if (req->sync_result) {
-      auto result = std::move(*req->sync_result);
-      req->sync_result.reset();
+    if (auto& sync = req->sync_result) {
+      auto result = std::move(*sync);
+      sync.reset();
       if (result) {
         on_reply(req, *target, std::move(result));
         return;
@@ -191,7 +191,7 @@ class Router {
     if (done) done(std::move(result));
   }
 
-  void retry_later(const RequestPtr& req, Error why) {
+  void retry_later(const RequestPtr& req, Error&& why) {
     req->last_error = std::move(why);
     const auto delay = retry_delay(options_, req->retries, clock_.steady(), req->deadline);
     if (!delay) {
@@ -255,7 +255,7 @@ class Router {
         }
         return;
       case Disposition::Kind::retry:
-        retry_later(req, std::move(*d.error));
+        retry_later(req, std::move(d.error).value_or(Error{ErrorCode::unavailable, reply->str}));
         return;
       case Disposition::Kind::resend:
         send(req);

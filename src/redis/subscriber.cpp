@@ -30,7 +30,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
         connect_timer(ctx),
         reconnect_timer(ctx),
         ping_timer(ctx),
-        read_buffer(16 * 1024) {
+        read_buffer(std::size_t{16} * 1024) {
     options.reconnect_min = std::max<Micros>(1, options.reconnect_min);
     options.reconnect_max = std::max(options.reconnect_min, options.reconnect_max);
     if (options.ping_interval <= 0) options.ping_interval = 2 * kMicrosPerSecond;
@@ -191,8 +191,9 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
         fail(next.error().message);
         return;
       }
-      if (!*next) break;
-      on_reply(**next);
+      std::optional<Reply>& reply = *next;
+      if (!reply) break;
+      on_reply(*reply);
       if (gen != generation) return;  // failed or closed while handling it
     }
     do_read(gen);
