@@ -13,6 +13,7 @@ redis::ConnectionOptions connection_options(const StoreOptions& options, const r
   c.reconnect_max = options.reconnect_max;
   c.breaker.failures = options.breaker_failures;
   c.breaker.open_for = options.breaker_open_for;
+  c.clock = options.clock;
   return c;
 }
 
