@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include "api.hpp"
+#include "config.hpp"
 #include "ratekeeper/core/clock.hpp"
-#include "ratekeeper/http/config.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
@@ -71,13 +71,13 @@ class ApiFixture {
   ApiFixture()
       : store_({.max_keys = 1000, .shards = 1, .clock = &clock_}),
         limiter_(config().limiter, store_),
-        middleware_(limiter_, config()),
+        middleware_(limiter_, config().middleware),
         api_(limiter_, middleware_) {}
 
-  static const http::Config& config() {
-    static const http::Config c = [] {
+  static const server::Config& config() {
+    static const server::Config c = [] {
       spdlog::set_level(spdlog::level::off);
-      return http::parse_config(kConfig, "api_fixture.hpp");
+      return server::parse_config(kConfig, "api_fixture.hpp");
     }();
     return c;
   }

@@ -12,7 +12,7 @@
 
 #include "api.hpp"
 #include "commands.hpp"
-#include "ratekeeper/http/config.hpp"
+#include "config.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
@@ -26,34 +26,6 @@ namespace {
 
 using http::Responder;
 using http::ServerRequest;
-
-// Parses "HOST:PORT", "[V6]:PORT" or ":PORT" (all interfaces).
-std::optional<std::pair<std::string, std::uint16_t>> parse_listen(std::string_view text) {
-  std::string host;
-  std::string_view port;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return std::nullopt;
-    }
-    host = std::string(text.substr(1, close - 1));
-    port = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    host = std::string(text.substr(0, colon));
-    port = text.substr(colon + 1);
-  }
-  if (host.empty()) host = "0.0.0.0";
-  if (port.empty() || port.size() > 5) return std::nullopt;
-  unsigned value = 0;
-  for (char c : port) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (value > 65535) return std::nullopt;
-  return std::pair{host, static_cast<std::uint16_t>(value)};
-}
 
 // The HTTP server's own counters, in Prometheus text.
 std::string server_metrics(const http::Server& server) {
@@ -86,10 +58,10 @@ struct ServeArgs {
 };
 
 int serve(const ServeArgs& args) {
-  http::Config config;
+  Config config;
   try {
-    config = http::load_config(args.config);
-  } catch (const http::ConfigError& e) {
+    config = load_config(args.config);
+  } catch (const ConfigError& e) {
     std::fprintf(stderr, "ratekeeper serve: invalid configuration: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
@@ -106,16 +78,16 @@ int serve(const ServeArgs& args) {
   }
 
   if (!args.listen.empty()) {
-    auto parsed = parse_listen(args.listen);
+    auto parsed = parse_listen_address(args.listen);
     if (!parsed) {
-      std::fprintf(stderr, "ratekeeper serve: --listen %s: expected HOST:PORT\n",
-                   args.listen.c_str());
+      std::fprintf(stderr, "ratekeeper serve: --listen %s: %s\n", args.listen.c_str(),
+                   parsed.error().message.c_str());
       return 2;
     }
-    config.listen.host = parsed->first;
-    config.listen.port = parsed->second;
+    config.http.host = std::move(parsed->host);
+    config.http.port = parsed->port;
   }
-  if (args.threads > 0) config.threads = args.threads;
+  if (args.threads > 0) config.http.threads = args.threads;
   if (!args.store.empty()) {
     config.store.url = args.store;
   } else if (!config.store_configured) {
@@ -123,14 +95,7 @@ int serve(const ServeArgs& args) {
     spdlog::info("no store configured: using memory:// (limits are not shared between instances)");
   }
 
-  http::ServerOptions options;
-  options.host = config.listen.host;
-  options.port = config.listen.port;
-  options.threads = std::max(1, config.threads);
-  options.header_limit = config.http.max_header_bytes;
-  options.body_limit = config.http.max_body_bytes;
-  options.read_timeout = config.http.read_timeout;
-  options.max_pipelined = static_cast<std::size_t>(std::max(1, config.http.max_pipelined));
+  http::ServerOptions& options = config.http;
 
   // One event loop for the HTTP connections and the Redis connections: a request is read,
   // checked against Redis and answered on one thread, without hand-offs between threads.
@@ -158,7 +123,7 @@ int serve(const ServeArgs& args) {
   }
   try {
     limiter::Limiter limiter(config.limiter, *store);
-    http::Middleware middleware(limiter, config);
+    http::Middleware middleware(limiter, config.middleware);
     Api routes(limiter, middleware,
                ApiOptions{config.metrics_enabled, [&server] { return server_metrics(server); }});
     api = &routes;

@@ -10,9 +10,6 @@ using limiter::RequestOutcome;
 Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     : limiter_(&limiter), options_(std::move(options)) {}
 
-Middleware::Middleware(limiter::Limiter& limiter, const Config& config)
-    : Middleware(limiter, MiddlewareOptions{config.headers, config.proxies}) {}
-
 Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
                                                  const RequestView& request) const {
   limiter::Application app;

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "ratekeeper/core/host_port.hpp"
+
 namespace ratekeeper::redis {
 namespace {
 
@@ -110,33 +112,16 @@ Result<std::string> percent_decode(std::string_view text) {
 Result<Endpoint> parse_host_port(std::string_view text, int default_port) {
   Endpoint ep;
   ep.port = default_port;
-  std::string_view host;
-  std::string_view port;
-  if (text.starts_with('[')) {
-    const auto close = text.find(']');
-    if (close == std::string_view::npos) {
-      return make_error(ErrorCode::invalid_argument, fmt::format("'{}': missing ']'", text));
-    }
-    host = text.substr(1, close - 1);
-    std::string_view after = text.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') {
-        return make_error(ErrorCode::invalid_argument, fmt::format("'{}': expected ':' after ']'", text));
-      }
-      port = after.substr(1);
-      if (port.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("'{}': empty port", text));
-    }
-  } else {
-    const auto colon = text.find(':');
-    if (colon != std::string_view::npos && text.find(':', colon + 1) != std::string_view::npos) {
-      return make_error(ErrorCode::invalid_argument,
-                        fmt::format("'{}': IPv6 addresses go in brackets, [::1]:6379", text));
-    }
-    host = text.substr(0, colon);
-    if (colon != std::string_view::npos) {
-      port = text.substr(colon + 1);
-      if (port.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("'{}': empty port", text));
-    }
+  auto split = split_host_port(text);
+  if (!split) return std::unexpected(split.error());
+  const std::string_view host = split->host;
+  const std::string_view port = split->port.value_or(std::string_view{});
+  if (!split->bracketed && host.find(':') != std::string_view::npos) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("'{}': IPv6 addresses go in brackets, [::1]:6379", text));
+  }
+  if (split->port && port.empty()) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("'{}': empty port", text));
   }
   if (host.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("'{}': empty host", text));
   for (char c : host) {

@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "ratekeeper/http/config.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/request_view.hpp"
 #include "ratekeeper/limiter/identity.hpp"
@@ -36,7 +35,6 @@ struct MiddlewareOptions {
 class Middleware {
  public:
   Middleware(limiter::Limiter& limiter, MiddlewareOptions options);
-  Middleware(limiter::Limiter& limiter, const Config& config);
 
   // Decides on a request. `done` is called exactly once, inline or on a store thread, after
   // handle() may have returned: it must not refer to `request` (copy what it needs first).

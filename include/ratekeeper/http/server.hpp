@@ -53,15 +53,16 @@ using Responder = std::function<void(ServerResponse)>;
 // Runs on the connection's thread; may answer inline or later from another thread.
 using Handler = std::function<void(ServerRequest, Responder)>;
 
+// The defaults are the configuration's (docs/configuration.md: listen, threads, http.*).
 struct ServerOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "0.0.0.0";
   std::uint16_t port = 8080;                     // 0: any free port (see Server::port())
-  int threads = 1;                               // io threads running the connections
+  int threads = 2;                               // io threads running the connections
   // Run on this loop (shared, e.g., with the Redis store: see core/event_loop.hpp) instead
   // of starting `threads` threads. Must outlive the Server.
   std::shared_ptr<EventLoop> loop;
   std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431 (≤ 4 GiB)
-  std::size_t body_limit = 64 * 1024;            // larger → 413
+  std::size_t body_limit = 1024 * 1024;          // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
   Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long

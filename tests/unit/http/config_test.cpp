@@ -1,7 +1,7 @@
 // Loading the YAML configuration: the shipped example, defaults, and errors that name the
 // file, the field path and the reason.
 
-#include "ratekeeper/http/config.hpp"
+#include "config.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,11 @@
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
-namespace ratekeeper::http {
+namespace ratekeeper::server {
 namespace {
+
+using http::Middleware;
+using http::RequestView;
 
 // Expects parse_config(yaml) to fail on `field` with a reason containing `reason`.
 void expect_error(const std::string& yaml, const std::string& field, const std::string& reason) {
@@ -44,7 +47,7 @@ rules:
 TEST(ConfigTest, ShippedExampleLoadsAndReproducesTheSeed) {
   const auto c = load_config(std::string(RATEKEEPER_SOURCE_DIR) + "/config/ratekeeper.yaml");
   EXPECT_EQ(c.store.url, "memory://");
-  EXPECT_EQ(c.listen.port, 8080);
+  EXPECT_EQ(c.http.port, 8080);
   const auto& rules = c.limiter.rules;
   auto find = [&](std::string_view name) -> const limiter::Rule& {
     for (const auto& r : rules) {
@@ -94,15 +97,15 @@ TEST(ConfigTest, EmptyDocumentGivesDefaultsWithMemoryStore) {
   EXPECT_EQ(c.limiter.prefix, "ratelimit");
   EXPECT_TRUE(c.limiter.rules.empty());
   EXPECT_EQ(c.limiter.tiers.levels.size(), 3u);
-  EXPECT_TRUE(c.headers.draft);
-  EXPECT_FALSE(c.headers.legacy);
+  EXPECT_TRUE(c.middleware.headers.draft);
+  EXPECT_FALSE(c.middleware.headers.legacy);
   EXPECT_TRUE(c.metrics_enabled);
 }
 
 TEST(ConfigTest, EmptyListsMayBeWrittenAsNothing) {
   const auto c = parse_config("rules:\ntrusted_proxies:\n", "null.yaml");
   EXPECT_TRUE(c.limiter.rules.empty());
-  EXPECT_TRUE(c.proxies.empty());
+  EXPECT_TRUE(c.middleware.trusted_proxies.empty());
 }
 
 TEST(ConfigTest, ReadsEveryTopLevelSection) {
@@ -127,9 +130,9 @@ rules:
     limits: [{rate: 10/s}]
 )",
                               "full.yaml");
-  EXPECT_EQ(c.listen.host, "::1");
-  EXPECT_EQ(c.listen.port, 9090);
-  EXPECT_EQ(c.threads, 4);
+  EXPECT_EQ(c.http.host, "::1");
+  EXPECT_EQ(c.http.port, 9090);
+  EXPECT_EQ(c.http.threads, 4);
   EXPECT_TRUE(c.store_configured);
   EXPECT_EQ(c.store.url, "redis://127.0.0.1:6379");
   EXPECT_EQ(c.store.connect_timeout, 2 * kMicrosPerSecond);
@@ -140,16 +143,16 @@ rules:
   EXPECT_EQ(c.limiter.deny_retry_after, 2 * kMicrosPerSecond);
   EXPECT_EQ(c.limiter.rules[0].on_store_error, limiter::FailureMode::local);  // the default
   EXPECT_EQ(c.limiter.prefix, "rk");
-  EXPECT_TRUE(c.proxies.contains(*limiter::parse_ip("10.2.3.4")));
-  EXPECT_TRUE(c.proxies.contains(*limiter::parse_ip("2001:db8::5")));
-  EXPECT_FALSE(c.headers.draft);
-  EXPECT_TRUE(c.headers.legacy);
+  EXPECT_TRUE(c.middleware.trusted_proxies.contains(*limiter::parse_ip("10.2.3.4")));
+  EXPECT_TRUE(c.middleware.trusted_proxies.contains(*limiter::parse_ip("2001:db8::5")));
+  EXPECT_FALSE(c.middleware.headers.draft);
+  EXPECT_TRUE(c.middleware.headers.legacy);
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_DOUBLE_EQ(c.limiter.decision_log.allow_sample_rate, 0.5);
   EXPECT_FALSE(c.metrics_enabled);
-  EXPECT_EQ(c.http.max_header_bytes, 4096u);
+  EXPECT_EQ(c.http.header_limit, 4096u);
   EXPECT_EQ(c.http.read_timeout, 5 * kMicrosPerSecond);
-  EXPECT_EQ(c.http.max_pipelined, 4);
+  EXPECT_EQ(c.http.max_pipelined, 4u);
   // rate 10/s on a token bucket: 10 per second, burst 10.
   EXPECT_EQ(c.limiter.rules[0].limits[0].limit, *algorithms::Limit::token_bucket(10, 10));
 }
@@ -445,7 +448,7 @@ TEST(ConfigTest, IntegersAreDecimalWithoutSignOrSpaces) {
   expect_error("store: {denied_cache_keys: -99999999999999999999}\n", "store.denied_cache_keys",
                "between 0 and");
   expect_error("listen: 127.0.0.1:0080\n", "listen", "decimal integer");
-  EXPECT_EQ(parse_config("threads: 10\n").threads, 10);
+  EXPECT_EQ(parse_config("threads: 10\n").http.threads, 10);
   EXPECT_EQ(parse_config("store: {denied_cache_keys: 0}\n").denied_cache_keys, 0u);
 }
 
@@ -506,8 +509,8 @@ TEST(ConfigTest, ListenHostIsABareAddress) {
   expect_error("listen: 1.2.3.4:80:90\n", "listen", "host must be an IP address");
   expect_error("listen: '[::1%lo]:80'\n", "listen", "host must be an IP address");
   expect_error("listen: '[1.2.3.4]:80'\n", "listen", "host must be an IP address");
-  EXPECT_EQ(parse_config("listen: '[::1]:80'\n").listen.host, "::1");
-  EXPECT_EQ(parse_config("listen: localhost:80\n").listen.host, "localhost");
+  EXPECT_EQ(parse_config("listen: '[::1]:80'\n").http.host, "::1");
+  EXPECT_EQ(parse_config("listen: localhost:80\n").http.host, "localhost");
 }
 
 TEST(ConfigTest, HeaderNamesAndMethodsAreHttpTokens) {
@@ -558,7 +561,7 @@ TEST(ConfigTest, IdentityDefaultMustMakeAValidIdentity) {
   auto c = parse_config(rule(", default: " + std::string(251, 'a')));
   store::MemoryStore store;
   limiter::Limiter limiter(c.limiter, store);
-  Middleware middleware(limiter, c);
+  Middleware middleware(limiter, c.middleware);
   RequestView request;
   request.method = "GET";
   request.path = "/c";
@@ -608,4 +611,4 @@ TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
 }
 
 }  // namespace
-}  // namespace ratekeeper::http
+}  // namespace ratekeeper::server

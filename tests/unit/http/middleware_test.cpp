@@ -9,11 +9,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "ratekeeper/http/config.hpp"
+#include "config.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
 namespace ratekeeper::http {
 namespace {
+
+using server::Config;
+using server::load_config;
+using server::parse_config;
 
 constexpr Micros kStart = 1'700'000'000LL * kMicrosPerSecond;
 
@@ -84,7 +88,7 @@ class MiddlewareTest : public ::testing::Test {
       store::MemoryStoreOptions{.max_keys = 10'000, .shards = 4, .clock = &clock}};
   Config config = parse_config(kYaml, "middleware_test.yaml");
   limiter::Limiter limiter{config.limiter, store};
-  Middleware middleware{limiter, config};
+  Middleware middleware{limiter, config.middleware};
 
   MiddlewareResult send(const Request& r) { return middleware.handle_sync(r.view()); }
 
@@ -123,8 +127,8 @@ TEST_F(MiddlewareTest, AdmittedResponseCarriesDraftAndLegacyHeaders) {
 
 TEST_F(MiddlewareTest, LegacyHeadersOnlyWhenSwitchedOn) {
   auto c = parse_config(kYaml, "x.yaml");
-  c.headers.legacy = false;
-  Middleware m(limiter, c);
+  c.middleware.headers.legacy = false;
+  Middleware m(limiter, c.middleware);
   auto res = m.handle_sync(Request{}.view());
   EXPECT_EQ(header(res, "X-RateLimit-Limit"), "<absent>");
   EXPECT_NE(header(res, "RateLimit"), "<absent>");
@@ -251,7 +255,7 @@ TEST_F(MiddlewareTest, UntrustedTierHeaderIsIgnoredAndUserTableDecides) {
   auto c = parse_config(kYaml, "x.yaml");
   c.limiter.tiers.trust_header = false;
   limiter::Limiter l(c.limiter, store);
-  Middleware m(l, c);
+  Middleware m(l, c.middleware);
   Request r;
   r.path = "/api/search";
   r.headers = {{"X-User-ID", "bob"}, {"X-User-Tier", "pro"}};
@@ -331,7 +335,7 @@ TEST(ShippedConfigTest, LoginAllowsFivePerMinutePerIpThenTellsWhenToRetry) {
   auto config = load_config(std::string(RATEKEEPER_SOURCE_DIR) + "/config/ratekeeper.yaml");
   config.limiter.decision_log.enabled = false;
   limiter::Limiter limiter(config.limiter, store);
-  Middleware mw(limiter, config);
+  Middleware mw(limiter, config.middleware);
   Request login;
   login.method = "POST";
   login.path = "/auth/login";

@@ -6,7 +6,7 @@
 
 #include <regex>
 
-#include "ratekeeper/http/config.hpp"
+#include "config.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
@@ -92,7 +92,7 @@ TEST(MetricsTest, MiddlewareDecisionsAreCountedPerRuleAndOutcome) {
   ManualClock clock{kStart};
   store::MemoryStore store{
       store::MemoryStoreOptions{.max_keys = 1000, .shards = 2, .clock = &clock}};
-  auto config = http::parse_config(R"(
+  auto config = server::parse_config(R"(
 logging: {decisions: {enabled: false}}
 rules:
   - name: api
@@ -105,7 +105,7 @@ rules:
 )",
                                    "m.yaml");
   Limiter limiter(config.limiter, store);
-  http::Middleware mw(limiter, config);
+  http::Middleware mw(limiter, config.middleware);
   http::RequestView v;
   v.method = "GET";
   v.path = "/api";

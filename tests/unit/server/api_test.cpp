@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "ratekeeper/http/config.hpp"
+#include "config.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
@@ -38,7 +38,7 @@ class HealthStore final : public store::Store {
 class ApiTest : public ::testing::Test {
  protected:
   ApiTest()
-      : config_(http::parse_config(R"(
+      : config_(server::parse_config(R"(
 rules:
   - name: export
     match: {path_prefix: /api/export/}
@@ -49,7 +49,7 @@ rules:
     limits: [{capacity: 100, refill_rate: 1}]
 )")),
         limiter_(config_.limiter, store_),
-        middleware_(limiter_, config_),
+        middleware_(limiter_, config_.middleware),
         api_(limiter_, middleware_) {}
 
   http::ServerResponse get(std::string target, http::HeaderList headers = {}) {
@@ -64,7 +64,7 @@ rules:
     return answer.value_or(http::ServerResponse{0, {}, {}, {}});
   }
 
-  http::Config config_;
+  server::Config config_;
   HealthStore store_;
   limiter::Limiter limiter_;
   http::Middleware middleware_;

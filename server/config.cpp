@@ -1,4 +1,4 @@
-#include "ratekeeper/http/config.hpp"
+#include "config.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,9 +17,11 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "ratekeeper/core/host_port.hpp"
+#include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 
-namespace ratekeeper::http {
+namespace ratekeeper::server {
 
 using limiter::FailureMode;
 using limiter::IdentityKind;
@@ -380,35 +382,6 @@ FailureMode failure_mode(const Reader& r, const YAML::Node& node, const std::str
   return *m;
 }
 
-ListenAddress listen_address(const Reader& r, const YAML::Node& node, const std::string& path) {
-  const auto text = r.string(node, path);
-  ListenAddress out;
-  std::string host;
-  std::string port;
-  const bool bracketed = !text.empty() && text.front() == '[';  // IPv6 only
-  if (bracketed) {
-    const auto close = text.find("]:");
-    if (close == std::string::npos) r.fail(path, fmt::format("must be host:port, got '{}'", text));
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string::npos) r.fail(path, fmt::format("must be host:port, got '{}'", text));
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  const bool host_ok = bracketed
-                           ? host.find(':') != std::string::npos && limiter::parse_address(host)
-                           : host.empty() || host == "localhost" || limiter::parse_address(host);
-  if (!host_ok) {
-    r.fail(path, fmt::format("host must be an IP address or localhost, got '{}'", host));
-  }
-  if (!host.empty()) out.host = host;
-  YAML::Node port_node(port);
-  out.port = static_cast<std::uint16_t>(r.integer(port_node, path, 0, 65535));
-  return out;
-}
-
 void read_store(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
   r.expect_map(node, path,
                {"url", "connect_timeout", "command_timeout", "breaker", "reconnect", "instances",
@@ -654,8 +627,15 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules"});
-  if (root["listen"]) c.listen = listen_address(r, root["listen"], "listen");
-  if (root["threads"]) c.threads = static_cast<int>(r.integer(root["threads"], "threads", 1, 1024));
+  if (root["listen"]) {
+    auto listen = parse_listen_address(r.string(root["listen"], "listen"));
+    if (!listen) r.fail("listen", listen.error().message);
+    c.http.host = std::move(listen->host);
+    c.http.port = listen->port;
+  }
+  if (root["threads"]) {
+    c.http.threads = static_cast<int>(r.integer(root["threads"], "threads", 1, 1024));
+  }
   if (root["store"]) read_store(r, root["store"], "store", c);
 
   FailureMode default_mode = FailureMode::allow;
@@ -682,12 +662,12 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       if (!cidr) r.fail(Reader::index("trusted_proxies", i), cidr.error().message);
       cidrs.push_back(*cidr);
     }
-    c.proxies = limiter::TrustedProxies(std::move(cidrs));
+    c.middleware.trusted_proxies = limiter::TrustedProxies(std::move(cidrs));
   }
   if (const auto h = root["headers"]) {
     r.expect_map(h, "headers", {"draft", "legacy"});
-    if (h["draft"]) c.headers.draft = r.boolean(h["draft"], "headers.draft");
-    if (h["legacy"]) c.headers.legacy = r.boolean(h["legacy"], "headers.legacy");
+    if (h["draft"]) c.middleware.headers.draft = r.boolean(h["draft"], "headers.draft");
+    if (h["legacy"]) c.middleware.headers.legacy = r.boolean(h["legacy"], "headers.legacy");
   }
   if (const auto l = root["logging"]) {
     r.expect_map(l, "logging", {"level", "decisions"});
@@ -727,18 +707,18 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     r.expect_map(h, "http",
                  {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined"});
     if (h["max_header_bytes"]) {
-      c.http.max_header_bytes = static_cast<std::size_t>(
+      c.http.header_limit = static_cast<std::size_t>(
           r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
     }
     if (h["max_body_bytes"]) {
-      c.http.max_body_bytes = static_cast<std::size_t>(
+      c.http.body_limit = static_cast<std::size_t>(
           r.integer(h["max_body_bytes"], "http.max_body_bytes", 0, std::int64_t{1} << 32));
     }
     if (h["read_timeout"])
       c.http.read_timeout = r.duration(h["read_timeout"], "http.read_timeout", 1);
     if (h["max_pipelined"]) {
       c.http.max_pipelined =
-          static_cast<int>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
+          static_cast<std::size_t>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
     }
   }
   if (const auto rules = root["rules"]; rules && !rules.IsNull()) {
@@ -911,6 +891,30 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
+Result<ListenAddress> parse_listen_address(std::string_view text) {
+  auto fail = [&](std::string reason) { return make_error(ErrorCode::invalid_argument, std::move(reason)); };
+  auto split = split_host_port(text);
+  if (!split || !split->port) return fail(fmt::format("must be host:port, got '{}'", text));
+  const std::string_view host = split->host;
+  const bool host_ok = split->bracketed
+                           ? host.find(':') != std::string_view::npos && limiter::parse_address(host)
+                           : host.empty() || host == "localhost" || limiter::parse_address(host);
+  if (!host_ok) return fail(fmt::format("host must be an IP address or localhost, got '{}'", host));
+  // Decimal digits without leading zeros, as every integer of the configuration.
+  const std::string_view digits = *split->port;
+  if (digits.empty() || (digits.size() > 1 && digits.front() == '0') ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return fail(fmt::format("must be a decimal integer, got '{}'", digits));
+  }
+  unsigned port = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || port > 65535) {
+    return fail(fmt::format("must be between 0 and 65535, got {}", digits));
+  }
+  return ListenAddress{host.empty() ? std::string("0.0.0.0") : std::string(host),
+                       static_cast<std::uint16_t>(port)};
+}
+
 Config parse_config(std::string_view yaml, std::string_view source) {
   return parse_with(Reader(std::string(source)), yaml);
 }
@@ -919,4 +923,4 @@ Config load_config(const std::string& path) {
   return parse_with(Reader(path), read_file(path));
 }
 
-}  // namespace ratekeeper::http
+}  // namespace ratekeeper::server

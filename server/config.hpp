@@ -2,9 +2,11 @@
 // The server's configuration, loaded from YAML. Loading validates everything: an unknown
 // field, a duplicate key, a missing required field or a bad value throws ConfigError naming
 // the file, the field path (e.g. `rules[2].limits[0].rate`) and the reason. The document is
-// bounded (size, nesting, nodes with aliases expanded) before any field is read. A loaded
-// Config is immutable and safe to share between threads. See docs/configuration.md for
-// every field.
+// bounded (size, nesting, nodes with aliases expanded) before any field is read. It fills
+// the options of each part of the server directly (http::ServerOptions, store::StoreOptions,
+// limiter::LimiterConfig, http::MiddlewareOptions): their defaults are the configuration's.
+// A loaded Config is immutable and safe to share between threads. See docs/configuration.md
+// for every field.
 
 #include <cstddef>
 #include <cstdint>
@@ -14,12 +16,13 @@
 #include <string_view>
 #include <vector>
 
-#include "ratekeeper/http/headers.hpp"
-#include "ratekeeper/limiter/identity.hpp"
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
-namespace ratekeeper::http {
+namespace ratekeeper::server {
 
 class ConfigError : public std::runtime_error {
  public:
@@ -34,26 +37,15 @@ class ConfigError : public std::runtime_error {
   std::string reason_;
 };
 
-struct ListenAddress {
-  std::string host = "0.0.0.0";
-  std::uint16_t port = 8080;
-};
-
-struct HttpLimits {
-  std::size_t max_header_bytes = 8 * 1024;
-  std::size_t max_body_bytes = 1024 * 1024;
-  Micros read_timeout = 30 * kMicrosPerSecond;
-  int max_pipelined = 16;  // requests read ahead per connection
-};
-
 struct LoggingConfig {
   std::string level = "info";  // trace, debug, info, warn, error, critical, off
 };
 
 struct Config {
   std::string source = "<inline>";  // the file it was loaded from
-  ListenAddress listen;
-  int threads = 2;                           // HTTP worker threads
+  // listen (host, port), threads, http.* (header and body limits, read timeout, pipelining).
+  // Its loop and signal handling are the program's, not configured.
+  http::ServerOptions http;
   store::StoreOptions store;                 // url memory:// unless configured
   bool store_configured = false;             // false: the `store` section was absent
   // Denials held in front of a Redis store (store.denied_cache_keys; 0: off). See
@@ -61,11 +53,9 @@ struct Config {
   std::size_t denied_cache_keys = 100'000;
   limiter::LimiterConfig limiter;            // prefix, rules, tiers, failure policy, decision log
   std::vector<std::string> trusted_proxies;  // as written
-  limiter::TrustedProxies proxies;           // parsed
-  HeaderOptions headers;
+  http::MiddlewareOptions middleware;        // response headers, trusted proxies (parsed)
   LoggingConfig logging;
   bool metrics_enabled = true;
-  HttpLimits http;
 };
 
 // Largest configuration accepted, file or text.
@@ -82,4 +72,14 @@ Config parse_config(std::string_view yaml, std::string_view source = "<inline>")
 // a bare number is seconds. nullopt when invalid, negative or above 2^53 microseconds.
 std::optional<Micros> parse_duration(std::string_view text);
 
-}  // namespace ratekeeper::http
+// A listen address, as `listen` and `serve --listen` write it: "HOST:PORT", "[V6]:PORT" or
+// ":PORT" (every interface, 0.0.0.0). The host is an IP address or localhost (IPv6 in
+// brackets, without zone), the port 0-65535 (0: any free port). invalid_argument with the
+// reason.
+struct ListenAddress {
+  std::string host;
+  std::uint16_t port = 0;
+};
+Result<ListenAddress> parse_listen_address(std::string_view text);
+
+}  // namespace ratekeeper::server
