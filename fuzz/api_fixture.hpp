@@ -83,11 +83,11 @@ class ApiFixture {
   }
 
   // The answer of the routes to `request` (its peer set to kPeer).
-  http::ServerResponse handle(http::ServerRequest request) {
+  http::Response handle(http::Request request) {
     request.peer_address = std::string(kPeer);
     int answers = 0;
-    http::ServerResponse out;
-    api_.handle(std::move(request), [&](http::ServerResponse r) {
+    http::Response out;
+    api_.handle(std::move(request), [&](http::Response r) {
       ++answers;
       out = std::move(r);
     });

@@ -12,7 +12,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace ratekeeper;
   fuzz::ApiFixture api;
-  http::ServerRequest request;
+  http::Request request;
   request.method = "POST";
   request.target = "/v1/check";
   request.headers = {{"Content-Type", "application/json"}};

@@ -26,7 +26,7 @@ namespace bhttp = boost::beast::http;
 constexpr int kMaxRequests = 8;
 
 // The response as Server writes it (Session::build).
-std::string wire(const http::ServerResponse& r, unsigned version) {
+std::string wire(const http::Response& r, unsigned version) {
   bhttp::response<bhttp::string_body> res;
   res.version(version);
   res.result(static_cast<unsigned>(r.status));

@@ -8,18 +8,18 @@
 #include <string>
 #include <string_view>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/middleware.hpp"
-#include "ratekeeper/http/request_view.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
 
 namespace ratekeeper::server {
 namespace {
 
+using http::Request;
 using http::Responder;
-using http::ServerRequest;
-using http::ServerResponse;
+using http::Response;
 using json = nlohmann::json;
 
 constexpr std::string_view kJson = "application/json";
@@ -31,11 +31,11 @@ std::string json_text(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-ServerResponse json_response(int status, std::string body) {
-  return ServerResponse{status, std::string(kJson), {}, std::move(body)};
+Response json_response(int status, std::string body) {
+  return Response{status, std::string(kJson), {}, std::move(body)};
 }
 
-ServerResponse error_response(int status, std::string_view message) {
+Response error_response(int status, std::string_view message) {
   return json_response(status, json_text(json{{"error", message}}));
 }
 
@@ -103,7 +103,7 @@ class Api::Routes {
         stats.hits, stats.size);
   }
 
-  void handle(ServerRequest request, Responder respond) {
+  void handle(Request request, Responder respond) {
     spdlog::debug("{} {} from {}", request.method, request.target, request.peer_address);
     const std::string_view path = request.path();
     const std::string_view method = request.method;
@@ -144,7 +144,7 @@ class Api::Routes {
       if (!options_.metrics_enabled) return respond(error_response(404, "Not found"));
       std::string text = limiter_.metrics_text() + denial_cache_text();
       if (options_.extra_metrics) text += options_.extra_metrics();
-      return respond(ServerResponse{200, std::string(kPrometheus), {}, std::move(text)});
+      return respond(Response{200, std::string(kPrometheus), {}, std::move(text)});
     }
     if (path == "/v1/check") {
       if (method != "POST") return respond(not_allowed("POST"));
@@ -154,7 +154,7 @@ class Api::Routes {
   }
 
  private:
-  static ServerResponse not_allowed(std::string_view allow) {
+  static Response not_allowed(std::string_view allow) {
     auto r = error_response(405, "Method not allowed");
     r.headers.emplace_back("Allow", std::string(allow));
     return r;
@@ -162,42 +162,20 @@ class Api::Routes {
 
   // Runs the middleware, then the endpoint when admitted. `arg` is what the endpoint needs
   // from the request (the middleware's callback may run after the request is gone).
-  void limited(const ServerRequest& request, Endpoint endpoint, std::string arg,
-               Responder respond) {
-    http::RequestView view;
-    view.method = request.method;
-    view.path = request.path();
-    view.query = request.query();
-    view.peer = request.peer_address;
-    view.headers.reserve(request.headers.size());
-    for (const auto& [name, value] : request.headers) view.headers.emplace_back(name, value);
-    middleware_.handle(view, [endpoint, arg = std::move(arg),
-                              respond = std::move(respond)](http::MiddlewareResult result) mutable {
+  void limited(const Request& request, Endpoint endpoint, std::string arg, Responder respond) {
+    middleware_.handle(request, [endpoint, arg = std::move(arg),
+                                 respond = std::move(respond)](http::MiddlewareResult result) mutable {
       if (!result.admitted) {
-        ServerResponse r{result.status, std::string(kJson), std::move(result.headers),
-                         std::move(result.body)};
-        strip_content_type(r);
-        return respond(std::move(r));
+        return respond(Response{result.status, std::move(result.content_type),
+                                std::move(result.headers), std::move(result.body)});
       }
-      ServerResponse r = serve(endpoint, arg);
+      Response r = serve(endpoint, arg);
       for (auto& h : result.headers) r.headers.push_back(std::move(h));
-      strip_content_type(r);
       respond(std::move(r));
     });
   }
 
-  // A Content-Type among the middleware's headers replaces the default one.
-  static void strip_content_type(ServerResponse& r) {
-    for (auto it = r.headers.begin(); it != r.headers.end(); ++it) {
-      if (http::iequals(it->first, "Content-Type")) {
-        r.content_type = std::move(it->second);
-        r.headers.erase(it);
-        return;
-      }
-    }
-  }
-
-  static ServerResponse serve(Endpoint endpoint, const std::string& arg) {
+  static Response serve(Endpoint endpoint, const std::string& arg) {
     switch (endpoint) {
       case Endpoint::data:
         return json_response(200, R"({"data":"success"})");
@@ -221,7 +199,7 @@ class Api::Routes {
   }
 
   // No real authentication: the endpoint exists to be protected against brute force.
-  static ServerResponse login(const std::string& body) {
+  static Response login(const std::string& body) {
     std::string username, password;
     if (!body.empty()) {
       json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -245,7 +223,7 @@ class Api::Routes {
     return json_response(200, R"({"status":"ok"})");
   }
 
-  ServerResponse readiness() const {
+  Response readiness() const {
     const auto health = limiter_.store().health();
     json body{{"status", health.ready ? "ready" : "not ready"},
               {"store", limiter_.store().kind()},
@@ -299,7 +277,7 @@ class Api::Routes {
       return respond(
           json_response(400, http::bad_request_body(fmt::format("unknown rule `{}`", rule_name))));
     }
-    const std::string policy(limiter::to_string(rule->on_store_error));
+    const limiter::FailureMode policy = rule->on_store_error;
     limiter_.check(
         rule_name, identity_it->get_ref<const std::string&>(), cost,
         [policy, respond = std::move(respond)](Result<limiter::Verdict> verdict) {
@@ -309,13 +287,8 @@ class Api::Routes {
             }
             return respond(error_response(503, "Store unavailable: " + verdict.error().message));
           }
-          std::string text = http::verdict_json(*verdict);
-          if (!text.empty() && text.back() == '}') {
-            text.pop_back();
-            text += fmt::format(R"(,"failure_policy":"{}"}})", policy);
-          }
           const bool allowed = verdict->decision.allowed;
-          auto r = json_response(allowed ? 200 : 429, std::move(text));
+          auto r = json_response(allowed ? 200 : 429, http::verdict_json(*verdict, policy));
           if (!allowed) {
             r.headers.emplace_back(
                 "Retry-After",
@@ -331,12 +304,35 @@ class Api::Routes {
   ApiOptions options_;
 };
 
+// The HTTP server's own counters, in Prometheus text.
+std::string http_server_metrics(const http::Server& server) {
+  const auto stats = server.stats();
+  return fmt::format(
+      "# HELP ratekeeper_http_connections_open Client connections open.\n"
+      "# TYPE ratekeeper_http_connections_open gauge\n"
+      "ratekeeper_http_connections_open {}\n"
+      "# HELP ratekeeper_http_accept_errors_total Failed accepts (e.g. out of file descriptors): "
+      "accepting backs off and resumes by itself.\n"
+      "# TYPE ratekeeper_http_accept_errors_total counter\n"
+      "ratekeeper_http_accept_errors_total {}\n"
+      "# HELP ratekeeper_http_handler_exceptions_total Requests answered 500 because handling "
+      "them threw.\n"
+      "# TYPE ratekeeper_http_handler_exceptions_total counter\n"
+      "ratekeeper_http_handler_exceptions_total {}\n"
+      "# HELP ratekeeper_contained_exceptions_total Exceptions caught on event-loop threads and in "
+      "completion handlers; the process went on.\n"
+      "# TYPE ratekeeper_contained_exceptions_total counter\n"
+      "ratekeeper_contained_exceptions_total {}\n",
+      stats.connections_open, stats.accept_errors, stats.handler_exceptions,
+      contained_exceptions());
+}
+
 Api::Api(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options)
     : routes_(std::make_unique<Routes>(limiter, middleware, std::move(options))) {}
 
 Api::~Api() = default;
 
-void Api::handle(http::ServerRequest request, http::Responder respond) {
+void Api::handle(http::Request request, http::Responder respond) {
   routes_->handle(std::move(request), std::move(respond));
 }
 

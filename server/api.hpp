@@ -28,6 +28,10 @@ struct ApiOptions {
   std::function<std::string()> extra_metrics;
 };
 
+// The HTTP server's own counters and the contained exceptions, in Prometheus text (for
+// ApiOptions::extra_metrics).
+std::string http_server_metrics(const http::Server& server);
+
 class Api {
  public:
   Api(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options = {});
@@ -36,7 +40,7 @@ class Api {
   Api& operator=(const Api&) = delete;
 
   // Answers one request through `respond`, exactly once, inline or later from a store thread.
-  void handle(http::ServerRequest request, http::Responder respond);
+  void handle(http::Request request, http::Responder respond);
 
  private:
   class Routes;

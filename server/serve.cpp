@@ -1,5 +1,5 @@
-// `ratekeeper serve`: loads the configuration, opens the store and serves the routes of
-// api.hpp over the HTTP server.
+// `ratekeeper serve`: assembles the parts: loads the configuration, opens the store, and
+// serves the routes of api.hpp over the HTTP server on one event loop.
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -16,7 +16,6 @@
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
-#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/open_store.hpp"
@@ -25,30 +24,7 @@ namespace ratekeeper::server {
 namespace {
 
 using http::Responder;
-using http::ServerRequest;
-
-// The HTTP server's own counters, in Prometheus text.
-std::string server_metrics(const http::Server& server) {
-  const auto stats = server.stats();
-  return fmt::format(
-      "# HELP ratekeeper_http_connections_open Client connections open.\n"
-      "# TYPE ratekeeper_http_connections_open gauge\n"
-      "ratekeeper_http_connections_open {}\n"
-      "# HELP ratekeeper_http_accept_errors_total Failed accepts (e.g. out of file descriptors): "
-      "accepting backs off and resumes by itself.\n"
-      "# TYPE ratekeeper_http_accept_errors_total counter\n"
-      "ratekeeper_http_accept_errors_total {}\n"
-      "# HELP ratekeeper_http_handler_exceptions_total Requests answered 500 because handling "
-      "them threw.\n"
-      "# TYPE ratekeeper_http_handler_exceptions_total counter\n"
-      "ratekeeper_http_handler_exceptions_total {}\n"
-      "# HELP ratekeeper_contained_exceptions_total Exceptions caught on event-loop threads and in "
-      "completion handlers; the process went on.\n"
-      "# TYPE ratekeeper_contained_exceptions_total counter\n"
-      "ratekeeper_contained_exceptions_total {}\n",
-      stats.connections_open, stats.accept_errors, stats.handler_exceptions,
-      contained_exceptions());
-}
+using http::Request;
 
 struct ServeArgs {
   std::string config;
@@ -106,7 +82,7 @@ int serve(const ServeArgs& args) {
 
   Api* api = nullptr;
   // Destroyed after the store: callbacks still held by the store post into its sessions.
-  http::Server server(options, [&api](ServerRequest request, Responder respond) {
+  http::Server server(options, [&api](Request request, Responder respond) {
     api->handle(std::move(request), std::move(respond));
   });
 
@@ -125,7 +101,7 @@ int serve(const ServeArgs& args) {
     limiter::Limiter limiter(config.limiter, *store);
     http::Middleware middleware(limiter, config.middleware);
     Api routes(limiter, middleware,
-               ApiOptions{config.metrics_enabled, [&server] { return server_metrics(server); }});
+               ApiOptions{config.metrics_enabled, [&server] { return http_server_metrics(server); }});
     api = &routes;
 
     if (auto listening = server.listen(); !listening) {

@@ -77,7 +77,7 @@ HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions
   return out;
 }
 
-std::string verdict_json(const limiter::Verdict& v) {
+std::string verdict_json(const limiter::Verdict& v, limiter::FailureMode failure_policy) {
   const auto& d = v.decision;
   nlohmann::json j = {
       {"allowed", d.allowed},
@@ -86,6 +86,7 @@ std::string verdict_json(const limiter::Verdict& v) {
       {"retry_after_ms", (d.retry_after + kMicrosPerMilli - 1) / kMicrosPerMilli},
       {"reset_after_ms", (d.reset_after + kMicrosPerMilli - 1) / kMicrosPerMilli},
       {"by_failure_policy", v.by_failure_policy},
+      {"failure_policy", limiter::to_string(failure_policy)},
   };
   return j.dump();
 }

@@ -11,15 +11,15 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     : limiter_(&limiter), options_(std::move(options)) {}
 
 Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
-                                                 const RequestView& request) const {
+                                                 const Request& request) const {
   limiter::Application app;
   app.rule = &rule;
-  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(request.path);
+  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(request.path());
 
   auto ip_identity = [&]() -> Result<std::string> {
     const auto forwarded =
         options_.trusted_proxies.empty() ? std::string() : request.header_list("X-Forwarded-For");
-    auto ip = limiter::client_ip(request.peer, forwarded, options_.trusted_proxies);
+    auto ip = limiter::client_ip(request.peer_address, forwarded, options_.trusted_proxies);
     if (!ip) return std::unexpected(ip.error());
     return "ip:" + ip->to_string();
   };
@@ -80,9 +80,9 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
 }
 
 Result<std::vector<limiter::Application>> Middleware::applications(
-    const RequestView& request) const {
+    const Request& request) const {
   std::vector<limiter::Application> out;
-  for (const limiter::Rule* rule : limiter_->match(request.method, request.path)) {
+  for (const limiter::Rule* rule : limiter_->match(request.method, request.path())) {
     auto app = resolve(*rule, request);
     if (!app) return std::unexpected(app.error());
     out.push_back(std::move(*app));
@@ -90,7 +90,7 @@ Result<std::vector<limiter::Application>> Middleware::applications(
   return out;
 }
 
-void Middleware::handle(const RequestView& request, MiddlewareCallback done) {
+void Middleware::handle(const Request& request, MiddlewareCallback done) {
   auto& metrics = limiter_->metrics();
   auto apps = applications(request);
   if (!apps) {
@@ -99,7 +99,7 @@ void Middleware::handle(const RequestView& request, MiddlewareCallback done) {
     r.admitted = false;
     r.status = 400;
     r.body = bad_request_body(apps.error().message);
-    r.headers.emplace_back("Content-Type", "application/json");
+    r.content_type = "application/json";
     done(std::move(r));
     return;
   }
@@ -119,7 +119,7 @@ void Middleware::handle(const RequestView& request, MiddlewareCallback done) {
           r.status = bad ? 400 : 500;
           r.body = bad ? bad_request_body(ev.error().message)
                        : std::string(R"({"error":"Internal error"})");
-          r.headers.emplace_back("Content-Type", "application/json");
+          r.content_type = "application/json";
           done(std::move(r));
           return;
         }
@@ -131,13 +131,13 @@ void Middleware::handle(const RequestView& request, MiddlewareCallback done) {
           r.admitted = false;
           r.status = 429;
           r.body = rejection_body(retry_after_seconds(ev->decision.retry_after));
-          r.headers.emplace_back("Content-Type", "application/json");
+          r.content_type = "application/json";
         }
         done(std::move(r));
       });
 }
 
-MiddlewareResult Middleware::handle_sync(const RequestView& request) {
+MiddlewareResult Middleware::handle_sync(const Request& request) {
   std::promise<MiddlewareResult> promise;
   auto future = promise.get_future();
   handle(request, [&promise](MiddlewareResult r) { promise.set_value(std::move(r)); });

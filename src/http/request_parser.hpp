@@ -1,6 +1,6 @@
 #pragma once
 // The HTTP/1.1 request parser of http::Server: Beast's basic_parser (the wire syntax, header
-// and body limits, chunked bodies) writing straight into a ServerRequest. Header fields are
+// and body limits, chunked bodies) writing straight into a Request. Header fields are
 // kept as received, in order, with no per-field size limit of their own: only the header
 // limit bounds them (Beast's own field container refuses values of 64 KiB and more by
 // throwing). Usable without a socket: put() bytes, check is_done(), release().
@@ -19,7 +19,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
 
   int version() const noexcept { return version_; }  // 10 or 11, after the header
   // The parsed request (after is_done()); the parser is spent afterwards.
-  ServerRequest release() { return std::move(request_); }
+  Request release() { return std::move(request_); }
 
  private:
   using error_code = boost::beast::error_code;
@@ -38,7 +38,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   std::size_t on_chunk_body_impl(std::uint64_t remain, string_view body, error_code& ec) override;
   void on_finish_impl(error_code& ec) override;
 
-  ServerRequest request_;
+  Request request_;
   std::uint64_t body_limit_;
   int version_ = 11;
 };

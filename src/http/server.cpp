@@ -37,17 +37,6 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 std::string format_endpoint(const tcp::endpoint& ep) {
   const auto addr = ep.address();
   if (addr.is_v6()) return fmt::format("[{}]:{}", addr.to_string(), ep.port());
@@ -80,24 +69,6 @@ bool out_of_resources(const beast::error_code& ec) {
 }
 
 }  // namespace
-
-std::string_view ServerRequest::path() const noexcept {
-  std::string_view t = target;
-  return t.substr(0, t.find('?'));
-}
-
-std::string_view ServerRequest::query() const noexcept {
-  std::string_view t = target;
-  const auto q = t.find('?');
-  return q == std::string_view::npos ? std::string_view{} : t.substr(q + 1);
-}
-
-std::optional<std::string_view> ServerRequest::header(std::string_view name) const noexcept {
-  for (const auto& [k, v] : headers) {
-    if (ascii_iequals(k, name)) return std::string_view(v);
-  }
-  return std::nullopt;
-}
 
 class Session;
 
@@ -193,7 +164,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // From any thread: the response to request `id`. On the connection's own thread (a store
   // answered inline, or a Redis reply arrived on the shared loop) it is handled at once;
   // from any other thread it is posted there.
-  void post_response(std::uint64_t id, ServerResponse response) {
+  void post_response(std::uint64_t id, Response response) {
     net::dispatch(stream_.get_executor(),
                   [self = shared_from_this(), id, response = std::move(response)]() mutable {
                     self->on_response(id, std::move(response));
@@ -215,10 +186,10 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!answered.exchange(true) && !session->server_.destroying.load()) {
         session->post_response(
             id,
-            ServerResponse{500, "application/json", {}, R"({"error":"Internal server error"})"});
+            Response{500, "application/json", {}, R"({"error":"Internal server error"})"});
       }
     }
-    void deliver(ServerResponse r) {
+    void deliver(Response r) {
       if (!answered.exchange(true)) session->post_response(id, std::move(r));
     }
     std::shared_ptr<Session> session;
@@ -260,7 +231,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!slot.keep_alive) read_closed_ = true;
     queue_.push_back(std::move(slot));
 
-    ServerRequest request = parser_->release();
+    Request request = parser_->release();
     parser_.reset();
     server_.requests.fetch_add(1, std::memory_order_relaxed);
     request.peer_address = peer_address_;
@@ -269,7 +240,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto pending = std::make_shared<Pending>(shared_from_this(), queue_.back().id);
     const bool returned = contain("the HTTP request handler", [&] {
       server_.handler(std::move(request),
-                      [pending](ServerResponse r) { pending->deliver(std::move(r)); });
+                      [pending](Response r) { pending->deliver(std::move(r)); });
     });
     if (!returned) {
       server_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
@@ -279,8 +250,8 @@ class Session : public std::enable_shared_from_this<Session> {
     do_read();
   }
 
-  static ServerResponse internal_error() {
-    return ServerResponse{500, "application/json", {}, R"({"error":"Internal server error"})"};
+  static Response internal_error() {
+    return Response{500, "application/json", {}, R"({"error":"Internal server error"})"};
   }
 
   // A response to a request that could not be read: the connection closes after it, lingering
@@ -290,14 +261,14 @@ class Session : public std::enable_shared_from_this<Session> {
     slot.id = next_id_++;
     slot.keep_alive = false;
     queue_.push_back(std::move(slot));
-    fill(queue_.back(), ServerResponse{status, "application/json", {}, std::move(body)});
+    fill(queue_.back(), Response{status, "application/json", {}, std::move(body)});
     linger_ = true;
     do_write();
   }
 
   // Builds the wire response; a response that cannot be built (a header Beast refuses) is
   // answered 500 instead.
-  void fill(Slot& slot, ServerResponse r) {
+  void fill(Slot& slot, Response r) {
     const bool built = contain("building an HTTP response", [&] { build(slot, std::move(r)); });
     if (!built) {
       server_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
@@ -305,7 +276,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  static void build(Slot& slot, ServerResponse r) {
+  static void build(Slot& slot, Response r) {
     auto& res = slot.response.emplace();
     res.version(slot.version);
     res.result(static_cast<unsigned>(r.status));
@@ -316,7 +287,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res.prepare_payload();
   }
 
-  void on_response(std::uint64_t id, ServerResponse r) {
+  void on_response(std::uint64_t id, Response r) {
     for (auto& slot : queue_) {
       if (slot.id == id) {
         if (!slot.response) fill(slot, std::move(r));

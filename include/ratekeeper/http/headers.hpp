@@ -7,12 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "ratekeeper/http/request.hpp"
 #include "ratekeeper/limiter/failure_policy.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 
 namespace ratekeeper::http {
-
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 struct HeaderOptions {
   bool draft = true;    // RateLimit-Policy and RateLimit
@@ -40,7 +39,8 @@ std::string ratelimit_field(const limiter::Evaluation& evaluation);
 HeaderList rate_limit_headers(const limiter::Evaluation& evaluation, const HeaderOptions& options);
 
 // The decision API's answer: {"allowed":..,"limit":..,"remaining":..,"retry_after_ms":..,
-// "reset_after_ms":..,"by_failure_policy":..}
-std::string verdict_json(const limiter::Verdict& verdict);
+// "reset_after_ms":..,"by_failure_policy":..,"failure_policy":..} (the rule's mode when the
+// store fails).
+std::string verdict_json(const limiter::Verdict& verdict, limiter::FailureMode failure_policy);
 
 }  // namespace ratekeeper::http

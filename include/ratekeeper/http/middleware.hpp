@@ -2,7 +2,7 @@
 // The rate-limiting middleware, framework-agnostic: matches the request's rules, resolves
 // identities (client IP behind trusted proxies, user header, API key, user→IP fallback) and
 // tiers, asks the Limiter, and answers admitted, or 429 / 400, with the headers to add to
-// the response. The Beast server adapts its request to a RequestView and calls handle().
+// the response.
 // Thread-safe; the Limiter must outlive the Middleware.
 
 #include <functional>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ratekeeper/http/headers.hpp"
-#include "ratekeeper/http/request_view.hpp"
+#include "ratekeeper/http/request.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 
@@ -20,9 +20,9 @@ namespace ratekeeper::http {
 struct MiddlewareResult {
   bool admitted = true;
   int status = 200;    // 200 admitted; 429 rate limited; 400 bad identity; 500 internal error
-  std::string body;    // JSON body of a rejection; empty when admitted
-  HeaderList headers;  // add to the response whether admitted or not (Content-Type included
-                       // for rejections)
+  std::string body;          // JSON body of a rejection; empty when admitted
+  std::string content_type;  // of a rejection's body; empty when admitted
+  HeaderList headers;        // add to the response whether admitted or not
 };
 
 using MiddlewareCallback = std::function<void(MiddlewareResult)>;
@@ -38,15 +38,15 @@ class Middleware {
 
   // Decides on a request. `done` is called exactly once, inline or on a store thread, after
   // handle() may have returned: it must not refer to `request` (copy what it needs first).
-  void handle(const RequestView& request, MiddlewareCallback done);
-  MiddlewareResult handle_sync(const RequestView& request);
+  void handle(const Request& request, MiddlewareCallback done);
+  MiddlewareResult handle_sync(const Request& request);
 
   // The applications of the request's rules (identity, tier, endpoint resolved), or the
   // reason for a 400. Exposed for tests and for diagnostics.
-  Result<std::vector<limiter::Application>> applications(const RequestView& request) const;
+  Result<std::vector<limiter::Application>> applications(const Request& request) const;
 
   // The identity of one rule for a request, e.g. "user:123" or "ip:192.0.2.7".
-  Result<limiter::Application> resolve(const limiter::Rule& rule, const RequestView& request) const;
+  Result<limiter::Application> resolve(const limiter::Rule& rule, const Request& request) const;
 
   const MiddlewareOptions& options() const noexcept { return options_; }
 

@@ -17,6 +17,7 @@
 
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
+#include "ratekeeper/http/request.hpp"
 
 namespace ratekeeper {
 class EventLoop;
@@ -24,34 +25,10 @@ class EventLoop;
 
 namespace ratekeeper::http {
 
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
-
-// One request as received. Not thread-safe; owned by the handler once handed over.
-struct ServerRequest {
-  std::string method;  // as sent, e.g. "GET"
-  std::string target;  // path and query, e.g. "/api/search?q=x"
-  HeaderList headers;  // in arrival order, names as sent
-  std::string body;
-  std::string peer_address;  // the socket peer, e.g. "127.0.0.1" or "::1"
-  std::uint16_t peer_port = 0;
-
-  std::string_view path() const noexcept;
-  std::string_view query() const noexcept;  // without '?', empty when absent
-  // First header with this name, compared case-insensitively.
-  std::optional<std::string_view> header(std::string_view name) const noexcept;
-};
-
-struct ServerResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  HeaderList headers;
-  std::string body;
-};
-
 // Delivers the response of one request. Callable from any thread, exactly once.
-using Responder = std::function<void(ServerResponse)>;
+using Responder = std::function<void(Response)>;
 // Runs on the connection's thread; may answer inline or later from another thread.
-using Handler = std::function<void(ServerRequest, Responder)>;
+using Handler = std::function<void(Request, Responder)>;
 
 // The defaults are the configuration's (docs/configuration.md: listen, threads, http.*).
 struct ServerOptions {

@@ -67,7 +67,7 @@ class ThrowingHandlers : public ::testing::Test {
     options.port = 0;
     options.handle_signals = false;
     options.loop = loop_;
-    server_ = std::make_unique<http::Server>(options, [this](http::ServerRequest request,
+    server_ = std::make_unique<http::Server>(options, [this](http::Request request,
                                                              http::Responder respond) {
       if (request.target == "/inline") throw std::runtime_error("inline failure");
       if (request.target == "/later") {
@@ -77,7 +77,7 @@ class ThrowingHandlers : public ::testing::Test {
         });
         return;
       }
-      respond(http::ServerResponse{200, "text/plain", {}, "ok"});
+      respond(http::Response{200, "text/plain", {}, "ok"});
     });
     ASSERT_TRUE(server_->listen());
     runner_ = std::thread([this] { server_->run(); });

@@ -19,7 +19,6 @@ namespace ratekeeper::server {
 namespace {
 
 using http::Middleware;
-using http::RequestView;
 
 // Expects parse_config(yaml) to fail on `field` with a reason containing `reason`.
 void expect_error(const std::string& yaml, const std::string& field, const std::string& reason) {
@@ -562,10 +561,10 @@ TEST(ConfigTest, IdentityDefaultMustMakeAValidIdentity) {
   store::MemoryStore store;
   limiter::Limiter limiter(c.limiter, store);
   Middleware middleware(limiter, c.middleware);
-  RequestView request;
+  http::Request request;
   request.method = "GET";
-  request.path = "/c";
-  request.peer = "192.0.2.7";
+  request.target = "/c";
+  request.peer_address = "192.0.2.7";
   const auto result = middleware.handle_sync(request);
   EXPECT_EQ(result.status, 200) << result.body;
   EXPECT_TRUE(result.admitted);

@@ -64,12 +64,12 @@ struct Request {
   std::string peer = "192.0.2.7";
   std::vector<std::pair<std::string, std::string>> headers;
 
-  RequestView view() const {
-    RequestView v;
+  http::Request view() const {
+    http::Request v;
     v.method = method;
-    v.path = path;
-    v.peer = peer;
-    for (const auto& [n, val] : headers) v.headers.emplace_back(n, val);
+    v.target = path;
+    v.peer_address = peer;
+    v.headers.assign(headers.begin(), headers.end());
     return v;
   }
 };
@@ -143,7 +143,7 @@ TEST_F(MiddlewareTest, DenialIs429WithExactBodyAndRetryAfterRoundedUp) {
   EXPECT_EQ(denied.status, 429);
   EXPECT_EQ(denied.body, R"({"error":"Rate limit exceeded","retryAfter":3})");
   EXPECT_EQ(header(denied, "Retry-After"), "3");
-  EXPECT_EQ(header(denied, "Content-Type"), "application/json");
+  EXPECT_EQ(denied.content_type, "application/json");
   EXPECT_EQ(header(denied, "RateLimit"), "\"slow\";r=0;t=3");
 
   clock.advance(1200 * kMicrosPerMilli);  // 1.3 s left
@@ -298,7 +298,7 @@ TEST_F(MiddlewareTest, IdentityWithBracesCannotBreakTheHashTag) {
   EXPECT_EQ(ev->rules[0].limits[0].key, "ratelimit:{user:x%7D:other%7By}:profile");
 }
 
-TEST_F(MiddlewareTest, CallbackMayOutliveTheRequestView) {
+TEST_F(MiddlewareTest, CallbackMayOutliveTheRequest) {
   std::optional<MiddlewareResult> got;
   {
     Request r;
@@ -356,12 +356,16 @@ TEST(ShippedConfigTest, LoginAllowsFivePerMinutePerIpThenTellsWhenToRetry) {
   EXPECT_TRUE(mw.handle_sync(login.view()).headers.empty());  // only POST is limited
 }
 
-TEST(RequestViewTest, SplitsTargetAndLooksUpHeadersCaseInsensitively) {
-  auto [path, query] = RequestView::split_target("/api/search?q=x&y=1");
-  EXPECT_EQ(path, "/api/search");
-  EXPECT_EQ(query, "q=x&y=1");
-  EXPECT_EQ(RequestView::split_target("/a").second, "");
-  RequestView v;
+TEST(RequestTest, SplitsTargetAndLooksUpHeadersCaseInsensitively) {
+  http::Request search;
+  search.target = "/api/search?q=x&y=1";
+  EXPECT_EQ(search.path(), "/api/search");
+  EXPECT_EQ(search.query(), "q=x&y=1");
+  http::Request plain;
+  plain.target = "/a";
+  EXPECT_EQ(plain.path(), "/a");
+  EXPECT_EQ(plain.query(), "");
+  http::Request v;
   v.headers = {{"X-Forwarded-For", "a"}, {"Host", "h"}, {"x-forwarded-for", "b"}};
   EXPECT_EQ(v.header("HOST").value_or(""), "h");
   EXPECT_FALSE(v.header("Missing"));
@@ -399,13 +403,14 @@ TEST(HeadersTest, VerdictJsonHasTheDecisionApiFields) {
   limiter::Verdict v;
   v.decision = {false, 10, 0, 1'500'001, 9'000'000};
   v.by_failure_policy = false;
-  auto j = nlohmann::json::parse(verdict_json(v));
+  auto j = nlohmann::json::parse(verdict_json(v, limiter::FailureMode::deny));
   EXPECT_EQ(j["allowed"], false);
   EXPECT_EQ(j["limit"], 10);
   EXPECT_EQ(j["remaining"], 0);
   EXPECT_EQ(j["retry_after_ms"], 1501);
   EXPECT_EQ(j["reset_after_ms"], 9000);
   EXPECT_EQ(j["by_failure_policy"], false);
+  EXPECT_EQ(j["failure_policy"], "deny");
 }
 
 }  // namespace

@@ -106,10 +106,10 @@ rules:
                                    "m.yaml");
   Limiter limiter(config.limiter, store);
   http::Middleware mw(limiter, config.middleware);
-  http::RequestView v;
+  http::Request v;
   v.method = "GET";
-  v.path = "/api";
-  v.peer = "192.0.2.1";
+  v.target = "/api";
+  v.peer_address = "192.0.2.1";
   int admitted = 0, rejected = 0;
   for (int i = 0; i < 13; ++i) (mw.handle_sync(v).admitted ? admitted : rejected)++;
   EXPECT_EQ(admitted, 10);

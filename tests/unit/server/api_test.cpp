@@ -52,16 +52,16 @@ rules:
         middleware_(limiter_, config_.middleware),
         api_(limiter_, middleware_) {}
 
-  http::ServerResponse get(std::string target, http::HeaderList headers = {}) {
-    http::ServerRequest request;
+  http::Response get(std::string target, http::HeaderList headers = {}) {
+    http::Request request;
     request.method = "GET";
     request.target = std::move(target);
     request.headers = std::move(headers);
     request.peer_address = "192.0.2.1";
-    std::optional<http::ServerResponse> answer;
-    api_.handle(std::move(request), [&answer](http::ServerResponse r) { answer = std::move(r); });
+    std::optional<http::Response> answer;
+    api_.handle(std::move(request), [&answer](http::Response r) { answer = std::move(r); });
     EXPECT_TRUE(answer.has_value()) << "the memory store answers inline";
-    return answer.value_or(http::ServerResponse{0, {}, {}, {}});
+    return answer.value_or(http::Response{0, {}, {}, {}});
   }
 
   server::Config config_;

@@ -1,4 +1,4 @@
-#include "ratekeeper/http/request_view.hpp"
+#include "ratekeeper/http/request.hpp"
 
 namespace ratekeeper::http {
 
@@ -13,14 +13,25 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
   return true;
 }
 
-std::optional<std::string_view> RequestView::header(std::string_view name) const {
+std::string_view Request::path() const noexcept {
+  std::string_view t = target;
+  return t.substr(0, t.find('?'));
+}
+
+std::string_view Request::query() const noexcept {
+  std::string_view t = target;
+  const auto q = t.find('?');
+  return q == std::string_view::npos ? std::string_view{} : t.substr(q + 1);
+}
+
+std::optional<std::string_view> Request::header(std::string_view name) const noexcept {
   for (const auto& [n, v] : headers) {
-    if (iequals(n, name)) return v;
+    if (iequals(n, name)) return std::string_view(v);
   }
   return std::nullopt;
 }
 
-std::string RequestView::header_list(std::string_view name) const {
+std::string Request::header_list(std::string_view name) const {
   std::string out;
   for (const auto& [n, v] : headers) {
     if (!iequals(n, name)) continue;
@@ -28,12 +39,6 @@ std::string RequestView::header_list(std::string_view name) const {
     out += v;
   }
   return out;
-}
-
-std::pair<std::string_view, std::string_view> RequestView::split_target(std::string_view target) {
-  const auto q = target.find('?');
-  if (q == std::string_view::npos) return {target, {}};
-  return {target.substr(0, q), target.substr(q + 1)};
 }
 
 }  // namespace ratekeeper::http

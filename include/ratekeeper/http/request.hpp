@@ -1,0 +1,44 @@
+#pragma once
+// One HTTP request and its response, as the server reads and writes them and as the
+// middleware and the routes see them: the transport (Boost.Beast) stays inside http::Server.
+// Plain values: not thread-safe to mutate, safe to read from several threads.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ratekeeper::http {
+
+// Header fields in order, names as sent.
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// ASCII case-insensitive equality (header names).
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+struct Request {
+  std::string method;  // as sent, e.g. "GET" (compared case-sensitively, as HTTP says)
+  std::string target;  // path and query, e.g. "/api/search?q=x"
+  HeaderList headers;  // in arrival order
+  std::string body;
+  std::string peer_address;  // the socket peer, e.g. "127.0.0.1" or "::1"
+  std::uint16_t peer_port = 0;
+
+  std::string_view path() const noexcept;   // the target without the query
+  std::string_view query() const noexcept;  // without '?', empty when absent
+  // The first value of a header, by case-insensitive name.
+  std::optional<std::string_view> header(std::string_view name) const noexcept;
+  // Every value of a header joined with ", " (list headers such as X-Forwarded-For).
+  std::string header_list(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";  // empty: no Content-Type
+  HeaderList headers;
+  std::string body;
+};
+
+}  // namespace ratekeeper::http
