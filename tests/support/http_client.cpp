@@ -134,6 +134,7 @@ struct HttpClient::Impl {
     socket->set_option(tcp::no_delay(true));
     timeval tv{30, 0};  // a server that never answers fails the test instead of hanging it
     ::setsockopt(socket->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(socket->native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   }
 
   void close() {
@@ -246,11 +247,56 @@ std::vector<HttpResponse> HttpClient::pipeline(const std::vector<HttpRequest>& r
   }
 }
 
+void HttpClient::connect() {
+  impl_->close();
+  impl_->connect();
+  impl_->used = true;
+}
+
+std::size_t HttpClient::send_raw(std::string_view bytes) {
+  if (!impl_->socket) connect();
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const auto n = ::send(impl_->socket->native_handle(), bytes.data() + sent,
+                          bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  return sent;
+}
+
+std::string HttpClient::read_until_close() {
+  std::string out;
+  if (!impl_->socket) return out;
+  // What the HTTP reader took already, then the socket until it ends.
+  const auto buffered = impl_->buffer.data();
+  out.append(static_cast<const char*>(buffered.data()), buffered.size());
+  impl_->buffer.clear();
+  char buf[16 * 1024];
+  for (;;) {
+    const auto n = ::recv(impl_->socket->native_handle(), buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  impl_->close();
+  return out;
+}
+
 void HttpClient::close() {
   impl_->close();
 }
 bool HttpClient::connected() const {
   return impl_->socket.has_value();
+}
+
+std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url, int threads,
+                                     int max_open_files) {
+  ServerProcess::Options o;
+  o.config_yaml = std::move(yaml);
+  o.store_url = std::move(store_url);
+  o.threads = threads;
+  o.max_open_files = max_open_files;
+  return std::make_unique<ServerProcess>(std::move(o));
 }
 
 HttpResponse http_get(int port, std::string target, Headers headers) {

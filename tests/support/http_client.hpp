@@ -52,6 +52,15 @@ class HttpClient {
   // Writes several requests back to back before reading their responses (pipelining).
   std::vector<HttpResponse> pipeline(const std::vector<HttpRequest>& requests);
 
+  // Bytes by hand, for what the client does not do on purpose (fields the client's own
+  // header container refuses, uploads the server cuts off, idle connections): connect()
+  // opens a fresh connection now; send_raw() writes as much of `bytes` as the server takes
+  // (stopping at the first error) and says how much; read_until_close() returns what
+  // arrives, unparsed, until the server closes, an error or the read timeout.
+  void connect();
+  std::size_t send_raw(std::string_view bytes);
+  std::string read_until_close();
+
   void close();
   bool connected() const;
 
@@ -101,6 +110,10 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
 };
+
+// A `ratekeeper serve` process from inline YAML; `store_url` empty: the configured store.
+std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url = {}, int threads = 2,
+                                     int max_open_files = 0);
 
 struct ProcessResult {
   int exit_code = -1;  // -1: killed by a signal or timed out

@@ -20,13 +20,6 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url) {
-  ServerProcess::Options o;
-  o.config_yaml = std::move(yaml);
-  o.store_url = std::move(store_url);
-  return std::make_unique<ServerProcess>(std::move(o));
-}
-
 TEST(HttpDistributed, TwoServersShareOneLimit) {
   RedisServer redis;
   const std::string yaml = R"(

@@ -1,12 +1,9 @@
 // End to end: requests, signals and resource exhaustion that once stopped or stalled the
 // server. Each test drives a real `ratekeeper serve` process over real sockets.
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -47,65 +44,6 @@ rules:
       - capacity: 100
         refill_rate: 1
 )";
-
-std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url = {}, int threads = 2,
-                                     int max_open_files = 0) {
-  ServerProcess::Options o;
-  o.config_yaml = std::move(yaml);
-  o.store_url = std::move(store_url);
-  o.threads = threads;
-  o.max_open_files = max_open_files;
-  return std::make_unique<ServerProcess>(std::move(o));
-}
-
-// A plain blocking TCP connection to the server, for what HttpClient does not do on purpose.
-class RawConnection {
- public:
-  explicit RawConnection(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      throw std::runtime_error("connect failed");
-    }
-    timeval tv{10, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  }
-  ~RawConnection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-
-  // Writes as much of `bytes` as the peer takes (stops at the first error).
-  std::size_t send_all(std::string_view bytes) {
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      const auto n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<std::size_t>(n);
-    }
-    return sent;
-  }
-
-  // Reads until the peer closes, an error, or the timeout: what arrived.
-  std::string read_all() {
-    std::string out;
-    char buf[16 * 1024];
-    for (;;) {
-      const auto n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
-    }
-    return out;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 bool logged(const ServerProcess& server, std::string_view text) {
   return (server.output() + server.errors()).find(text) != std::string::npos;
@@ -157,10 +95,10 @@ TEST(HttpHardening, HeaderFieldsOf64KiBAndMoreWithinTheLimitAreServed) {
   auto server = serve(std::string("http: {max_header_bytes: 1048576}\n") + kDemoRules);
   // The test client is built on the same container: the requests are written by hand.
   auto status = [&](std::string_view target, std::string_view header, std::size_t size) {
-    RawConnection conn(server->port());
-    conn.send_all(fmt::format("GET {} HTTP/1.1\r\nHost: x\r\n{}: {}\r\nConnection: close\r\n\r\n",
+    HttpClient conn(server->port());
+    conn.send_raw(fmt::format("GET {} HTTP/1.1\r\nHost: x\r\n{}: {}\r\nConnection: close\r\n\r\n",
                               target, header, std::string(size, 'a')));
-    const auto response = conn.read_all();
+    const auto response = conn.read_until_close();
     return response.size() >= 12 ? response.substr(9, 3) : "'" + response + "'";
   };
   EXPECT_EQ(status("/api/export/report", "X-Padding", 70'000), "200");
@@ -186,13 +124,13 @@ TEST(HttpHardening, OversizedBodySentAtOnceStillGets413) {
   auto server = serve(std::string("http: {max_body_bytes: 1024}\n") + kDemoRules);
   const std::string body(8 * 1024 * 1024, 'x');  // more than the socket buffers hold
   for (int attempt = 0; attempt < 3; ++attempt) {
-    RawConnection conn(server->port());
-    const auto sent = conn.send_all(fmt::format(
+    HttpClient conn(server->port());
+    const auto sent = conn.send_raw(fmt::format(
         "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         "Content-Length: {}\r\n\r\n{}",
         body.size(), body));
     EXPECT_GT(sent, body.size()) << "attempt " << attempt << ": the upload was cut off";
-    const auto response = conn.read_all();
+    const auto response = conn.read_until_close();
     ASSERT_TRUE(response.starts_with("HTTP/1.1 413"))
         << "attempt " << attempt << ": '" << response.substr(0, 80) << "'";
   }
@@ -212,8 +150,11 @@ TEST(HttpHardening, OutOfDescriptorsServesOpenConnectionsWithoutSpinningAndRecov
   ASSERT_EQ(established.get("/healthz").status, 200);
 
   // More connections than the server has descriptors for: the rest wait in the backlog.
-  std::vector<std::unique_ptr<RawConnection>> idle;
-  for (int i = 0; i < 40; ++i) idle.push_back(std::make_unique<RawConnection>(server->port()));
+  std::vector<std::unique_ptr<HttpClient>> idle;
+  for (int i = 0; i < 40; ++i) {
+    idle.push_back(std::make_unique<HttpClient>(server->port()));
+    idle.back()->connect();
+  }
   std::this_thread::sleep_for(200ms);  // let the server run into the limit
 
   const auto cpu_before = cpu_time(server->pid());

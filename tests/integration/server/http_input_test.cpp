@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,13 +18,6 @@ namespace ratekeeper::testing {
 namespace {
 
 using json = nlohmann::json;
-
-std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url = {}) {
-  ServerProcess::Options o;
-  o.config_yaml = std::move(yaml);
-  o.store_url = std::move(store_url);
-  return std::make_unique<ServerProcess>(std::move(o));
-}
 
 constexpr const char* kPerIp = R"(
 rules:
@@ -228,6 +222,74 @@ TEST(HttpConfig, WithoutAStoreItUsesMemoryAndSaysSo) {
   auto ready = http_get(server->port(), "/readyz");
   EXPECT_EQ(ready.status, 200);
   EXPECT_EQ(json::parse(ready.body).at("store"), "memory");
+}
+
+// store.max_keys reaches the memory store: with room for 3 keys, a fourth identity is refused
+// by the store and answered by the rule's failure policy (deny), while the identities already
+// held keep their limits.
+TEST(HttpConfig, MaxKeysOfTheMemoryStoreHandsTheNextKeyToTheFailurePolicy) {
+  auto server = serve(R"(
+store: {url: "memory://", max_keys: 3}
+rules:
+  - name: api
+    match: {path: /api/data}
+    on_store_error: deny
+    limits: [{capacity: 10, refill_rate: 1}]
+)");
+  HttpClient client(server->port());
+  auto check = [&](const std::string& identity) {
+    return client.post("/v1/check", json{{"rule", "api"}, {"identity", identity}}.dump());
+  };
+  for (const auto* identity : {"user:1", "user:2", "user:3"}) {
+    const auto r = check(identity);
+    ASSERT_EQ(r.status, 200) << identity << ": " << r.body;
+    EXPECT_EQ(json::parse(r.body)["by_failure_policy"], false) << identity;
+  }
+  const auto refused = check("user:4");
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  const auto body = json::parse(refused.body);
+  EXPECT_EQ(body["by_failure_policy"], true) << refused.body;
+  EXPECT_EQ(body["failure_policy"], "deny") << refused.body;
+  const auto held = check("user:1");
+  EXPECT_EQ(held.status, 200) << held.body;
+  EXPECT_EQ(json::parse(held.body)["by_failure_policy"], false);
+}
+
+// The `tier` field of /v1/check picks the tier's limits, over a real connection: pro allows 3,
+// the default tier (free) 1, each identity in its own bucket.
+TEST(HttpCheck, TierFieldSelectsTheTiersLimits) {
+  auto server = serve(R"(
+tiers:
+  default: free
+  levels:
+    free: [{capacity: 1, refill_rate: 0.001}]
+    pro: [{capacity: 3, refill_rate: 0.001}]
+rules:
+  - name: api
+    match: {path: /api/data}
+    identity: {type: header, header: X-User-ID}
+    tiered: true
+)");
+  HttpClient client(server->port());
+  auto check = [&](const std::string& identity, std::optional<std::string> tier) {
+    json request{{"rule", "api"}, {"identity", identity}};
+    if (tier) request["tier"] = *tier;
+    return client.post("/v1/check", request.dump());
+  };
+  for (int i = 0; i < 3; ++i) {
+    const auto r = check("user:pro", "pro");
+    ASSERT_EQ(r.status, 200) << i << ": " << r.body;
+    EXPECT_EQ(json::parse(r.body)["limit"], 3) << r.body;
+    EXPECT_EQ(json::parse(r.body)["remaining"], 2 - i) << r.body;
+  }
+  EXPECT_EQ(check("user:pro", "pro").status, 429);
+
+  const auto free = check("user:free", std::nullopt);
+  ASSERT_EQ(free.status, 200) << free.body;
+  EXPECT_EQ(json::parse(free.body)["limit"], 1) << free.body;
+  EXPECT_EQ(check("user:free", std::nullopt).status, 429);
+  EXPECT_EQ(check("user:named-free", "free").status, 200);
+  EXPECT_EQ(check("user:named-free", "free").status, 429);
 }
 
 }  // namespace

@@ -35,11 +35,7 @@ class HttpLimits : public ::testing::Test {
   void SetUp() override { ASSERT_EQ(redis_->command({"FLUSHALL"}), "OK"); }
 
   static std::unique_ptr<ServerProcess> serve(std::string yaml, int threads = 2) {
-    ServerProcess::Options o;
-    o.config_yaml = std::move(yaml);
-    o.store_url = redis_->url();
-    o.threads = threads;
-    return std::make_unique<ServerProcess>(std::move(o));
+    return testing::serve(std::move(yaml), redis_->url(), threads);
   }
 
   static RedisServer* redis_;

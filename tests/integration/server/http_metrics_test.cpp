@@ -131,5 +131,33 @@ rules:
       << line;
 }
 
+// logging.decisions.lines_per_second and burst reach the server's decision log: with a budget
+// of 2 lines and almost no refill, 10 denials write 2 lines and the other 8 are counted in
+// /metrics as suppressed.
+TEST(HttpDecisionLog, LinesBeyondTheConfiguredBurstAreSuppressedAndCounted) {
+  auto server = serve(R"(
+logging:
+  decisions: {enabled: true, lines_per_second: 0.001, burst: 2}
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits:
+      - capacity: 1
+        refill_rate: 0.001
+)");
+  HttpClient client(server->port());
+  EXPECT_EQ(client.get("/api/data").status, 200);  // allowed: not sampled, not logged
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(client.get("/api/data").status, 429) << i;
+
+  const auto metrics = client.get("/metrics").body;
+  EXPECT_EQ(metric_value(metrics, "ratekeeper_decision_log_suppressed_total"), 8.0) << metrics;
+  int lines = 0;
+  std::istringstream out(server->output());
+  for (std::string l; std::getline(out, l);) {
+    if (l.find(R"("rule":"api")") != std::string::npos) ++lines;
+  }
+  EXPECT_EQ(lines, 2) << server->output();
+}
+
 }  // namespace
 }  // namespace ratekeeper::testing
