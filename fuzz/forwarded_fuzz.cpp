@@ -1,4 +1,4 @@
-// Fuzz target: client addresses behind proxies (limiter/identity.hpp): parse_ip, Cidr::parse,
+// Fuzz target: client addresses behind proxies (http/client_ip.hpp): parse_ip, Cidr::parse,
 // TrustedProxies and client_ip. Input lines: the socket peer, the X-Forwarded-For value, then
 // one trusted-proxy entry per line. Checks: canonical text parses back to the same address,
 // a block contains its own network, and the client is the peer or one of the forwarded hops,
@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 #include "require.hpp"
 
@@ -18,28 +19,28 @@ namespace {
 
 using namespace ratekeeper;
 using fuzz::require;
-using limiter::IpAddress;
+using http::IpAddress;
 
 constexpr std::size_t kMaxProxies = 32;
 
 std::optional<IpAddress> check_ip(std::string_view text) {
-  auto ip = limiter::parse_ip(text);
-  auto normal = limiter::normalize_ip(text);
+  auto ip = http::parse_ip(text);
+  auto normal = http::normalize_ip(text);
   require(ip.has_value() == normal.has_value());
   if (!ip) return ip;
   const std::string canonical = ip->to_string();
   require(*normal == canonical);
-  auto again = limiter::parse_ip(canonical);
+  auto again = http::parse_ip(canonical);
   require(again && *again == *ip && again->to_string() == canonical);
   return ip;
 }
 
 void check_cidr(std::string_view text) {
-  auto c = limiter::Cidr::parse(text);
+  auto c = http::Cidr::parse(text);
   if (!c) return;
   require(c->prefix_len >= 0 && c->prefix_len <= (c->network.v6 ? 128 : 32));
   require(c->contains(c->network));
-  auto again = limiter::Cidr::parse(c->network.to_string() + "/" + std::to_string(c->prefix_len));
+  auto again = http::Cidr::parse(c->network.to_string() + "/" + std::to_string(c->prefix_len));
   require(again && again->network == c->network && again->prefix_len == c->prefix_len);
 }
 
@@ -72,14 +73,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     hops.remove_prefix(comma + 1);
   }
 
-  auto proxies = limiter::TrustedProxies::parse(cidrs);
+  auto proxies = http::TrustedProxies::parse(cidrs);
   bool all_parse = true;
-  for (const auto& c : cidrs) all_parse = all_parse && limiter::Cidr::parse(c).has_value();
+  for (const auto& c : cidrs) all_parse = all_parse && http::Cidr::parse(c).has_value();
   require(proxies.has_value() == all_parse);
   if (!proxies) return 0;
 
-  const auto peer_ip = limiter::parse_ip(peer);
-  auto client = limiter::client_ip(peer, forwarded_for, *proxies);
+  const auto peer_ip = http::parse_ip(peer);
+  auto client = http::client_ip(peer, forwarded_for, *proxies);
   require(client.has_value() == peer_ip.has_value());
   if (!client) return 0;
   if (!proxies->contains(*peer_ip)) {

@@ -142,7 +142,8 @@ class Api::Routes {
     if (path == "/metrics") {
       if (method != "GET" && method != "HEAD") return respond(not_allowed("GET, HEAD"));
       if (!options_.metrics_enabled) return respond(error_response(404, "Not found"));
-      std::string text = limiter_.metrics_text() + denial_cache_text();
+      std::string text =
+          limiter_.metrics_text() + middleware_.metrics().render() + denial_cache_text();
       if (options_.extra_metrics) text += options_.extra_metrics();
       return respond(Response{200, std::string(kPrometheus), {}, std::move(text)});
     }

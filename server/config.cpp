@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "ratekeeper/core/host_port.hpp"
+#include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 
@@ -656,13 +657,13 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   if (root["tiers"]) read_tiers(r, root["tiers"], "tiers", c);
   if (root["trusted_proxies"]) {
     c.trusted_proxies = r.strings(root["trusted_proxies"], "trusted_proxies");
-    std::vector<limiter::Cidr> cidrs;
+    std::vector<http::Cidr> cidrs;
     for (std::size_t i = 0; i < c.trusted_proxies.size(); ++i) {
-      auto cidr = limiter::Cidr::parse(c.trusted_proxies[i]);
+      auto cidr = http::Cidr::parse(c.trusted_proxies[i]);
       if (!cidr) r.fail(Reader::index("trusted_proxies", i), cidr.error().message);
       cidrs.push_back(*cidr);
     }
-    c.middleware.trusted_proxies = limiter::TrustedProxies(std::move(cidrs));
+    c.middleware.trusted_proxies = http::TrustedProxies(std::move(cidrs));
   }
   if (const auto h = root["headers"]) {
     r.expect_map(h, "headers", {"draft", "legacy"});
@@ -897,8 +898,8 @@ Result<ListenAddress> parse_listen_address(std::string_view text) {
   if (!split || !split->port) return fail(fmt::format("must be host:port, got '{}'", text));
   const std::string_view host = split->host;
   const bool host_ok = split->bracketed
-                           ? host.find(':') != std::string_view::npos && limiter::parse_address(host)
-                           : host.empty() || host == "localhost" || limiter::parse_address(host);
+                           ? host.find(':') != std::string_view::npos && http::parse_address(host)
+                           : host.empty() || host == "localhost" || http::parse_address(host);
   if (!host_ok) return fail(fmt::format("host must be an IP address or localhost, got '{}'", host));
   // Decimal digits without leading zeros, as every integer of the configuration.
   const std::string_view digits = *split->port;

@@ -1,11 +1,12 @@
 #include "ratekeeper/http/middleware.hpp"
 
+#include "ratekeeper/limiter/identity.hpp"
+
 #include <future>
 
 namespace ratekeeper::http {
 
 using limiter::IdentityKind;
-using limiter::RequestOutcome;
 
 Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     : limiter_(&limiter), options_(std::move(options)) {}
@@ -19,7 +20,7 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
   auto ip_identity = [&]() -> Result<std::string> {
     const auto forwarded =
         options_.trusted_proxies.empty() ? std::string() : request.header_list("X-Forwarded-For");
-    auto ip = limiter::client_ip(request.peer_address, forwarded, options_.trusted_proxies);
+    auto ip = client_ip(request.peer_address, forwarded, options_.trusted_proxies);
     if (!ip) return std::unexpected(ip.error());
     return "ip:" + ip->to_string();
   };
@@ -91,10 +92,9 @@ Result<std::vector<limiter::Application>> Middleware::applications(
 }
 
 void Middleware::handle(const Request& request, MiddlewareCallback done) {
-  auto& metrics = limiter_->metrics();
   auto apps = applications(request);
   if (!apps) {
-    metrics.record_request(RequestOutcome::bad_request);
+    metrics_.record(RequestOutcome::bad_request);
     MiddlewareResult r;
     r.admitted = false;
     r.status = 400;
@@ -104,17 +104,16 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
     return;
   }
   if (apps->empty()) {
-    metrics.record_request(RequestOutcome::unmatched);
+    metrics_.record(RequestOutcome::unmatched);
     done(MiddlewareResult{});
     return;
   }
   limiter_->evaluate(
       std::move(*apps), [this, done = std::move(done)](Result<limiter::Evaluation> ev) {
-        auto& metrics = limiter_->metrics();
         MiddlewareResult r;
         if (!ev) {
           const bool bad = ev.error().code == ErrorCode::invalid_argument;
-          metrics.record_request(bad ? RequestOutcome::bad_request : RequestOutcome::error);
+          metrics_.record(bad ? RequestOutcome::bad_request : RequestOutcome::error);
           r.admitted = false;
           r.status = bad ? 400 : 500;
           r.body = bad ? bad_request_body(ev.error().message)
@@ -125,9 +124,9 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
         }
         r.headers = rate_limit_headers(*ev, options_.headers);
         if (ev->allowed) {
-          metrics.record_request(RequestOutcome::admitted);
+          metrics_.record(RequestOutcome::admitted);
         } else {
-          metrics.record_request(RequestOutcome::rejected);
+          metrics_.record(RequestOutcome::rejected);
           r.admitted = false;
           r.status = 429;
           r.body = rejection_body(retry_after_seconds(ev->decision.retry_after));

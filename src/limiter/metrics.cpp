@@ -20,22 +20,6 @@ std::string_view to_string(Outcome outcome) noexcept {
   return "unknown";
 }
 
-std::string_view to_string(RequestOutcome outcome) noexcept {
-  switch (outcome) {
-    case RequestOutcome::admitted:
-      return "admitted";
-    case RequestOutcome::rejected:
-      return "rejected";
-    case RequestOutcome::bad_request:
-      return "bad_request";
-    case RequestOutcome::error:
-      return "error";
-    case RequestOutcome::unmatched:
-      return "unmatched";
-  }
-  return "unknown";
-}
-
 struct Metrics::RuleRow {
   std::array<std::atomic<std::uint64_t>, kOutcomeCount> decisions{};
   std::atomic<std::uint64_t> near_limit{0};
@@ -97,10 +81,6 @@ void Metrics::record_store_error(ErrorCode code) noexcept {
   if (i < store_errors_.size()) store_errors_[i].fetch_add(1, kRelaxed);
 }
 
-void Metrics::record_request(RequestOutcome outcome) noexcept {
-  requests_[static_cast<std::size_t>(outcome)].fetch_add(1, kRelaxed);
-}
-
 void Metrics::record_log_suppressed(std::uint64_t lines) noexcept {
   log_suppressed_.fetch_add(lines, kRelaxed);
 }
@@ -118,10 +98,6 @@ std::uint64_t Metrics::near_limit(std::size_t rule) const noexcept {
 std::uint64_t Metrics::store_errors(ErrorCode code) const noexcept {
   const auto i = static_cast<std::size_t>(code);
   return i < store_errors_.size() ? store_errors_[i].load(kRelaxed) : 0;
-}
-
-std::uint64_t Metrics::requests(RequestOutcome outcome) const noexcept {
-  return requests_[static_cast<std::size_t>(outcome)].load(kRelaxed);
 }
 
 std::uint64_t Metrics::store_latency_count() const noexcept {
@@ -175,14 +151,6 @@ std::string Metrics::render(const store::StoreHealth& health, std::string_view s
     fmt::format_to(it, "ratekeeper_store_errors_total{{kind=\"{}\"}} {}\n",
                    ratekeeper::to_string(static_cast<ErrorCode>(i)),
                    store_errors_[i].load(kRelaxed));
-  }
-
-  fmt::format_to(it,
-                 "# HELP ratekeeper_http_requests_total Middleware answers by result.\n"
-                 "# TYPE ratekeeper_http_requests_total counter\n");
-  for (std::size_t i = 0; i < kRequestOutcomeCount; ++i) {
-    fmt::format_to(it, "ratekeeper_http_requests_total{{result=\"{}\"}} {}\n",
-                   to_string(static_cast<RequestOutcome>(i)), requests_[i].load(kRelaxed));
   }
 
   fmt::format_to(it,

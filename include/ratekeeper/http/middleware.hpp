@@ -12,7 +12,8 @@
 
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/request.hpp"
-#include "ratekeeper/limiter/identity.hpp"
+#include "ratekeeper/http/request_metrics.hpp"
+#include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 
 namespace ratekeeper::http {
@@ -29,7 +30,7 @@ using MiddlewareCallback = std::function<void(MiddlewareResult)>;
 
 struct MiddlewareOptions {
   HeaderOptions headers;
-  limiter::TrustedProxies trusted_proxies;
+  TrustedProxies trusted_proxies;
 };
 
 class Middleware {
@@ -49,10 +50,13 @@ class Middleware {
   Result<limiter::Application> resolve(const limiter::Rule& rule, const Request& request) const;
 
   const MiddlewareOptions& options() const noexcept { return options_; }
+  // What it answered, by result (ratekeeper_http_requests_total).
+  const RequestMetrics& metrics() const noexcept { return metrics_; }
 
  private:
   limiter::Limiter* limiter_;
   MiddlewareOptions options_;
+  RequestMetrics metrics_;
 };
 
 }  // namespace ratekeeper::http

@@ -1,76 +1,13 @@
 #pragma once
-// Client identities: IP parsing and normalisation (IPv6 canonical form, IPv4-mapped → IPv4),
-// trusted-proxy CIDRs, the client IP behind proxies (X-Forwarded-For walked from the right
-// past trusted hops only, so a client cannot pick its IP), and API key hashing.
-// All types are immutable after construction and safe to share between threads.
+// Identities of header values and API keys: the strings a rule's budget is charged to
+// (identities of client IPs come from http/client_ip.hpp). Pure functions; thread-safe.
 
-#include <array>
-#include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "ratekeeper/core/error.hpp"
 
 namespace ratekeeper::limiter {
-
-struct IpAddress {
-  bool v6 = false;
-  std::array<std::uint8_t, 16> bytes{};  // IPv4: the first 4 bytes
-
-  // Canonical text: dotted quad, or RFC 5952 IPv6 (lower case, longest zero run compressed).
-  std::string to_string() const;
-  friend bool operator==(const IpAddress&, const IpAddress&) = default;
-};
-
-// Parses exactly one address, as configuration writes it: "192.0.2.7", "2001:DB8::1",
-// "::ffff:192.0.2.7" (IPv4-mapped IPv6 becomes IPv4). No brackets, port, zone or spaces;
-// IPv4 is a strict dotted quad (no leading zeros). nullopt when invalid.
-std::optional<IpAddress> parse_address(std::string_view text);
-
-// Parses an address as found in a socket peer or a forwarding header: parse_address, and
-// also "[2001:db8::1]", "[2001:db8::1]:443", "192.0.2.7:8080" (port 0-65535, dropped),
-// "fe80::1%eth0" (IPv6 zone, dropped), surrounding spaces and tabs. Brackets and zones are
-// IPv6 only. nullopt when invalid.
-std::optional<IpAddress> parse_ip(std::string_view text);
-
-// parse_ip + to_string; invalid_argument when not an address.
-Result<std::string> normalize_ip(std::string_view text);
-
-// An address block, "10.0.0.0/8", "2001:db8::/32", or a single address (full length). The
-// address is bare (parse_address); the prefix length is decimal digits without sign or
-// leading zeros, at most the address's length ("::ffff:10.0.0.0/104", an IPv4 block written
-// as mapped IPv6, is 96-128).
-struct Cidr {
-  IpAddress network;
-  int prefix_len = 0;
-
-  static Result<Cidr> parse(std::string_view text);
-  bool contains(const IpAddress& ip) const noexcept;
-};
-
-class TrustedProxies {
- public:
-  TrustedProxies() = default;
-  explicit TrustedProxies(std::vector<Cidr> cidrs) : cidrs_(std::move(cidrs)) {}
-  // invalid_argument naming the entry that does not parse.
-  static Result<TrustedProxies> parse(const std::vector<std::string>& cidrs);
-
-  bool contains(const IpAddress& ip) const noexcept;
-  bool empty() const noexcept { return cidrs_.empty(); }
-
- private:
-  std::vector<Cidr> cidrs_;
-};
-
-// The client's IP. The socket peer, unless the peer is a trusted proxy; then the
-// X-Forwarded-For values (all header lines joined with ',', in order) are walked from the
-// right: trusted hops are skipped, the first untrusted address is the client. An entry that
-// does not parse stops the walk at the hop that reported it. invalid_argument only when the
-// peer itself is not an address.
-Result<IpAddress> client_ip(std::string_view peer, std::string_view forwarded_for,
-                            const TrustedProxies& proxies);
 
 // The identity of a header value under a kind prefix ("user" when `prefix` is empty):
 // "<prefix>:<value>". invalid_argument, naming `header`, when the value is empty or longer

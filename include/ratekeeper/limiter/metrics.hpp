@@ -1,7 +1,7 @@
 #pragma once
 // Limiter metrics in the Prometheus text exposition format: decisions by rule and outcome,
-// near-limit decisions, store latency histogram, store errors by kind, HTTP outcomes, and the
-// store's health. Recording is lock-free (relaxed atomics); thread-safe.
+// near-limit decisions, store latency histogram, store errors by kind, suppressed decision log
+// lines and the store's health. Recording is lock-free (relaxed atomics); thread-safe.
 
 #include <array>
 #include <atomic>
@@ -25,11 +25,6 @@ enum class Outcome : std::uint8_t {
 inline constexpr std::size_t kOutcomeCount = 4;
 std::string_view to_string(Outcome outcome) noexcept;
 
-// What the HTTP middleware answered.
-enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, error, unmatched };
-inline constexpr std::size_t kRequestOutcomeCount = 5;
-std::string_view to_string(RequestOutcome outcome) noexcept;
-
 inline constexpr std::size_t kErrorCodeCount = 9;  // ErrorCode values
 
 class Metrics {
@@ -48,13 +43,11 @@ class Metrics {
   void record_near_limit(std::size_t rule) noexcept;
   void record_store_latency(Micros latency) noexcept;
   void record_store_error(ErrorCode code) noexcept;
-  void record_request(RequestOutcome outcome) noexcept;
   void record_log_suppressed(std::uint64_t lines) noexcept;
 
   std::uint64_t decisions(std::size_t rule, Outcome outcome) const noexcept;
   std::uint64_t near_limit(std::size_t rule) const noexcept;
   std::uint64_t store_errors(ErrorCode code) const noexcept;
-  std::uint64_t requests(RequestOutcome outcome) const noexcept;
   std::uint64_t store_latency_count() const noexcept;
 
   // The exposition text (Content-Type: text/plain; version=0.0.4). Health and kind of the store
@@ -71,7 +64,6 @@ class Metrics {
   std::atomic<std::uint64_t> latency_count_{0};
   std::atomic<std::uint64_t> latency_sum_us_{0};
   std::array<std::atomic<std::uint64_t>, kErrorCodeCount> store_errors_{};
-  std::array<std::atomic<std::uint64_t>, kRequestOutcomeCount> requests_{};
   std::atomic<std::uint64_t> log_suppressed_{0};
 };
 

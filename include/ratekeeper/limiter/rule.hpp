@@ -37,7 +37,7 @@ struct RuleMatch {
 // Whose budget a request is charged to. Identities are strings with a kind prefix:
 // "ip:192.0.2.7", "user:123", "key:<hash of the API key>".
 enum class IdentityKind : std::uint8_t {
-  ip,          // the client IP (see identity.hpp for proxies)
+  ip,          // the client IP (see http/client_ip.hpp for proxies)
   header,      // a header's value, e.g. X-User-ID, or `default_value` when absent
   api_key,     // an API key header, hashed; requests without it fall back to the IP
   user_or_ip,  // the user header when present (authenticated), else the client IP

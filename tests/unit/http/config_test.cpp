@@ -142,8 +142,8 @@ rules:
   EXPECT_EQ(c.limiter.deny_retry_after, 2 * kMicrosPerSecond);
   EXPECT_EQ(c.limiter.rules[0].on_store_error, limiter::FailureMode::local);  // the default
   EXPECT_EQ(c.limiter.prefix, "rk");
-  EXPECT_TRUE(c.middleware.trusted_proxies.contains(*limiter::parse_ip("10.2.3.4")));
-  EXPECT_TRUE(c.middleware.trusted_proxies.contains(*limiter::parse_ip("2001:db8::5")));
+  EXPECT_TRUE(c.middleware.trusted_proxies.contains(*http::parse_ip("10.2.3.4")));
+  EXPECT_TRUE(c.middleware.trusted_proxies.contains(*http::parse_ip("2001:db8::5")));
   EXPECT_FALSE(c.middleware.headers.draft);
   EXPECT_TRUE(c.middleware.headers.legacy);
   EXPECT_EQ(c.logging.level, "debug");

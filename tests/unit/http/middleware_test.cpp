@@ -284,7 +284,7 @@ TEST_F(MiddlewareTest, OversizedUserIdIsABadRequest) {
   EXPECT_EQ(res.status, 400);
   auto body = nlohmann::json::parse(res.body);
   EXPECT_EQ(body["error"], "Bad request");
-  EXPECT_EQ(limiter.metrics().requests(limiter::RequestOutcome::bad_request), 1u);
+  EXPECT_EQ(middleware.metrics().requests(RequestOutcome::bad_request), 1u);
 }
 
 TEST_F(MiddlewareTest, IdentityWithBracesCannotBreakTheHashTag) {

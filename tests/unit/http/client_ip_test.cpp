@@ -1,10 +1,13 @@
-// Client identities: IP normalisation, trusted proxies, X-Forwarded-For, API key hashing.
+// Client identities: IP normalisation, trusted proxies, X-Forwarded-For (http/client_ip.hpp);
+// API key hashing (limiter/identity.hpp).
 
-#include "ratekeeper/limiter/identity.hpp"
+#include "ratekeeper/http/client_ip.hpp"
 
 #include <gtest/gtest.h>
 
-namespace ratekeeper::limiter {
+#include "ratekeeper/limiter/identity.hpp"
+
+namespace ratekeeper::http {
 namespace {
 
 std::string norm(std::string_view text) {
@@ -186,13 +189,13 @@ TEST_F(ClientIp, BadPeerIsAnError) {
 }
 
 TEST(ApiKeyIdentity, IsStableHashedAndNeverContainsTheSecret) {
-  const auto a = api_key_identity("sk_live_secret_123");
-  EXPECT_EQ(a, api_key_identity("sk_live_secret_123"));
-  EXPECT_NE(a, api_key_identity("sk_live_secret_124"));
+  const auto a = limiter::api_key_identity("sk_live_secret_123");
+  EXPECT_EQ(a, limiter::api_key_identity("sk_live_secret_123"));
+  EXPECT_NE(a, limiter::api_key_identity("sk_live_secret_124"));
   EXPECT_TRUE(a.starts_with("key:"));
   EXPECT_EQ(a.size(), 4u + 16u);
   EXPECT_EQ(a.find("secret"), std::string::npos);
 }
 
 }  // namespace
-}  // namespace ratekeeper::limiter
+}  // namespace ratekeeper::http

@@ -1,0 +1,33 @@
+#pragma once
+// What the rate-limiting middleware answered, counted by result, in the Prometheus text
+// exposition format (`ratekeeper_http_requests_total{result}`). Recording is lock-free
+// (relaxed atomics); thread-safe.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ratekeeper::http {
+
+enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, error, unmatched };
+inline constexpr std::size_t kRequestOutcomeCount = 5;
+std::string_view to_string(RequestOutcome outcome) noexcept;
+
+class RequestMetrics {
+ public:
+  void record(RequestOutcome outcome) noexcept {
+    counts_[static_cast<std::size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint64_t requests(RequestOutcome outcome) const noexcept {
+    return counts_[static_cast<std::size_t>(outcome)].load(std::memory_order_relaxed);
+  }
+  // The exposition text of the counters (Content-Type: text/plain; version=0.0.4).
+  std::string render() const;
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kRequestOutcomeCount> counts_{};
+};
+
+}  // namespace ratekeeper::http
