@@ -473,8 +473,10 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
   }
 }
 
+// A rule, and in `match` the HTTP requests it applies to.
 limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::string& path,
-                        FailureMode default_mode, const limiter::Tiers& tiers) {
+                        FailureMode default_mode, const limiter::Tiers& tiers,
+                        http::RuleMatch& match) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
                 "shadow", "on_store_error"});
@@ -491,11 +493,11 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     if (m["methods"]) {
       const auto methods_path = Reader::field(mp, "methods");
       if (m["methods"].IsScalar()) {
-        rule.match.methods.push_back(r.string(m["methods"], methods_path));
+        match.methods.push_back(r.string(m["methods"], methods_path));
       } else {
-        rule.match.methods = r.strings(m["methods"], methods_path);
+        match.methods = r.strings(m["methods"], methods_path);
       }
-      for (auto& method : rule.match.methods) {
+      for (auto& method : match.methods) {
         if (!http_token(method)) {
           r.fail(methods_path,
                  fmt::format("'{}' is not an HTTP method (a token such as GET)", method));
@@ -508,13 +510,13 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
       r.fail(Reader::field(mp, "path_prefix"), "give either path or path_prefix, not both");
     }
     if (m["path"]) {
-      rule.match.path = r.string(m["path"], Reader::field(mp, "path"));
-      if (!rule.match.path.starts_with('/'))
+      match.path = r.string(m["path"], Reader::field(mp, "path"));
+      if (!match.path.starts_with('/'))
         r.fail(Reader::field(mp, "path"), "must start with '/'");
     }
     if (m["path_prefix"]) {
-      rule.match.path_prefix = r.string(m["path_prefix"], Reader::field(mp, "path_prefix"));
-      if (!rule.match.path_prefix.starts_with('/')) {
+      match.path_prefix = r.string(m["path_prefix"], Reader::field(mp, "path_prefix"));
+      if (!match.path_prefix.starts_with('/')) {
         r.fail(Reader::field(mp, "path_prefix"), "must start with '/'");
       }
     }
@@ -727,7 +729,10 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     std::set<std::string> names;
     for (std::size_t i = 0; i < rules.size(); ++i) {
       const auto p = Reader::index("rules", i);
-      auto rule = read_rule(r, rules[i], p, default_mode, c.limiter.tiers);
+      http::RuleMatch match;
+      auto rule = read_rule(r, rules[i], p, default_mode, c.limiter.tiers, match);
+      match.rule = rule.name;
+      c.middleware.matches.push_back(std::move(match));
       if (!names.insert(rule.name).second) {
         r.fail(Reader::field(p, "name"), fmt::format("duplicate rule name '{}'", rule.name));
       }

@@ -3,13 +3,23 @@
 #include "ratekeeper/limiter/identity.hpp"
 
 #include <future>
+#include <stdexcept>
 
 namespace ratekeeper::http {
 
 using limiter::IdentityKind;
 
 Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
-    : limiter_(&limiter), options_(std::move(options)) {}
+    : limiter_(&limiter), options_(std::move(options)) {
+  routes_.reserve(options_.matches.size());
+  for (const auto& match : options_.matches) {
+    const limiter::Rule* rule = limiter.find_rule(match.rule);
+    if (rule == nullptr) {
+      throw std::invalid_argument("a request match names an unknown rule: " + match.rule);
+    }
+    routes_.push_back(Route{&match, rule});
+  }
+}
 
 Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
                                                  const Request& request) const {
@@ -83,8 +93,10 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
 Result<std::vector<limiter::Application>> Middleware::applications(
     const Request& request) const {
   std::vector<limiter::Application> out;
-  for (const limiter::Rule* rule : limiter_->match(request.method, request.path())) {
-    auto app = resolve(*rule, request);
+  const std::string_view path = request.path();
+  for (const auto& route : routes_) {
+    if (!route.match->matches(request.method, path)) continue;
+    auto app = resolve(*route.rule, request);
     if (!app) return std::unexpected(app.error());
     out.push_back(std::move(*app));
   }

@@ -132,13 +132,6 @@ Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
 
 Limiter::~Limiter() = default;
 
-std::vector<const Rule*> Limiter::match(std::string_view method, std::string_view path) const {
-  std::vector<const Rule*> out;
-  for (const auto& rule : config_.rules) {
-    if (rule.match.matches(method, path)) out.push_back(&rule);
-  }
-  return out;
-}
 
 const Rule* Limiter::find_rule(std::string_view name) const noexcept {
   for (const auto& rule : config_.rules) {

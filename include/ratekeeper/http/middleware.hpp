@@ -13,6 +13,7 @@
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/request.hpp"
 #include "ratekeeper/http/request_metrics.hpp"
+#include "ratekeeper/http/rule_match.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 
@@ -31,10 +32,14 @@ using MiddlewareCallback = std::function<void(MiddlewareResult)>;
 struct MiddlewareOptions {
   HeaderOptions headers;
   TrustedProxies trusted_proxies;
+  // The requests each rule applies to, in configuration order; a rule without one is not
+  // applied to HTTP requests (the decision API still checks it).
+  std::vector<RuleMatch> matches;
 };
 
 class Middleware {
  public:
+  // std::invalid_argument when a match names a rule the limiter does not have.
   Middleware(limiter::Limiter& limiter, MiddlewareOptions options);
 
   // Decides on a request. `done` is called exactly once, inline or on a store thread, after
@@ -56,6 +61,11 @@ class Middleware {
  private:
   limiter::Limiter* limiter_;
   MiddlewareOptions options_;
+  struct Route {
+    const RuleMatch* match;    // in options_
+    const limiter::Rule* rule;  // in the limiter
+  };
+  std::vector<Route> routes_;
   RequestMetrics metrics_;
 };
 

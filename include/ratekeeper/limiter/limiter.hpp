@@ -86,8 +86,6 @@ class Limiter {
   Limiter(const Limiter&) = delete;
   Limiter& operator=(const Limiter&) = delete;
 
-  // Rules applying to a request, in configuration order.
-  std::vector<const Rule*> match(std::string_view method, std::string_view path) const;
   const Rule* find_rule(std::string_view name) const noexcept;
 
   // Checks every application (enforcing in one batch, shadow in another). `done` is called

@@ -1,5 +1,5 @@
 #pragma once
-// A rate-limiting rule: which requests it matches, whose budget it charges (identity), with
+// A rate-limiting rule: whose budget it charges (identity), with
 // which limits (a fixed multi-limit policy or the caller's tier), at what cost, and what to do
 // when the store fails. Rules are plain immutable values, safe to share between threads.
 
@@ -24,16 +24,6 @@ struct NamedLimit {
 
 using Policy = std::vector<NamedLimit>;
 
-// Which requests a rule applies to. Empty `methods`: any method. `path` is an exact match;
-// `path_prefix` a prefix match; both empty: any path.
-struct RuleMatch {
-  std::vector<std::string> methods;  // upper case, e.g. "GET", "POST"
-  std::string path;
-  std::string path_prefix;
-
-  bool matches(std::string_view method, std::string_view request_path) const noexcept;
-};
-
 // Whose budget a request is charged to. Identities are strings with a kind prefix:
 // "ip:192.0.2.7", "user:123", "key:<hash of the API key>".
 enum class IdentityKind : std::uint8_t {
@@ -57,8 +47,7 @@ struct IdentitySpec {
 enum class BucketScope : std::uint8_t { shared, per_endpoint };
 
 struct Rule {
-  std::string name;
-  RuleMatch match;
+  std::string name;  // which HTTP requests it applies to: http/rule_match.hpp
   IdentitySpec identity;
   Policy limits;        // the policy, unless `tiered`
   Policy ip_limits;     // user_or_ip / api_key: the policy of the IP fallback; empty: `limits`

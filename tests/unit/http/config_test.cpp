@@ -54,8 +54,14 @@ TEST(ConfigTest, ShippedExampleLoadsAndReproducesTheSeed) {
     }
     throw std::runtime_error("no rule " + std::string(name));
   };
+  auto match_of = [&](std::string_view name) -> const http::RuleMatch& {
+    for (const auto& m : c.middleware.matches) {
+      if (m.rule == name) return m;
+    }
+    throw std::runtime_error("no match for " + std::string(name));
+  };
   const auto& data = find("api_data");
-  EXPECT_EQ(data.match.path, "/api/data");
+  EXPECT_EQ(match_of("api_data").path, "/api/data");
   EXPECT_EQ(data.identity.kind, limiter::IdentityKind::ip);
   ASSERT_EQ(data.limits.size(), 1u);
   EXPECT_EQ(data.limits[0].limit, *algorithms::Limit::token_bucket(100, 10));
@@ -72,7 +78,7 @@ TEST(ConfigTest, ShippedExampleLoadsAndReproducesTheSeed) {
   EXPECT_EQ(tiers.levels.at("enterprise")[0].limit, *algorithms::Limit::token_bucket(6000, 100));
 
   const auto& login = find("auth_login");
-  EXPECT_EQ(login.match.methods, std::vector<std::string>{"POST"});
+  EXPECT_EQ(match_of("auth_login").methods, std::vector<std::string>{"POST"});
   EXPECT_EQ(login.limits[0].limit.algorithm, algorithms::Algorithm::sliding_window_log);
   EXPECT_EQ(login.limits[0].limit.capacity, 5);
   EXPECT_EQ(login.limits[0].limit.period, 60 * kMicrosPerSecond);
@@ -529,7 +535,9 @@ TEST(ConfigTest, HeaderNamesAndMethodsAreHttpTokens) {
   const auto c = parse_config(kRules +
                               "  - {name: c, match: {methods: [get, M-SEARCH]}, identity: "
                               "{type: header, header: X-Tenant_ID}, limits: [{rate: 1/s}]}\n");
-  EXPECT_EQ(c.limiter.rules[2].match.methods, (std::vector<std::string>{"GET", "M-SEARCH"}));
+  ASSERT_EQ(c.middleware.matches.size(), 3u);
+  EXPECT_EQ(c.middleware.matches[2].rule, "c");
+  EXPECT_EQ(c.middleware.matches[2].methods, (std::vector<std::string>{"GET", "M-SEARCH"}));
   EXPECT_EQ(c.limiter.rules[2].identity.header, "X-Tenant_ID");
 }
 

@@ -356,6 +356,49 @@ TEST(ShippedConfigTest, LoginAllowsFivePerMinutePerIpThenTellsWhenToRetry) {
   EXPECT_TRUE(mw.handle_sync(login.view()).headers.empty());  // only POST is limited
 }
 
+TEST(RuleMatchTest, MatchesRulesByMethodAndPathInConfigOrder) {
+  store::MemoryStore store;
+  auto c = parse_config(R"(
+rules:
+  - {name: exact, match: {methods: [GET], path: /api/data}, limits: [{capacity: 10, refill_rate: 1}]}
+  - {name: prefix, match: {path_prefix: /api/}, limits: [{capacity: 10, refill_rate: 1}]}
+  - {name: login, match: {methods: [POST], path: /auth/login}, limits: [{capacity: 10, refill_rate: 1}]}
+)");
+  limiter::Limiter limiter(c.limiter, store);
+  Middleware m(limiter, c.middleware);
+  auto names = [&](std::string method, std::string path) {
+    http::Request request;
+    request.method = std::move(method);
+    request.target = std::move(path);
+    request.peer_address = "192.0.2.7";
+    std::vector<std::string> out;
+    const auto apps = m.applications(request);
+    EXPECT_TRUE(apps);
+    if (apps) {
+      for (const auto& app : *apps) out.push_back(app.rule->name);
+    }
+    return out;
+  };
+  EXPECT_EQ(names("GET", "/api/data"), (std::vector<std::string>{"exact", "prefix"}));
+  EXPECT_EQ(names("POST", "/api/data"), (std::vector<std::string>{"prefix"}));
+  EXPECT_EQ(names("GET", "/api/data/x"), (std::vector<std::string>{"prefix"}));
+  EXPECT_EQ(names("POST", "/auth/login"), (std::vector<std::string>{"login"}));
+  EXPECT_TRUE(names("GET", "/auth/login").empty());
+  EXPECT_TRUE(names("GET", "/apix").empty());
+  EXPECT_EQ(names("GET", "/api/data?x=1"), (std::vector<std::string>{"exact", "prefix"}));
+}
+
+TEST(RuleMatchTest, AMatchNamingAnUnknownRuleIsRefused) {
+  store::MemoryStore store;
+  auto c = parse_config("rules: [{name: a, limits: [{capacity: 1, refill_rate: 1}]}]\n");
+  limiter::Limiter limiter(c.limiter, store);
+  auto options = c.middleware;
+  RuleMatch missing;
+  missing.rule = "missing";
+  options.matches.push_back(missing);
+  EXPECT_THROW((Middleware{limiter, options}), std::invalid_argument);
+}
+
 TEST(RequestTest, SplitsTargetAndLooksUpHeadersCaseInsensitively) {
   http::Request search;
   search.target = "/api/search?q=x&y=1";

@@ -70,30 +70,6 @@ class LimiterTest : public ::testing::Test {
   }
 };
 
-TEST_F(LimiterTest, MatchesRulesByMethodAndPathInConfigOrder) {
-  Rule exact = ip_rule("exact", {{"", bucket(10, 1)}});
-  exact.match.path = "/api/data";
-  exact.match.methods = {"GET"};
-  Rule prefix = ip_rule("prefix", {{"", bucket(10, 1)}});
-  prefix.match.path_prefix = "/api/";
-  Rule login = ip_rule("login", {{"", bucket(10, 1)}});
-  login.match.path = "/auth/login";
-  login.match.methods = {"POST"};
-  Limiter l(config({exact, prefix, login}), store);
-
-  auto names = [&](std::string_view m, std::string_view p) {
-    std::vector<std::string> out;
-    for (const Rule* r : l.match(m, p)) out.push_back(r->name);
-    return out;
-  };
-  EXPECT_EQ(names("GET", "/api/data"), (std::vector<std::string>{"exact", "prefix"}));
-  EXPECT_EQ(names("POST", "/api/data"), (std::vector<std::string>{"prefix"}));
-  EXPECT_EQ(names("GET", "/api/data/x"), (std::vector<std::string>{"prefix"}));
-  EXPECT_EQ(names("POST", "/auth/login"), (std::vector<std::string>{"login"}));
-  EXPECT_TRUE(names("GET", "/auth/login").empty());
-  EXPECT_TRUE(names("GET", "/apix").empty());
-}
-
 TEST_F(LimiterTest, RequestDeniedByRuleBConsumesNothingFromRuleA) {
   Limiter l(config({ip_rule("a", {{"", bucket(10, 1)}}), ip_rule("b", {{"", bucket(1, 0.001)}})}),
             store);

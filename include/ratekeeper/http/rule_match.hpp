@@ -1,0 +1,23 @@
+#pragma once
+// Which HTTP requests a rate-limiting rule applies to: the middleware charges a request to
+// every rule whose match it satisfies, in configuration order. Plain immutable values, safe
+// to share between threads.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ratekeeper::http {
+
+// Empty `methods`: any method. `path` is an exact match; `path_prefix` a prefix match; both
+// empty: any path.
+struct RuleMatch {
+  std::string rule;                  // the name of the limiter's rule it selects
+  std::vector<std::string> methods;  // upper case, e.g. "GET", "POST"
+  std::string path;
+  std::string path_prefix;
+
+  bool matches(std::string_view method, std::string_view request_path) const noexcept;
+};
+
+}  // namespace ratekeeper::http
