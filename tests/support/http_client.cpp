@@ -21,6 +21,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "ratekeeper/core/host_port.hpp"
+
 namespace ratekeeper::testing {
 
 namespace beast = boost::beast;
@@ -351,7 +353,11 @@ ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
       const auto eol = out.find('\n', at);
       if (eol != std::string::npos) {
         const std::string line = out.substr(at + kMarker.size(), eol - at - kMarker.size());
-        port_ = std::stoi(line.substr(line.rfind(':') + 1));
+        const auto address = split_host_port(line);
+        if (!address || !address->port) {
+          throw std::runtime_error("ratekeeper serve logged a bad address: " + line);
+        }
+        port_ = std::stoi(std::string(*address->port));
         return;
       }
     }
