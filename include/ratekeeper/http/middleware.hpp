@@ -10,18 +10,18 @@
 #include <utility>
 #include <vector>
 
+#include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/request.hpp"
 #include "ratekeeper/http/request_metrics.hpp"
 #include "ratekeeper/http/rule_match.hpp"
-#include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 
 namespace ratekeeper::http {
 
 struct MiddlewareResult {
   bool admitted = true;
-  int status = 200;    // 200 admitted; 429 rate limited; 400 bad identity; 500 internal error
+  int status = 200;          // 200 admitted; 429 rate limited; 400 bad identity; 500 internal error
   std::string body;          // JSON body of a rejection; empty when admitted
   std::string content_type;  // of a rejection's body; empty when admitted
   HeaderList headers;        // add to the response whether admitted or not
