@@ -164,8 +164,8 @@ class Api::Routes {
   // Runs the middleware, then the endpoint when admitted. `arg` is what the endpoint needs
   // from the request (the middleware's callback may run after the request is gone).
   void limited(const Request& request, Endpoint endpoint, std::string arg, Responder respond) {
-    middleware_.handle(request, [endpoint, arg = std::move(arg),
-                                 respond = std::move(respond)](http::MiddlewareResult result) mutable {
+    middleware_.handle(request, [endpoint, arg = std::move(arg), respond = std::move(respond)](
+                                    http::MiddlewareResult result) mutable {
       if (!result.admitted) {
         return respond(Response{result.status, std::move(result.content_type),
                                 std::move(result.headers), std::move(result.body)});
@@ -336,6 +336,5 @@ Api::~Api() = default;
 void Api::handle(http::Request request, http::Responder respond) {
   routes_->handle(std::move(request), std::move(respond));
 }
-
 
 }  // namespace ratekeeper::server

@@ -347,10 +347,12 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
     limit = algorithms::Limit::window(algorithm, count, window);
   }
   if (!limit) r.fail(blame, limit.error().message);
-  if (limit->algorithm == algorithms::Algorithm::sliding_window_log && limit->capacity > kMaxSlidingLogLimit) {
-    r.fail(blame, fmt::format("sliding_window_log keeps one entry per admitted unit: at most {} per window "
-                              "(sliding_window_counter keeps two numbers for any limit)",
-                              kMaxSlidingLogLimit));
+  if (limit->algorithm == algorithms::Algorithm::sliding_window_log &&
+      limit->capacity > kMaxSlidingLogLimit) {
+    r.fail(blame, fmt::format(
+                      "sliding_window_log keeps one entry per admitted unit: at most {} per window "
+                      "(sliding_window_counter keeps two numbers for any limit)",
+                      kMaxSlidingLogLimit));
   }
   out.limit = *limit;
   return out;
@@ -429,8 +431,9 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
         r.integer(node["max_keys"], Reader::field(path, "max_keys"), 1, std::int64_t{1} << 40));
   }
   if (node["denied_cache_keys"]) {
-    c.denied_cache_keys = static_cast<std::size_t>(r.integer(
-        node["denied_cache_keys"], Reader::field(path, "denied_cache_keys"), 0, std::int64_t{1} << 32));
+    c.denied_cache_keys = static_cast<std::size_t>(
+        r.integer(node["denied_cache_keys"], Reader::field(path, "denied_cache_keys"), 0,
+                  std::int64_t{1} << 32));
   }
 }
 
@@ -511,8 +514,7 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     }
     if (m["path"]) {
       match.path = r.string(m["path"], Reader::field(mp, "path"));
-      if (!match.path.starts_with('/'))
-        r.fail(Reader::field(mp, "path"), "must start with '/'");
+      if (!match.path.starts_with('/')) r.fail(Reader::field(mp, "path"), "must start with '/'");
     }
     if (m["path_prefix"]) {
       match.path_prefix = r.string(m["path_prefix"], Reader::field(mp, "path_prefix"));
@@ -810,7 +812,8 @@ class DiscardEvents final : public YAML::EventHandler {
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
   void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {}
   void OnSequenceEnd() override {}
@@ -898,7 +901,9 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 Result<ListenAddress> parse_listen_address(std::string_view text) {
-  auto fail = [&](std::string reason) { return make_error(ErrorCode::invalid_argument, std::move(reason)); };
+  auto fail = [&](std::string reason) {
+    return make_error(ErrorCode::invalid_argument, std::move(reason));
+  };
   auto split = split_host_port(text);
   if (!split || !split->port) return fail(fmt::format("must be host:port, got '{}'", text));
   const std::string_view host = split->host;

@@ -46,8 +46,8 @@ struct Config {
   // listen (host, port), threads, http.* (header and body limits, read timeout, pipelining).
   // Its loop and signal handling are the program's, not configured.
   http::ServerOptions http;
-  store::StoreOptions store;                 // url memory:// unless configured
-  bool store_configured = false;             // false: the `store` section was absent
+  store::StoreOptions store;      // url memory:// unless configured
+  bool store_configured = false;  // false: the `store` section was absent
   // Denials held in front of a Redis store (store.denied_cache_keys; 0: off). See
   // store/denial_cache.hpp.
   std::size_t denied_cache_keys = 100'000;

@@ -13,18 +13,18 @@
 #include "api.hpp"
 #include "commands.hpp"
 #include "config.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
-#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
 namespace {
 
-using http::Responder;
 using http::Request;
+using http::Responder;
 
 struct ServeArgs {
   std::string config;
@@ -100,8 +100,9 @@ int serve(const ServeArgs& args) {
   try {
     limiter::Limiter limiter(config.limiter, *store);
     http::Middleware middleware(limiter, config.middleware);
-    Api routes(limiter, middleware,
-               ApiOptions{config.metrics_enabled, [&server] { return http_server_metrics(server); }});
+    ApiOptions api_options{config.metrics_enabled,
+                           [&server] { return http_server_metrics(server); }};
+    Api routes(limiter, middleware, std::move(api_options));
     api = &routes;
 
     if (auto listening = server.listen(); !listening) {

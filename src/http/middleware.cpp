@@ -1,9 +1,9 @@
 #include "ratekeeper/http/middleware.hpp"
 
-#include "ratekeeper/limiter/identity.hpp"
-
 #include <future>
 #include <stdexcept>
+
+#include "ratekeeper/limiter/identity.hpp"
 
 namespace ratekeeper::http {
 
@@ -90,8 +90,7 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
   return app;
 }
 
-Result<std::vector<limiter::Application>> Middleware::applications(
-    const Request& request) const {
+Result<std::vector<limiter::Application>> Middleware::applications(const Request& request) const {
   std::vector<limiter::Application> out;
   const std::string_view path = request.path();
   for (const auto& route : routes_) {

@@ -185,8 +185,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ~Pending() {
       if (!answered.exchange(true) && !session->server_.destroying.load()) {
         session->post_response(
-            id,
-            Response{500, "application/json", {}, R"({"error":"Internal server error"})"});
+            id, Response{500, "application/json", {}, R"({"error":"Internal server error"})"});
       }
     }
     void deliver(Response r) {

@@ -132,7 +132,6 @@ Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
 
 Limiter::~Limiter() = default;
 
-
 const Rule* Limiter::find_rule(std::string_view name) const noexcept {
   for (const auto& rule : config_.rules) {
     if (rule.name == name) return &rule;

@@ -259,8 +259,8 @@ std::size_t HttpClient::send_raw(std::string_view bytes) {
   if (!impl_->socket) connect();
   std::size_t sent = 0;
   while (sent < bytes.size()) {
-    const auto n = ::send(impl_->socket->native_handle(), bytes.data() + sent,
-                          bytes.size() - sent, MSG_NOSIGNAL);
+    const auto n = ::send(impl_->socket->native_handle(), bytes.data() + sent, bytes.size() - sent,
+                          MSG_NOSIGNAL);
     if (n <= 0) break;
     sent += static_cast<std::size_t>(n);
   }

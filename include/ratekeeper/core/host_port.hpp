@@ -11,9 +11,9 @@
 namespace ratekeeper {
 
 struct HostPort {
-  std::string_view host;                // without brackets; may hold ':' when not bracketed
+  std::string_view host;                 // without brackets; may hold ':' when not bracketed
   std::optional<std::string_view> port;  // nullopt: no ':'; may be empty ("host:")
-  bool bracketed = false;               // written "[host]" (IPv6)
+  bool bracketed = false;                // written "[host]" (IPv6)
 };
 
 // Unbracketed text splits at its last ':'. invalid_argument, quoting the text: a '[' without

@@ -62,7 +62,7 @@ class Middleware {
   limiter::Limiter* limiter_;
   MiddlewareOptions options_;
   struct Route {
-    const RuleMatch* match;    // in options_
+    const RuleMatch* match;     // in options_
     const limiter::Rule* rule;  // in the limiter
   };
   std::vector<Route> routes_;

@@ -125,10 +125,10 @@ TEST(HttpHardening, OversizedBodySentAtOnceStillGets413) {
   const std::string body(8 * 1024 * 1024, 'x');  // more than the socket buffers hold
   for (int attempt = 0; attempt < 3; ++attempt) {
     HttpClient conn(server->port());
-    const auto sent = conn.send_raw(fmt::format(
-        "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        "Content-Length: {}\r\n\r\n{}",
-        body.size(), body));
+    const auto sent = conn.send_raw(
+        fmt::format("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Content-Length: {}\r\n\r\n{}",
+                    body.size(), body));
     EXPECT_GT(sent, body.size()) << "attempt " << attempt << ": the upload was cut off";
     const auto response = conn.read_until_close();
     ASSERT_TRUE(response.starts_with("HTTP/1.1 413"))

@@ -229,8 +229,9 @@ TEST(ConfigTest, BadValuesAreNamedWithTheirPath) {
                "characters");
   expect_error(kRules + "  - {name: c, match: {path: api}, limits: [{rate: 1/s}]}\n",
                "rules[2].match.path", "must start with '/'");
-  expect_error(kRules + "  - {name: c, limits: [{algorithm: sliding_window_log, rate: 200000/h}]}\n",
-               "rules[2].limits[0].rate", "one entry per admitted unit");
+  expect_error(
+      kRules + "  - {name: c, limits: [{algorithm: sliding_window_log, rate: 200000/h}]}\n",
+      "rules[2].limits[0].rate", "one entry per admitted unit");
   expect_error("store: {denied_cache_keys: -1}\n", "store.denied_cache_keys", "between");
 }
 
@@ -603,8 +604,9 @@ rules:
   EXPECT_EQ(rules[2].limits[0].limit.period, day);
   EXPECT_EQ(rules[3].limits[0].limit.capacity, std::int64_t{1} << 40);
   EXPECT_EQ(rules[3].limits[0].limit.period, 365 * day);
-  expect_error(kRules + "  - {name: c, limits: [{algorithm: fixed_window, rate: 1099511627777/1d}]}\n",
-               "rules[2].limits[0].rate", "at most 2^40");
+  expect_error(
+      kRules + "  - {name: c, limits: [{algorithm: fixed_window, rate: 1099511627777/1d}]}\n",
+      "rules[2].limits[0].rate", "at most 2^40");
   expect_error(kRules + "  - {name: c, limits: [{algorithm: fixed_window, rate: 10/500d}]}\n",
                "rules[2].limits[0].rate", "at most 2^45 microseconds");
 }
@@ -612,8 +614,9 @@ rules:
 // Found by the config fuzzer: yaml-cpp 0.7's LoadAll never returns on this text (the parser
 // yields empty documents without advancing); the loader looks at two documents at most.
 TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
-  expect_error(",ules:\n  - name: login\n    limits: []\n  - namelogp1h}\n    ip_limits: [{rate: 2/s}]\n",
-               "", "several YAML documents");
+  expect_error(
+      ",ules:\n  - name: login\n    limits: []\n  - namelogp1h}\n    ip_limits: [{rate: 2/s}]\n",
+      "", "several YAML documents");
   expect_error(",", "", "several YAML documents");
 }
 
