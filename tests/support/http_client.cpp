@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "ratekeeper/core/host_port.hpp"
+#include "ratekeeper/http/request.hpp"
 
 namespace ratekeeper::testing {
 
@@ -31,17 +32,6 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -109,7 +99,7 @@ HttpResponse convert(bhttp::response<bhttp::string_body>&& res) {
 
 std::optional<std::string> HttpResponse::header(std::string_view name) const {
   for (const auto& [k, v] : headers) {
-    if (iequals(k, name)) return v;
+    if (http::iequals(k, name)) return v;
   }
   return std::nullopt;
 }
