@@ -59,7 +59,7 @@ struct Config {
 };
 
 // Largest configuration accepted, file or text.
-inline constexpr std::size_t kMaxConfigBytes = 1024 * 1024;
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{1024} * 1024;
 
 // Loads and validates a YAML file. Throws ConfigError, also when the path is a directory,
 // cannot be opened or read, or is larger than kMaxConfigBytes. An empty file is an empty

@@ -51,7 +51,9 @@ bool valid_zone(std::string_view zone) {
 std::string IpAddress::to_string() const {
   if (!v6) return fmt::format("{}.{}.{}.{}", bytes[0], bytes[1], bytes[2], bytes[3]);
   std::array<unsigned, 8> groups{};
-  for (int i = 0; i < 8; ++i) groups[i] = (unsigned{bytes[2 * i]} << 8) | bytes[2 * i + 1];
+  for (std::size_t i = 0; i < 8; ++i) {
+    groups[i] = (unsigned{bytes[2 * i]} << 8) | bytes[2 * i + 1];
+  }
   // RFC 5952: compress the longest run (the first one on a tie) of two or more zero groups.
   int best = -1, best_len = 0;
   for (int i = 0; i < 8;) {
@@ -182,7 +184,7 @@ bool Cidr::contains(const IpAddress& ip) const noexcept {
   if (std::memcmp(ip.bytes.data(), network.bytes.data(), full) != 0) return false;
   const int rest = prefix_len % 8;
   if (rest == 0) return true;
-  const std::uint8_t mask = static_cast<std::uint8_t>(0xff << (8 - rest));
+  const auto mask = static_cast<std::uint8_t>(0xff << (8 - rest));
   return (ip.bytes[full] & mask) == (network.bytes[full] & mask);
 }
 

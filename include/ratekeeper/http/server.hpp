@@ -38,8 +38,9 @@ struct ServerOptions {
   // Run on this loop (shared, e.g., with the Redis store: see core/event_loop.hpp) instead
   // of starting `threads` threads. Must outlive the Server.
   std::shared_ptr<EventLoop> loop;
-  std::size_t header_limit = 8 * 1024;           // request line + headers; larger → 431 (≤ 4 GiB)
-  std::size_t body_limit = 1024 * 1024;          // larger → 413
+  // Request line + headers; larger → 431 (≤ 4 GiB).
+  std::size_t header_limit = std::size_t{8} * 1024;
+  std::size_t body_limit = std::size_t{1024} * 1024;  // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
   Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long
