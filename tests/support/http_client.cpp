@@ -152,7 +152,14 @@ struct HttpClient::Impl {
   HttpResponse read_one() {
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(64 * 1024 * 1024);
-    bhttp::read(*socket, buffer, parser);
+    // A signal delivered to this process (a child stopped or continued, say) interrupts the
+    // blocking read; the parser keeps what it has, so reading on resumes the same response.
+    boost::system::error_code ec;
+    do {
+      ec = {};
+      bhttp::read(*socket, buffer, parser, ec);
+    } while (ec == boost::asio::error::interrupted);
+    if (ec) throw boost::system::system_error(ec);
     auto res = parser.release();
     const bool keep = res.keep_alive();
     auto out = convert(std::move(res));
