@@ -753,6 +753,10 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       c.limiter.rules.push_back(std::move(rule));
     }
   }
+  // What the limiter requires of its rules, tiers and prefix, checked by the limiter itself.
+  if (auto issues = limiter::validate(c.limiter); !issues.empty()) {
+    r.fail(issues.front().field, std::move(issues.front().reason));
+  }
   return c;
 }
 

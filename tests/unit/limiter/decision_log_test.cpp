@@ -157,6 +157,55 @@ TEST_F(DecisionLogTest, ALimiterWithoutASinkWritesNothingButCountsDecisions) {
   EXPECT_EQ(limiter.metrics().decisions(0, Outcome::denied), 2u);
 }
 
+TEST_F(DecisionLogTest, ALimitersLogKeepsItsConfiguredLineBudget) {
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 100, .shards = 1, .clock = &clock}};
+  LimiterConfig config;
+  Rule rule;
+  rule.name = "login";
+  rule.limits = {NamedLimit{"", *algorithms::Limit::token_bucket(1, 0.001)}};
+  config.rules.push_back(rule);
+  config.decision_log = options(4, 3);  // 3 lines at once, then one every 250 ms
+  Limiter limiter(config, store);
+  auto check = [&] {
+    Application app;
+    app.rule = limiter.find_rule("login");
+    app.identity = "ip:192.0.2.7";
+    auto ev = limiter.evaluate_sync({app});
+    ASSERT_TRUE(ev);
+  };
+  auto suppressed_metric = [&] {
+    const auto text = limiter.metrics_text();
+    const std::string name = "\nratekeeper_decision_log_suppressed_total ";
+    const auto at = text.find(name);
+    return at == std::string::npos ? std::string("absent")
+                                   : text.substr(at + name.size(), text.find('\n', at + 1) - at - name.size());
+  };
+  check();  // allowed: not sampled
+  for (int i = 0; i < 10; ++i) check();  // ten denials at one instant
+  EXPECT_EQ(lines.size(), 3u);            // the burst
+  EXPECT_EQ(limiter.decision_log().suppressed_total(), 7u);
+  EXPECT_EQ(suppressed_metric(), "7");
+
+  clock.advance(249 * kMicrosPerMilli);
+  check();
+  EXPECT_EQ(lines.size(), 3u);  // not yet a line's worth of budget
+  clock.advance(1 * kMicrosPerMilli);
+  check();
+  ASSERT_EQ(lines.size(), 4u);  // one line per 1/rate
+  EXPECT_EQ(nlohmann::json::parse(lines.back())["suppressed"], 8);
+  EXPECT_EQ(limiter.decision_log().suppressed_total(), 8u);
+  EXPECT_EQ(suppressed_metric(), "8");
+
+  clock.advance(250 * kMicrosPerMilli);
+  check();
+  check();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_FALSE(nlohmann::json::parse(lines.back()).contains("suppressed"));
+  EXPECT_EQ(limiter.decision_log().suppressed_total(), 9u);
+  EXPECT_EQ(suppressed_metric(), "9");
+}
+
 TEST_F(DecisionLogTest, StdoutSinkWritesOneLinePerDecision) {
   DecisionLogOptions o = options(100, 10);
   o.sink = stdout_decision_sink();
