@@ -45,11 +45,15 @@ Combined combine_with_binding(std::span<const Decision> items) {
   for (std::size_t i = 1; i < items.size(); ++i) {
     const Decision& d = items[i];
     const Decision& binding = items[out.binding];
-    if (allowed ? d.remaining < binding.remaining : d.retry_after > binding.retry_after) out.binding = i;
+    if (allowed ? d.remaining < binding.remaining : d.retry_after > binding.retry_after) {
+      out.binding = i;
+    }
   }
   out.decision = items[out.binding];
   out.decision.allowed = allowed;
-  for (const Decision& d : items) out.decision.reset_after = std::max(out.decision.reset_after, d.reset_after);
+  for (const Decision& d : items) {
+    out.decision.reset_after = std::max(out.decision.reset_after, d.reset_after);
+  }
   return out;
 }
 

@@ -68,8 +68,9 @@ class FixedWindowRateLimiter : public RateLimiter {
   using RateLimiter::RateLimiter;
 };
 
-// The seed's TieredRateLimiter: free 60 / 1 per s, pro 600 / 10 per s, enterprise 6000 / 100
-// per s. An unknown tier is charged as the default tier ("free"), under the default's key.
+// The seed's TieredRateLimiter: the tiers of Tiers::seed_defaults (free 60 / 1 per s, pro
+// 600 / 10 per s, enterprise 6000 / 100 per s). An unknown tier is charged as the default
+// tier ("free"), under the default's key.
 class TieredRateLimiter {
  public:
   explicit TieredRateLimiter(store::Store& store, RateLimiterOptions options = {});

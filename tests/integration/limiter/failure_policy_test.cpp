@@ -34,7 +34,8 @@ std::unique_ptr<store::Store> open_redis(const RedisServer& server,
 }
 
 NamedLimit limit(std::string name, std::int64_t capacity) {
-  return {std::move(name), *algorithms::Limit::make(Algorithm::token_bucket, capacity, kMicrosPerSecond)};
+  return {std::move(name),
+          *algorithms::Limit::make(Algorithm::token_bucket, capacity, kMicrosPerSecond)};
 }
 
 LimiterConfig one_rule(FailureMode mode, Policy limits) {
