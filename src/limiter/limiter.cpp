@@ -46,6 +46,7 @@ Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
     any_local = any_local || rule.on_store_error == FailureMode::local;
   }
   metrics_ = std::make_unique<Metrics>(std::move(rule_names));
+  if (config_.decision_log.clock == nullptr) config_.decision_log.clock = clock;
   log_ = std::make_unique<DecisionLog>(config_.decision_log);
   if (any_local) local_ = std::make_unique<store::MemoryStore>();
   policy_ = FailurePolicy{config_.instances, std::max<Micros>(config_.deny_retry_after, 1),

@@ -101,8 +101,9 @@ class Limiter {
  public:
   // Throws std::invalid_argument ("<field>: <reason>", the first issue) when validate(config)
   // finds any: a LimiterConfig from the configuration loader is already valid. `clock` gives
-  // the latency measurement its steady time, and `now` of every check only when one is given
-  // (tests); nullptr: the system's steady time and the store's own time.
+  // the latency measurement its steady time, the decision log its time unless its options
+  // name a clock, and `now` of every check only when one is given (tests); nullptr: the
+  // system's clock and the store's own time.
   Limiter(LimiterConfig config, store::Store& store, const Clock* clock = nullptr);
   ~Limiter();
   Limiter(const Limiter&) = delete;

@@ -123,6 +123,24 @@ TEST_F(DecisionLogTest, LineCarriesTheTimestampOfTheLogsClock) {
       << lines[2];
 }
 
+TEST_F(DecisionLogTest, ALimitersClockTimesItsLogUnlessTheLogNamesOne) {
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 100, .shards = 1, .clock = &clock}};
+  LimiterConfig config;
+  Rule rule;
+  rule.name = "login";
+  rule.limits = {NamedLimit{"", *algorithms::Limit::token_bucket(1, 0.001)}};
+  config.rules.push_back(rule);
+  config.decision_log = options(100, 10);
+  config.decision_log.clock = nullptr;  // the limiter's
+  clock.set(1'796'289'671LL * kMicrosPerSecond + 123'456);
+  Limiter limiter(config, store, &clock);
+  ASSERT_TRUE(limiter.check_sync("login", "ip:192.0.2.7", 1));
+  ASSERT_TRUE(limiter.check_sync("login", "ip:192.0.2.7", 1));  // denied: logged
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["ts"], "2026-12-03T09:21:11.123456Z");
+}
+
 TEST_F(DecisionLogTest, WithoutASinkNothingIsWritten) {
   DecisionLogOptions o = options(100, 10, 1.0);
   o.sink = nullptr;
