@@ -79,7 +79,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
   auto prepared = std::make_shared<Prepared>();
   for (auto& app : applications) {
     const Rule* rule = app.rule;
-    const std::less<const Rule*> before;
+    const std::less<> before;
     if (rule == nullptr || before(rule, config_.rules.data()) ||
         !before(rule, config_.rules.data() + config_.rules.size())) {
       return make_error(ErrorCode::invalid_argument, "application without a rule of this limiter");
@@ -97,7 +97,11 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     if (app.ip_fallback && !rule->ip_limits.empty()) {
       policy = &rule->ip_limits;
     } else if (rule->tiered) {
-      pr.outcome.tier = app.tier.empty() ? config_.tiers.default_tier : std::move(app.tier);
+      if (app.tier.empty()) {
+        pr.outcome.tier = config_.tiers.default_tier;
+      } else {
+        pr.outcome.tier = std::move(app.tier);
+      }
       if (!config_.tiers.levels.contains(pr.outcome.tier)) {
         pr.outcome.tier = config_.tiers.default_tier;
       }
@@ -263,10 +267,12 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                          std::function<void(const RuleOutcome&)> then) {
   auto& pr = prepared->shadow[index];
   std::vector<store::CheckItem> items;
+  items.reserve(pr.outcome.limits.size());
   for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
   const Micros t0 = steady_clock_->steady();
   store_->check(std::move(items), now(),
-                [this, prepared, index, t0, then = std::move(then)](Result<store::CheckOutcome> r) {
+                [this, prepared = std::move(prepared), index, t0,
+                 then = std::move(then)](Result<store::CheckOutcome> r) {
                   const Micros latency = steady_clock_->steady() - t0;
                   metrics_->record_store_latency(latency);
                   auto& pr = prepared->shadow[index];

@@ -76,14 +76,14 @@ TieredRateLimiter::TieredRateLimiter(std::map<std::string, RateLimiter, std::les
                                      std::string default_tier)
     : tiers_(std::move(tiers)), default_tier_(std::move(default_tier)) {}
 
-TieredRateLimiter::TieredRateLimiter(store::Store& store, RateLimiterOptions options)
+TieredRateLimiter::TieredRateLimiter(store::Store& store, const RateLimiterOptions& options)
     : TieredRateLimiter(*create(store, seed_limits(), Tiers::seed_defaults().default_tier,
-                                std::move(options))) {}
+                                options)) {}
 
 Result<TieredRateLimiter> TieredRateLimiter::create(store::Store& store,
-                                                    std::map<std::string, Limit> tiers,
+                                                    const std::map<std::string, Limit>& tiers,
                                                     std::string default_tier,
-                                                    RateLimiterOptions options) {
+                                                    const RateLimiterOptions& options) {
   if (!tiers.contains(default_tier)) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("default_tier '{}' is not one of the tiers", default_tier));
