@@ -73,7 +73,7 @@ Read read_replies(std::string_view bytes, NextChunk next_chunk) {
 
 // A valid check item (as validate_check admits) of fuzzer-chosen shape.
 store::CheckItem make_item(FuzzedDataProvider& in, std::size_t index) {
-  constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;  // algorithms::Limit::make
+  using algorithms::kMaxHorizon;  // algorithms::Limit::make's bound
   store::CheckItem item;
   item.key = "k" + std::to_string(index);
   item.limit.algorithm = static_cast<algorithms::Algorithm>(in.ConsumeIntegralInRange<int>(0, 3));

@@ -12,7 +12,6 @@
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
-#include <set>
 #include <sstream>
 #include <system_error>
 #include <unordered_set>
@@ -124,14 +123,6 @@ bool http_token(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-  });
-}
-
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.';
   });
 }
 
@@ -264,20 +255,11 @@ class Reader {
   std::string file_;
 };
 
-NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string& path,
-                      bool name_required) {
+NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string& path) {
   r.expect_map(node, path,
                {"name", "algorithm", "rate", "capacity", "refill_rate", "limit", "window"});
   NamedLimit out;
-  if (node["name"]) {
-    out.name = r.string(node["name"], Reader::field(path, "name"));
-    if (!valid_name(out.name)) {
-      r.fail(Reader::field(path, "name"), "must be 1-64 characters of A-Z a-z 0-9 _ - .");
-    }
-  } else if (name_required) {
-    r.fail(Reader::field(path, "name"),
-           "required field missing (a policy of several limits names each)");
-  }
+  if (node["name"]) out.name = r.string(node["name"], Reader::field(path, "name"));
   auto algorithm = algorithms::Algorithm::token_bucket;
   if (node["algorithm"]) {
     const auto text = r.string(node["algorithm"], Reader::field(path, "algorithm"));
@@ -361,21 +343,8 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
 Policy read_policy(const Reader& r, const YAML::Node& node, const std::string& path) {
   if (!node.IsSequence() || node.size() == 0) r.fail(path, "must be a non-empty list of limits");
   Policy out;
-  std::set<std::string> names;
-  for (std::size_t i = 0; i < node.size(); ++i) {
-    const auto p = Reader::index(path, i);
-    out.push_back(read_limit(r, node[i], p, node.size() > 1));
-    if (node.size() > 1 && !names.insert(out.back().name).second) {
-      r.fail(Reader::field(p, "name"), fmt::format("duplicate limit name '{}'", out.back().name));
-    }
-  }
+  for (std::size_t i = 0; i < node.size(); ++i) out.push_back(read_limit(r, node[i], Reader::index(path, i)));
   return out;
-}
-
-void check_cost(const Reader& r, const Policy& policy, std::int64_t cost, const std::string& path) {
-  for (const auto& l : policy) {
-    if (auto ok = algorithms::validate_cost(l.limit, cost); !ok) r.fail(path, ok.error().message);
-  }
 }
 
 FailureMode failure_mode(const Reader& r, const YAML::Node& node, const std::string& path) {
@@ -454,32 +423,22 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
     t.levels.clear();
     for (const auto& kv : levels) {
       const auto name = kv.first.as<std::string>();
-      const auto p = Reader::field(lp, name);
-      if (!valid_name(name)) r.fail(p, "tier names are 1-64 characters of A-Z a-z 0-9 _ - .");
-      t.levels[name] = read_policy(r, kv.second, p);
+      t.levels[name] = read_policy(r, kv.second, Reader::field(lp, name));
     }
-  }
-  if (!t.levels.contains(t.default_tier)) {
-    r.fail(Reader::field(path, "default"),
-           fmt::format("'{}' is not a tier in levels", t.default_tier));
   }
   if (const auto users = node["users"]) {
     const auto up = Reader::field(path, "users");
     if (!users.IsMap()) r.fail(up, "must be a mapping of user id → tier");
     for (const auto& kv : users) {
       const auto user = kv.first.as<std::string>();
-      const auto p = Reader::field(up, user);
-      const auto tier = r.string(kv.second, p);
-      if (!t.levels.contains(tier)) r.fail(p, fmt::format("unknown tier '{}'", tier));
-      t.users[user] = tier;
+      t.users[user] = r.string(kv.second, Reader::field(up, user));
     }
   }
 }
 
 // A rule, and in `match` the HTTP requests it applies to.
 limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::string& path,
-                        FailureMode default_mode, const limiter::Tiers& tiers,
-                        http::RuleMatch& match) {
+                        FailureMode default_mode, http::RuleMatch& match) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
                 "shadow", "on_store_error"});
@@ -487,9 +446,6 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   rule.on_store_error = default_mode;
   if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
   rule.name = r.string(node["name"], Reader::field(path, "name"));
-  if (!valid_name(rule.name)) {
-    r.fail(Reader::field(path, "name"), "must be 1-64 characters of A-Z a-z 0-9 _ - .");
-  }
   if (const auto m = node["match"]) {
     const auto mp = Reader::field(path, "match");
     r.expect_map(m, mp, {"methods", "path", "path_prefix"});
@@ -560,11 +516,6 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     }
     if (id["prefix"]) {
       rule.identity.prefix = r.string(id["prefix"], Reader::field(ip, "prefix"));
-      if (!valid_name(rule.identity.prefix) || rule.identity.prefix == "ip" ||
-          rule.identity.prefix == "key") {
-        r.fail(Reader::field(ip, "prefix"),
-               "must be 1-64 characters of A-Z a-z 0-9 _ - . and not 'ip' or 'key'");
-      }
     }
     if (!rule.identity.default_value.empty()) {
       // The identity of every request without the header, made as the middleware makes it and
@@ -582,28 +533,16 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     }
   }
   if (node["tiered"]) rule.tiered = r.boolean(node["tiered"], Reader::field(path, "tiered"));
-  if (rule.tiered && node["limits"]) {
-    r.fail(Reader::field(path, "limits"), "a tiered rule takes its limits from its tier");
-  }
-  if (!rule.tiered) {
-    if (!node["limits"])
-      r.fail(Reader::field(path, "limits"), "required field missing (or tiered: true)");
+  if (node["limits"]) {
     rule.limits = read_policy(r, node["limits"], Reader::field(path, "limits"));
+  } else if (!rule.tiered) {
+    r.fail(Reader::field(path, "limits"), "required field missing (or tiered: true)");
   }
   if (node["ip_limits"]) {
-    if (rule.identity.kind == IdentityKind::ip) {
-      r.fail(Reader::field(path, "ip_limits"), "only for identities that fall back to the IP");
-    }
     rule.ip_limits = read_policy(r, node["ip_limits"], Reader::field(path, "ip_limits"));
   }
   if (node["cost"]) {
     rule.cost = r.integer(node["cost"], Reader::field(path, "cost"), 0, kMaxExact);
-  }
-  const auto cost_path = Reader::field(path, "cost");
-  check_cost(r, rule.limits, rule.cost, cost_path);
-  check_cost(r, rule.ip_limits, rule.cost, cost_path);
-  if (rule.tiered) {
-    for (const auto& [tier, policy] : tiers.levels) check_cost(r, policy, rule.cost, cost_path);
   }
   if (node["bucket"]) {
     const auto b = r.string(node["bucket"], Reader::field(path, "bucket"));
@@ -654,9 +593,6 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   }
   if (root["key_prefix"]) {
     c.limiter.prefix = r.string(root["key_prefix"], "key_prefix");
-    if (!valid_name(c.limiter.prefix)) {
-      r.fail("key_prefix", "must be 1-64 characters of A-Z a-z 0-9 _ - .");
-    }
   }
   if (root["tiers"]) read_tiers(r, root["tiers"], "tiers", c);
   if (root["trusted_proxies"]) {
@@ -728,18 +664,17 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   }
   if (const auto rules = root["rules"]; rules && !rules.IsNull()) {
     if (!rules.IsSequence()) r.fail("rules", "must be a list");
-    std::set<std::string> names;
     for (std::size_t i = 0; i < rules.size(); ++i) {
-      const auto p = Reader::index("rules", i);
       http::RuleMatch match;
-      auto rule = read_rule(r, rules[i], p, default_mode, c.limiter.tiers, match);
+      auto rule = read_rule(r, rules[i], Reader::index("rules", i), default_mode, match);
       match.rule = rule.name;
       c.middleware.matches.push_back(std::move(match));
-      if (!names.insert(rule.name).second) {
-        r.fail(Reader::field(p, "name"), fmt::format("duplicate rule name '{}'", rule.name));
-      }
       c.limiter.rules.push_back(std::move(rule));
     }
+  }
+  // What the limiter requires of its rules, tiers and prefix, checked by the limiter itself.
+  if (auto issues = limiter::validate(c.limiter); !issues.empty()) {
+    r.fail(issues.front().field, std::move(issues.front().reason));
   }
   return c;
 }

@@ -7,9 +7,6 @@
 namespace ratekeeper::algorithms {
 namespace {
 
-// Token bucket: τ = C·T at most 2^51 µs, so that now + 2τ and every product of
-// lua/token_bucket.lua stays below 2^53, where Lua's doubles are exact.
-constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
 constexpr std::string_view kWindowLimitBound = "2^40 (1099511627776) per window";
 
 // A whole number in [1, max] (`bound` names max in the error).

@@ -35,24 +35,29 @@ Result<Step> step(const Limit& limit, State state, Micros now, std::int64_t cost
   return step_unchecked(limit, std::move(state), now, cost);
 }
 
-Decision combine(std::span<const Decision> items) {
-  Decision out;
+Combined combine_with_binding(std::span<const Decision> items) {
+  Combined out;
   if (items.empty()) {
-    out.allowed = true;
+    out.decision.allowed = true;
     return out;
   }
   const bool allowed = std::all_of(items.begin(), items.end(), [](const Decision& d) { return d.allowed; });
-  const Decision* binding = &items[0];
-  for (const Decision& d : items) {
-    if (allowed ? d.remaining < binding->remaining : d.retry_after > binding->retry_after) {
-      binding = &d;
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    const Decision& d = items[i];
+    const Decision& binding = items[out.binding];
+    if (allowed ? d.remaining < binding.remaining : d.retry_after > binding.retry_after) {
+      out.binding = i;
     }
   }
-  out = *binding;
-  out.allowed = allowed;
-  for (const Decision& d : items) out.reset_after = std::max(out.reset_after, d.reset_after);
+  out.decision = items[out.binding];
+  out.decision.allowed = allowed;
+  for (const Decision& d : items) {
+    out.decision.reset_after = std::max(out.decision.reset_after, d.reset_after);
+  }
   return out;
 }
+
+Decision combine(std::span<const Decision> items) { return combine_with_binding(items).decision; }
 
 Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> states, Micros now,
                            std::span<const std::int64_t> costs) {

@@ -451,12 +451,14 @@ void Server::Impl::on_stop() {
       if (auto s = weak.lock()) live.push_back(std::move(s));
     }
   }
+  // Sessions learn of the drain before the acceptor closes: whoever sees a connection refused
+  // can rely on every response built afterwards saying Connection: close.
+  for (auto& s : live) s->shutdown();
+  live.clear();
   beast::error_code ec;
   acceptor.close(ec);
   accept_timer.cancel();
   signals.cancel(ec);
-  for (auto& s : live) s->shutdown();
-  live.clear();
   drain_timer.expires_after(to_duration(options.drain_timeout));
   drain_timer.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
     if (!wait_ec) self->finish();  // drain timeout: abandon what is left

@@ -1,9 +1,6 @@
 #include "ratekeeper/limiter/failure_policy.hpp"
 
 #include <algorithm>
-#include <future>
-
-#include "ratekeeper/algorithms/step.hpp"
 
 namespace ratekeeper::limiter {
 
@@ -34,70 +31,40 @@ algorithms::Limit divide_limit(const algorithms::Limit& limit, int instances) {
   return out;
 }
 
-GuardedStore::GuardedStore(store::Store& store, FailurePolicy policy)
-    : store_(&store), policy_(policy) {
-  if (policy_.mode == FailureMode::local) {
-    local_ = std::make_unique<store::MemoryStore>();
-  }
-}
-
-Result<Verdict> GuardedStore::fallback(std::vector<store::CheckItem> items, std::optional<Micros> now,
-                                       Error error) {
-  failures_.fetch_add(1, std::memory_order_relaxed);
-  Verdict v;
-  v.by_failure_policy = true;
-  v.store_error = std::move(error);
-  switch (policy_.mode) {
+Result<std::vector<Decision>> answer_by_policy(std::span<const store::CheckItem> items,
+                                               const Error& error, FailureMode mode,
+                                               const FailurePolicy& policy,
+                                               std::optional<Micros> now) {
+  if (!error.is_store_failure()) return std::unexpected(error);
+  std::vector<Decision> out;
+  switch (mode) {
     case FailureMode::allow:
     case FailureMode::deny: {
-      const bool allow = policy_.mode == FailureMode::allow;
+      const bool allow = mode == FailureMode::allow;
+      out.reserve(items.size());
       for (const auto& item : items) {
         Decision d;
         d.allowed = allow;
         d.limit = item.limit.capacity;
         d.remaining = allow ? item.limit.capacity : 0;
-        d.retry_after = allow ? 0 : policy_.deny_retry_after;
-        v.items.push_back(d);
+        d.retry_after = allow ? 0 : policy.deny_retry_after;
+        out.push_back(d);
       }
-      v.decision = algorithms::combine(v.items);
-      return v;
+      return out;
     }
     case FailureMode::local: {
-      for (auto& item : items) {
-        item.limit = divide_limit(item.limit, policy_.instances);
+      if (policy.local == nullptr) return std::unexpected(error);
+      std::vector<store::CheckItem> divided(items.begin(), items.end());
+      for (auto& item : divided) {
+        item.limit = divide_limit(item.limit, policy.instances);
         item.cost = std::min(item.cost, item.limit.capacity);
       }
-      auto outcome = local_->check_batch(items, now);
+      auto outcome = policy.local->check_batch(divided, now);
       if (!outcome) return std::unexpected(outcome.error());
-      v.decision = outcome->decision;
-      v.items = std::move(outcome->items);
-      return v;
+      return std::move(outcome->items);
     }
   }
-  return v;
-}
-
-void GuardedStore::check(std::vector<store::CheckItem> items, std::optional<Micros> now,
-                         VerdictCallback done) {
-  // The items are kept for the fallback only when the store fails.
-  auto copy = std::make_shared<std::vector<store::CheckItem>>(items);
-  store_->check(std::move(items), now,
-                [this, copy, now, done = std::move(done)](Result<store::CheckOutcome> r) {
-                  if (r) {
-                    done(Verdict{r->decision, std::move(r->items), false, std::nullopt});
-                  } else if (!r.error().is_store_failure()) {
-                    done(std::unexpected(r.error()));
-                  } else {
-                    done(fallback(std::move(*copy), now, r.error()));
-                  }
-                });
-}
-
-Result<Verdict> GuardedStore::check_sync(std::vector<store::CheckItem> items, std::optional<Micros> now) {
-  std::promise<Result<Verdict>> promise;
-  auto future = promise.get_future();
-  check(std::move(items), now, [&promise](Result<Verdict> r) { promise.set_value(std::move(r)); });
-  return future.get();
+  return out;
 }
 
 }  // namespace ratekeeper::limiter

@@ -3,10 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <future>
+#include <span>
 #include <stdexcept>
-#include <unordered_set>
 
 #include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/limiter/keys.hpp"
@@ -14,55 +13,6 @@
 namespace ratekeeper::limiter {
 
 using algorithms::Decision;
-
-namespace {
-
-Micros steady_micros() {
-  using namespace std::chrono;
-  return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-void validate_policy(const std::string& where, const Policy& policy, std::int64_t cost) {
-  if (policy.empty()) throw std::invalid_argument(where + ": the policy has no limit");
-  std::unordered_set<std::string> names;
-  for (const auto& l : policy) {
-    if (policy.size() > 1 && !valid_name(l.name)) {
-      throw std::invalid_argument(fmt::format(
-          "{}: limit name '{}' must be 1-64 characters of A-Z a-z 0-9 _ - .", where, l.name));
-    }
-    if (policy.size() > 1 && !names.insert(l.name).second) {
-      throw std::invalid_argument(fmt::format("{}: duplicate limit name '{}'", where, l.name));
-    }
-    if (auto ok = algorithms::validate_cost(l.limit, cost); !ok) {
-      throw std::invalid_argument(fmt::format("{}: {}", where, ok.error().message));
-    }
-  }
-}
-
-// The binding limit of a rule's decisions, as algorithms::combine picks it.
-std::size_t binding_index(const std::vector<LimitOutcome>& limits) {
-  const bool allowed =
-      std::all_of(limits.begin(), limits.end(), [](const auto& l) { return l.decision.allowed; });
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < limits.size(); ++i) {
-    const auto& d = limits[i].decision;
-    const auto& b = limits[best].decision;
-    if (allowed ? d.remaining < b.remaining : d.retry_after > b.retry_after) best = i;
-  }
-  return best;
-}
-
-}  // namespace
 
 struct Limiter::PreparedRule {
   const Rule* rule = nullptr;
@@ -80,54 +30,27 @@ struct Limiter::Prepared {
 };
 
 Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
-    : config_(std::move(config)), store_(&store), clock_(clock) {
-  if (config_.prefix.empty()) throw std::invalid_argument("key prefix must not be empty");
-  if (config_.instances < 1) throw std::invalid_argument("instances must be >= 1");
-  std::unordered_set<std::string> names;
+    : config_(std::move(config)),
+      store_(&store),
+      clock_(clock),
+      steady_clock_(&clock_or_system(clock)) {
+  if (auto issues = validate(config_); !issues.empty()) {
+    const auto& first = issues.front();
+    throw std::invalid_argument(first.field.empty() ? first.reason
+                                                    : first.field + ": " + first.reason);
+  }
   std::vector<std::string> rule_names;
-  bool any_tiered = false;
+  bool any_local = false;
   for (const auto& rule : config_.rules) {
-    const auto where = fmt::format("rule '{}'", rule.name);
-    if (!valid_name(rule.name)) {
-      throw std::invalid_argument(
-          fmt::format("{}: name must be 1-64 characters of A-Z a-z 0-9 _ - .", where));
-    }
-    if (!names.insert(rule.name).second) throw std::invalid_argument(where + ": duplicate name");
-    if (rule.cost < 0) throw std::invalid_argument(where + ": cost must be >= 0");
-    if (rule.tiered) {
-      any_tiered = true;
-      if (!rule.limits.empty()) {
-        throw std::invalid_argument(where + ": a tiered rule takes its limits from its tier");
-      }
-      for (const auto& [tier, policy] : config_.tiers.levels) {
-        validate_policy(fmt::format("{} tier '{}'", where, tier), policy, rule.cost);
-      }
-    } else {
-      validate_policy(where, rule.limits, rule.cost);
-    }
-    if (!rule.ip_limits.empty()) validate_policy(where + " ip_limits", rule.ip_limits, rule.cost);
-    if (rule.identity.kind != IdentityKind::ip && rule.identity.header.empty()) {
-      throw std::invalid_argument(where + ": identity needs a header");
-    }
     rule_names.push_back(rule.name);
-  }
-  if (any_tiered && !config_.tiers.levels.contains(config_.tiers.default_tier)) {
-    throw std::invalid_argument(
-        fmt::format("default tier '{}' is not a defined tier", config_.tiers.default_tier));
-  }
-  for (const auto& [tier, policy] : config_.tiers.levels) {
-    if (!valid_name(tier)) {
-      throw std::invalid_argument(
-          fmt::format("tier '{}': name must be 1-64 characters of A-Z a-z 0-9 _ - .", tier));
-    }
+    any_local = any_local || rule.on_store_error == FailureMode::local;
   }
   metrics_ = std::make_unique<Metrics>(std::move(rule_names));
+  if (config_.decision_log.clock == nullptr) config_.decision_log.clock = clock;
   log_ = std::make_unique<DecisionLog>(config_.decision_log);
-  allow_ = std::make_unique<GuardedStore>(store, FailurePolicy{FailureMode::allow, 1, 0});
-  deny_ = std::make_unique<GuardedStore>(
-      store, FailurePolicy{FailureMode::deny, 1, std::max<Micros>(config_.deny_retry_after, 1)});
-  local_ = std::make_unique<GuardedStore>(
-      store, FailurePolicy{FailureMode::local, config_.instances, config_.deny_retry_after});
+  if (any_local) local_ = std::make_unique<store::MemoryStore>();
+  policy_ = FailurePolicy{config_.instances, std::max<Micros>(config_.deny_retry_after, 1),
+                          local_.get()};
 }
 
 Limiter::~Limiter() = default;
@@ -148,7 +71,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
   auto prepared = std::make_shared<Prepared>();
   for (auto& app : applications) {
     const Rule* rule = app.rule;
-    const std::less<const Rule*> before;
+    const std::less<> before;
     if (rule == nullptr || before(rule, config_.rules.data()) ||
         !before(rule, config_.rules.data() + config_.rules.size())) {
       return make_error(ErrorCode::invalid_argument, "application without a rule of this limiter");
@@ -166,7 +89,11 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     if (app.ip_fallback && !rule->ip_limits.empty()) {
       policy = &rule->ip_limits;
     } else if (rule->tiered) {
-      pr.outcome.tier = app.tier.empty() ? config_.tiers.default_tier : std::move(app.tier);
+      if (app.tier.empty()) {
+        pr.outcome.tier = config_.tiers.default_tier;
+      } else {
+        pr.outcome.tier = std::move(app.tier);
+      }
       if (!config_.tiers.levels.contains(pr.outcome.tier)) {
         pr.outcome.tier = config_.tiers.default_tier;
       }
@@ -242,7 +169,7 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   r.identity = outcome.identity;
   r.key = outcome.limits.empty()
               ? std::string_view{}
-              : std::string_view(outcome.limits[binding_index(outcome.limits)].key);
+              : std::string_view(outcome.limits[outcome.binding].key);
   r.tier = outcome.tier;
   r.allowed = d.allowed;
   r.shadow = outcome.shadow;
@@ -254,41 +181,40 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   if (log_->record(r) == DecisionLog::Written::suppressed) metrics_->record_log_suppressed(1);
 }
 
-Result<std::vector<Decision>> Limiter::fall_back(Prepared& prepared, const Error& error) {
+std::optional<Micros> Limiter::now() const {
+  if (clock_ == nullptr) return std::nullopt;
+  return clock_->now();
+}
+
+Result<std::vector<Decision>> Limiter::fall_back(const Prepared& prepared, const Error& error) {
   std::vector<Decision> decisions(prepared.item_count);
+  // A rule denied by its policy keeps the others from consuming: local rules only peek.
   const bool any_deny = std::any_of(prepared.enforcing.begin(), prepared.enforcing.end(),
                                     [](const auto& r) { return r.mode == FailureMode::deny; });
-  // Items of each mode, with their positions in the batch.
+  // The batch went to the store; each rule's items are rebuilt from its outcome. The local
+  // rules' items are checked together, all-or-nothing, with their positions in the batch.
   std::vector<store::CheckItem> local_items;
   std::vector<std::size_t> local_pos;
+  std::vector<store::CheckItem> items;
   std::size_t pos = 0;
-  for (auto& pr : prepared.enforcing) {
-    // The batch went to the store; the rule's items are rebuilt from its outcome.
-    std::vector<store::CheckItem> items;
-    items.reserve(pr.outcome.limits.size());
-    for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
-    pr.outcome.by_failure_policy = true;
+  for (const auto& pr : prepared.enforcing) {
     if (pr.mode == FailureMode::local) {
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        // A rule denied by its policy keeps the others from consuming: local rules only peek.
-        if (any_deny) items[i].cost = 0;
-        local_items.push_back(std::move(items[i]));
-        local_pos.push_back(pos + i);
+      for (const auto& lo : pr.outcome.limits) {
+        local_items.push_back({lo.key, lo.limit, any_deny ? 0 : pr.cost});
+        local_pos.push_back(pos++);
       }
-    } else {
-      GuardedStore& g = pr.mode == FailureMode::deny ? *deny_ : *allow_;
-      auto v = g.fallback(std::move(items), std::nullopt, error);
-      if (!v) return std::unexpected(v.error());
-      for (std::size_t i = 0; i < v->items.size(); ++i) decisions[pos + i] = v->items[i];
+      continue;
     }
-    pos += pr.outcome.limits.size();
+    items.clear();
+    for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
+    auto answer = answer_by_policy(items, error, pr.mode, policy_);
+    if (!answer) return std::unexpected(answer.error());
+    for (const auto& d : *answer) decisions[pos++] = d;
   }
   if (!local_items.empty()) {
-    std::optional<Micros> now;
-    if (clock_ != nullptr) now = clock_->now();
-    auto v = local_->fallback(std::move(local_items), now, error);
-    if (!v) return std::unexpected(v.error());
-    for (std::size_t i = 0; i < v->items.size(); ++i) decisions[local_pos[i]] = v->items[i];
+    auto answer = answer_by_policy(local_items, error, FailureMode::local, policy_, now());
+    if (!answer) return std::unexpected(answer.error());
+    for (std::size_t i = 0; i < answer->size(); ++i) decisions[local_pos[i]] = (*answer)[i];
   }
   return decisions;
 }
@@ -302,24 +228,23 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
     decisions = std::move(outcome->items);
   } else {
     metrics_->record_store_error(outcome.error().code);
-    if (!outcome.error().is_store_failure()) return std::unexpected(outcome.error());
     auto fallback = fall_back(prepared, outcome.error());
     if (!fallback) return std::unexpected(fallback.error());
     decisions = std::move(*fallback);
     ev.by_failure_policy = true;
     ev.store_error = outcome.error();
+    for (auto& pr : prepared.enforcing) pr.outcome.by_failure_policy = true;
   }
   if (decisions.size() != prepared.item_count) {
     return make_error(ErrorCode::protocol, "store answered a different number of decisions");
   }
   std::size_t pos = 0;
   for (auto& pr : prepared.enforcing) {
-    std::vector<Decision> mine;
-    for (auto& lo : pr.outcome.limits) {
-      lo.decision = decisions[pos++];
-      mine.push_back(lo.decision);
-    }
-    pr.outcome.decision = algorithms::combine(mine);
+    const std::span<const Decision> mine(decisions.data() + pos, pr.outcome.limits.size());
+    for (auto& lo : pr.outcome.limits) lo.decision = decisions[pos++];
+    const auto combined = algorithms::combine_with_binding(mine);
+    pr.outcome.decision = combined.decision;
+    pr.outcome.binding = combined.binding;
   }
   ev.decision = algorithms::combine(decisions);
   ev.allowed = ev.decision.allowed;
@@ -334,13 +259,13 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                          std::function<void(const RuleOutcome&)> then) {
   auto& pr = prepared->shadow[index];
   std::vector<store::CheckItem> items;
+  items.reserve(pr.outcome.limits.size());
   for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
-  std::optional<Micros> now;
-  if (clock_ != nullptr) now = clock_->now();
-  const Micros t0 = steady_micros();
-  store_->check(std::move(items), now,
-                [this, prepared, index, t0, then = std::move(then)](Result<store::CheckOutcome> r) {
-                  const Micros latency = steady_micros() - t0;
+  const Micros t0 = steady_clock_->steady();
+  store_->check(std::move(items), now(),
+                [this, prepared = std::move(prepared), index, t0,
+                 then = std::move(then)](Result<store::CheckOutcome> r) {
+                  const Micros latency = steady_clock_->steady() - t0;
                   metrics_->record_store_latency(latency);
                   auto& pr = prepared->shadow[index];
                   if (r) {
@@ -349,6 +274,7 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                       pr.outcome.limits[i].decision = r->items[i];
                     }
                     pr.outcome.decision = r->decision;
+                    pr.outcome.binding = algorithms::combine_with_binding(r->items).binding;
                   } else {
                     // A shadow rule never acts, so its failure policy is only recorded.
                     metrics_->record_store_error(r.error().code);
@@ -372,14 +298,12 @@ void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback
     done(Evaluation{});
     return;
   }
-  std::optional<Micros> now;
-  if (clock_ != nullptr) now = clock_->now();
-  const Micros t0 = steady_micros();
+  const Micros t0 = steady_clock_->steady();
   p->item_count = p->items.size();
   auto items = std::move(p->items);
-  store_->check(std::move(items), now,
+  store_->check(std::move(items), now(),
                 [this, p, t0, done = std::move(done)](Result<store::CheckOutcome> r) {
-                  const Micros latency = steady_micros() - t0;
+                  const Micros latency = steady_clock_->steady() - t0;
                   metrics_->record_store_latency(latency);
                   done(finish(*p, std::move(r), latency));
                 });
@@ -431,7 +355,6 @@ void Limiter::check(std::string_view rule_name, std::string_view identity, std::
       v.decision = o.decision;
       v.decision.allowed = true;  // a shadow rule never rejects
       v.decision.retry_after = 0;
-      for (const auto& l : o.limits) v.items.push_back(l.decision);
       v.by_failure_policy = o.by_failure_policy;
       done(std::move(v));
     });
@@ -442,14 +365,7 @@ void Limiter::check(std::string_view rule_name, std::string_view identity, std::
       done(std::unexpected(r.error()));
       return;
     }
-    Verdict v;
-    v.decision = r->decision;
-    for (const auto& rule : r->rules) {
-      for (const auto& l : rule.limits) v.items.push_back(l.decision);
-    }
-    v.by_failure_policy = r->by_failure_policy;
-    v.store_error = r->store_error;
-    done(std::move(v));
+    done(static_cast<Verdict&&>(*r));  // the Evaluation's Verdict part
   });
 }
 

@@ -3,13 +3,24 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/limiter/keys.hpp"
+#include "ratekeeper/limiter/rule.hpp"
 
 namespace ratekeeper::limiter {
+
+// Windows are converted to microseconds; beyond algorithms::kMaxHorizon no limit is valid
+// anyway, and the conversion itself must not overflow.
+using algorithms::kMaxHorizon;
+
 namespace {
 
-// Windows are converted to microseconds; beyond 2^51 µs no limit is valid anyway, and the
-// conversion itself must not overflow.
-constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
+// The seed's tiers (Tiers::seed_defaults), one limit each.
+std::map<std::string, Limit> seed_limits() {
+  std::map<std::string, Limit> out;
+  for (const auto& [name, policy] : Tiers::seed_defaults().levels) {
+    out.emplace(name, policy.front().limit);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -65,17 +76,14 @@ TieredRateLimiter::TieredRateLimiter(std::map<std::string, RateLimiter, std::les
                                      std::string default_tier)
     : tiers_(std::move(tiers)), default_tier_(std::move(default_tier)) {}
 
-TieredRateLimiter::TieredRateLimiter(store::Store& store, RateLimiterOptions options)
-    : TieredRateLimiter(*create(store,
-                                {{"free", *Limit::token_bucket(60, 1.0)},
-                                 {"pro", *Limit::token_bucket(600, 10.0)},
-                                 {"enterprise", *Limit::token_bucket(6000, 100.0)}},
-                                "free", std::move(options))) {}
+TieredRateLimiter::TieredRateLimiter(store::Store& store, const RateLimiterOptions& options)
+    : TieredRateLimiter(*create(store, seed_limits(), Tiers::seed_defaults().default_tier,
+                                options)) {}
 
 Result<TieredRateLimiter> TieredRateLimiter::create(store::Store& store,
-                                                    std::map<std::string, Limit> tiers,
+                                                    const std::map<std::string, Limit>& tiers,
                                                     std::string default_tier,
-                                                    RateLimiterOptions options) {
+                                                    const RateLimiterOptions& options) {
   if (!tiers.contains(default_tier)) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("default_tier '{}' is not one of the tiers", default_tier));

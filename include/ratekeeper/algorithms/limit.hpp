@@ -26,6 +26,11 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept;
 inline constexpr std::int64_t kMaxWindowLimit = std::int64_t{1} << 40;
 inline constexpr Micros kMaxWindow = Micros{1} << 45;
 
+// Token bucket: τ = C·T at most 2^51 µs, so that now + 2τ and every product of
+// lua/token_bucket.lua stays below 2^53, where Lua's doubles are exact. No limit's period or
+// window is longer, so durations converted to microseconds are bounded by it too.
+inline constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
+
 // Token bucket: capacity C tokens, one token every `period` microseconds (GCRA emission
 // interval T; a refill rate r tokens/s is T = round(1e6 / r)); C·T at most 2^51 µs.
 // Windows: `capacity` requests per window of `period` microseconds.

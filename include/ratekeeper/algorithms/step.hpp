@@ -30,9 +30,16 @@ struct MultiStep {
 Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> states, Micros now,
                            std::span<const std::int64_t> costs);
 
-// The combined decision. Allowed: the limit with the fewest remaining units, the largest
-// reset_after. Denied: the limit that frees up last gives limit, remaining and retry_after;
-// reset_after is the largest.
+// The combined decision and the limit it binds to. Allowed: the limit with the fewest
+// remaining units, the largest reset_after. Denied: the limit that frees up last gives limit,
+// remaining and retry_after; reset_after is the largest. No items: allowed, binding 0.
+struct Combined {
+  Decision decision;
+  std::size_t binding = 0;  // index in `items` of the limit that gave limit, remaining, retry_after
+};
+Combined combine_with_binding(std::span<const Decision> items);
+
+// combine_with_binding(items).decision.
 Decision combine(std::span<const Decision> items);
 
 }  // namespace ratekeeper::algorithms

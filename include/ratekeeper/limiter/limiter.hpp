@@ -26,13 +26,25 @@
 namespace ratekeeper::limiter {
 
 struct LimiterConfig {
-  std::string prefix = "ratelimit";
+  std::string prefix = "ratelimit";  // of every key
   std::vector<Rule> rules;
   Tiers tiers = Tiers::seed_defaults();
   int instances = 1;                               // failure policy `local` divides limits by it
   Micros deny_retry_after = 1 * kMicrosPerSecond;  // failure policy `deny`: Retry-After
   DecisionLogOptions decision_log;
 };
+
+// Why a LimiterConfig is invalid: the field, named as the configuration file names it
+// ("key_prefix", "rules[2].limits[0].name", "tiers.levels.pro", "tiers.default"), and why.
+struct ConfigIssue {
+  std::string field;
+  std::string reason;
+};
+
+// Every problem of `config` (rules, tiers, prefix, instances), in field order; empty: valid.
+// The one validation of a limiter's configuration: the Limiter constructor and the
+// configuration loader both call it.
+std::vector<ConfigIssue> validate(const LimiterConfig& config);
 
 // One rule applied to one request, with what the caller resolved.
 struct Application {
@@ -59,28 +71,39 @@ struct RuleOutcome {
   bool shadow = false;
   bool by_failure_policy = false;
   algorithms::Decision decision;  // combined over the rule's limits
+  std::size_t binding = 0;        // index in `limits` of the limit `decision` comes from
   std::vector<LimitOutcome> limits;
 };
 
+// The answer to one check: the combined decision and how it was reached. An Evaluation is a
+// Verdict with the detail of every rule; Limiter::check answers with that Verdict part.
+struct Verdict {
+  algorithms::Decision decision;
+  bool by_failure_policy = false;    // the store failed and a failure policy answered
+  std::optional<Error> store_error;  // the store failure the policies answered
+};
+
+using VerdictCallback = std::function<void(Result<Verdict>)>;
+
 // The answer for the enforcing rules. Shadow rules are checked in their own batches, which
 // neither delay nor change it; their outcomes go to the metrics and the decision log.
-struct Evaluation {
-  bool allowed = true;               // every enforcing rule admitted the request
-  bool by_failure_policy = false;    // some enforcing rule was answered by its failure policy
-  std::optional<Error> store_error;  // the store failure the policies answered
-  algorithms::Decision decision;     // combined over every enforcing limit
-  std::vector<RuleOutcome> rules;    // the enforcing rules, in application order
-  Micros latency = 0;                // store round trip of the enforcing batch
+// Verdict::decision is combined over every enforcing limit; by_failure_policy: some enforcing
+// rule was answered by its failure policy.
+struct Evaluation : Verdict {
+  bool allowed = true;             // every enforcing rule admitted the request
+  std::vector<RuleOutcome> rules;  // the enforcing rules, in application order
+  Micros latency = 0;              // store round trip of the enforcing batch (Clock::steady)
 };
 
 using EvaluationCallback = std::function<void(Result<Evaluation>)>;
 
 class Limiter {
  public:
-  // Validates the rules (unique names, non-empty policies, costs within every limit, tiers
-  // existing): invalid_argument errors are thrown as std::invalid_argument here, since a
-  // LimiterConfig from load_config is already valid. `clock` is used for `now` only when the
-  // caller passes one explicitly (tests); nullptr: the store's own time.
+  // Throws std::invalid_argument ("<field>: <reason>", the first issue) when validate(config)
+  // finds any: a LimiterConfig from the configuration loader is already valid. `clock` gives
+  // the latency measurement its steady time, the decision log its time unless its options
+  // name a clock, and `now` of every check only when one is given (tests); nullptr: the
+  // system's clock and the store's own time.
   Limiter(LimiterConfig config, store::Store& store, const Clock* clock = nullptr);
   ~Limiter();
   Limiter(const Limiter&) = delete;
@@ -120,18 +143,19 @@ class Limiter {
                   std::function<void(const RuleOutcome&)> then);
   Result<Evaluation> finish(Prepared& prepared, Result<store::CheckOutcome> outcome,
                             Micros latency);
-  Result<std::vector<algorithms::Decision>> fall_back(Prepared& prepared, const Error& error);
+  Result<std::vector<algorithms::Decision>> fall_back(const Prepared& prepared, const Error& error);
+  std::optional<Micros> now() const;
   void account(const PreparedRule& rule, const RuleOutcome& outcome, Micros latency);
   std::size_t rule_index(const Rule* rule) const noexcept;
 
   LimiterConfig config_;
   store::Store* store_;
-  const Clock* clock_;
+  const Clock* clock_;         // nullptr: the store's time for `now`
+  const Clock* steady_clock_;  // latency measurement: clock_ or the system clock
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<DecisionLog> log_;
-  std::unique_ptr<GuardedStore> local_;  // failure policy `local`: one local store for all rules
-  std::unique_ptr<GuardedStore> deny_;
-  std::unique_ptr<GuardedStore> allow_;
+  std::unique_ptr<store::MemoryStore> local_;  // failure policy `local`: one for every rule
+  FailurePolicy policy_;
 };
 
 }  // namespace ratekeeper::limiter

@@ -68,14 +68,17 @@ class FixedWindowRateLimiter : public RateLimiter {
   using RateLimiter::RateLimiter;
 };
 
-// The seed's TieredRateLimiter: free 60 / 1 per s, pro 600 / 10 per s, enterprise 6000 / 100
-// per s. An unknown tier is charged as the default tier ("free"), under the default's key.
+// The seed's TieredRateLimiter: the tiers of Tiers::seed_defaults (free 60 / 1 per s, pro
+// 600 / 10 per s, enterprise 6000 / 100 per s). An unknown tier is charged as the default
+// tier ("free"), under the default's key.
 class TieredRateLimiter {
  public:
-  explicit TieredRateLimiter(store::Store& store, RateLimiterOptions options = {});
+  explicit TieredRateLimiter(store::Store& store, const RateLimiterOptions& options = {});
   // Custom tiers; `default_tier` must be one of them.
-  static Result<TieredRateLimiter> create(store::Store& store, std::map<std::string, Limit> tiers,
-                                          std::string default_tier, RateLimiterOptions options = {});
+  static Result<TieredRateLimiter> create(store::Store& store,
+                                          const std::map<std::string, Limit>& tiers,
+                                          std::string default_tier,
+                                          const RateLimiterOptions& options = {});
 
   Result<Decision> allow(std::string_view identifier, std::string_view tier = "free",
                          std::int64_t cost = 1, std::optional<Micros> now = {}) const;

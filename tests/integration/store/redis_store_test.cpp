@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/core/event_loop.hpp"
-#include "ratekeeper/limiter/failure_policy.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/memory_store.hpp"
@@ -76,6 +76,18 @@ RedisServer& shared_server() {
 std::string unique_key(std::string_view what) {
   static std::atomic<int> n{0};
   return fmt::format("ratelimit:{{test:{}}}:{}", n.fetch_add(1), what);
+}
+
+// A Limiter of one rule "r" with limit `l` and failure policy `mode` over `store`: what
+// answers by policy when the store fails.
+std::unique_ptr<limiter::Limiter> policy_limiter(Store& store, const Limit& l, limiter::FailureMode mode) {
+  limiter::LimiterConfig c;
+  limiter::Rule r;
+  r.name = "r";
+  r.limits = {{"", l}};
+  r.on_store_error = mode;
+  c.rules.push_back(std::move(r));
+  return std::make_unique<limiter::Limiter>(std::move(c), store);
 }
 
 // The SHA1 each embedded script is sent by (EVALSHA) is computed at build time.
@@ -360,7 +372,7 @@ TEST(RedisStore, RestartMidTrafficReconnectsAndAppliesTheFailurePolicyWhileDown)
   o.command_timeout = 100 * kMicrosPerMilli;
   o.breaker_open_for = 100 * kMicrosPerMilli;
   auto store = open(o);
-  limiter::GuardedStore guarded(*store, {limiter::FailureMode::allow});
+  auto guarded = policy_limiter(*store, limit(Algorithm::token_bucket, 1'000'000, 1), limiter::FailureMode::allow);
   std::atomic<bool> stop{false};
   std::atomic<int> by_store{0}, by_policy{0}, errors{0};
   std::atomic<double> slowest{0};
@@ -368,7 +380,7 @@ TEST(RedisStore, RestartMidTrafficReconnectsAndAppliesTheFailurePolicyWhileDown)
     const std::string key = unique_key("restart");
     while (!stop.load()) {
       const auto start = std::chrono::steady_clock::now();
-      auto r = guarded.check_sync({{key, limit(Algorithm::token_bucket, 1'000'000, 1), 1}});
+      auto r = guarded->check_sync("r", key, 1);
       const double took = seconds_since(start);
       if (took > slowest.load()) slowest = took;
       if (!r) {
@@ -388,7 +400,8 @@ TEST(RedisStore, RestartMidTrafficReconnectsAndAppliesTheFailurePolicyWhileDown)
   stop = true;
   traffic.join();
   EXPECT_EQ(errors.load(), 0);
-  EXPECT_EQ(guarded.failure_decisions(), static_cast<std::uint64_t>(by_policy.load()));
+  EXPECT_EQ(guarded->metrics().decisions(0, limiter::Outcome::failure_policy),
+            static_cast<std::uint64_t>(by_policy.load()));
   EXPECT_LT(slowest.load(), 2.0);  // deadline 100 ms, generous margin for a busy machine
   EXPECT_TRUE(eventually([&] { return store->health().ready; })) << store->health().detail;
 }
@@ -399,9 +412,9 @@ TEST(RedisStore, FrozenServerAnswersEveryCallWithinItsDeadlineByPolicy) {
   o.command_timeout = 100 * kMicrosPerMilli;
   o.breaker_open_for = 200 * kMicrosPerMilli;
   auto store = open(o);
-  limiter::GuardedStore guarded(*store, {limiter::FailureMode::deny});
   const Limit l = limit(Algorithm::sliding_window_counter, 1'000'000, kMicrosPerSecond);
-  ASSERT_TRUE(guarded.check_sync({{unique_key("frozen"), l, 1}}));
+  auto guarded = policy_limiter(*store, l, limiter::FailureMode::deny);
+  ASSERT_TRUE(guarded->check_sync("r", unique_key("frozen"), 1));
   server.pause();
   std::atomic<int> by_policy{0}, calls{0};
   std::atomic<double> slowest{0};
@@ -410,7 +423,7 @@ TEST(RedisStore, FrozenServerAnswersEveryCallWithinItsDeadlineByPolicy) {
     threads.emplace_back([&] {
       for (int i = 0; i < 15; ++i) {
         const auto start = std::chrono::steady_clock::now();
-        auto r = guarded.check_sync({{unique_key("frozen"), l, 1}});
+        auto r = guarded->check_sync("r", unique_key("frozen"), 1);
         const double took = seconds_since(start);
         if (took > slowest.load()) slowest = took;
         calls.fetch_add(1);
@@ -424,7 +437,7 @@ TEST(RedisStore, FrozenServerAnswersEveryCallWithinItsDeadlineByPolicy) {
   EXPECT_FALSE(store->health().ready);
   server.resume();
   EXPECT_TRUE(eventually([&] {
-    auto r = guarded.check_sync({{unique_key("frozen"), l, 1}});
+    auto r = guarded->check_sync("r", unique_key("frozen"), 1);
     return r && !r->by_failure_policy && r->decision.allowed;
   }));
 }

@@ -123,6 +123,24 @@ TEST_F(DecisionLogTest, LineCarriesTheTimestampOfTheLogsClock) {
       << lines[2];
 }
 
+TEST_F(DecisionLogTest, ALimitersClockTimesItsLogUnlessTheLogNamesOne) {
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 100, .shards = 1, .clock = &clock}};
+  LimiterConfig config;
+  Rule rule;
+  rule.name = "login";
+  rule.limits = {NamedLimit{"", *algorithms::Limit::token_bucket(1, 0.001)}};
+  config.rules.push_back(rule);
+  config.decision_log = options(100, 10);
+  config.decision_log.clock = nullptr;  // the limiter's
+  clock.set(1'796'289'671LL * kMicrosPerSecond + 123'456);
+  Limiter limiter(config, store, &clock);
+  ASSERT_TRUE(limiter.check_sync("login", "ip:192.0.2.7", 1));
+  ASSERT_TRUE(limiter.check_sync("login", "ip:192.0.2.7", 1));  // denied: logged
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["ts"], "2026-12-03T09:21:11.123456Z");
+}
+
 TEST_F(DecisionLogTest, WithoutASinkNothingIsWritten) {
   DecisionLogOptions o = options(100, 10, 1.0);
   o.sink = nullptr;
@@ -155,6 +173,55 @@ TEST_F(DecisionLogTest, ALimiterWithoutASinkWritesNothingButCountsDecisions) {
   EXPECT_EQ(out, "");
   EXPECT_EQ(limiter.metrics().decisions(0, Outcome::allowed), 1u);
   EXPECT_EQ(limiter.metrics().decisions(0, Outcome::denied), 2u);
+}
+
+TEST_F(DecisionLogTest, ALimitersLogKeepsItsConfiguredLineBudget) {
+  store::MemoryStore store{
+      store::MemoryStoreOptions{.max_keys = 100, .shards = 1, .clock = &clock}};
+  LimiterConfig config;
+  Rule rule;
+  rule.name = "login";
+  rule.limits = {NamedLimit{"", *algorithms::Limit::token_bucket(1, 0.001)}};
+  config.rules.push_back(rule);
+  config.decision_log = options(4, 3);  // 3 lines at once, then one every 250 ms
+  Limiter limiter(config, store);
+  auto check = [&] {
+    Application app;
+    app.rule = limiter.find_rule("login");
+    app.identity = "ip:192.0.2.7";
+    auto ev = limiter.evaluate_sync({app});
+    ASSERT_TRUE(ev);
+  };
+  auto suppressed_metric = [&] {
+    const auto text = limiter.metrics_text();
+    const std::string name = "\nratekeeper_decision_log_suppressed_total ";
+    const auto at = text.find(name);
+    return at == std::string::npos ? std::string("absent")
+                                   : text.substr(at + name.size(), text.find('\n', at + 1) - at - name.size());
+  };
+  check();  // allowed: not sampled
+  for (int i = 0; i < 10; ++i) check();  // ten denials at one instant
+  EXPECT_EQ(lines.size(), 3u);            // the burst
+  EXPECT_EQ(limiter.decision_log().suppressed_total(), 7u);
+  EXPECT_EQ(suppressed_metric(), "7");
+
+  clock.advance(249 * kMicrosPerMilli);
+  check();
+  EXPECT_EQ(lines.size(), 3u);  // not yet a line's worth of budget
+  clock.advance(1 * kMicrosPerMilli);
+  check();
+  ASSERT_EQ(lines.size(), 4u);  // one line per 1/rate
+  EXPECT_EQ(nlohmann::json::parse(lines.back())["suppressed"], 8);
+  EXPECT_EQ(limiter.decision_log().suppressed_total(), 8u);
+  EXPECT_EQ(suppressed_metric(), "8");
+
+  clock.advance(250 * kMicrosPerMilli);
+  check();
+  check();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_FALSE(nlohmann::json::parse(lines.back()).contains("suppressed"));
+  EXPECT_EQ(limiter.decision_log().suppressed_total(), 9u);
+  EXPECT_EQ(suppressed_metric(), "9");
 }
 
 TEST_F(DecisionLogTest, StdoutSinkWritesOneLinePerDecision) {

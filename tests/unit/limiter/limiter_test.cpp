@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
@@ -105,6 +107,62 @@ TEST_F(LimiterTest, MultiLimitPolicyUsesOneKeyPerLimitInOneHashTag) {
   EXPECT_EQ(ev->rules[0].limits[0].key, "ratelimit:{ip:192.0.2.7}:api:burst");
   EXPECT_EQ(ev->rules[0].limits[1].key, "ratelimit:{ip:192.0.2.7}:api:hourly");
   EXPECT_EQ(ev->rules[0].limits[0].policy_name, "api.burst");
+}
+
+TEST_F(LimiterTest, DecisionLogNamesTheKeyOfTheBindingLimit) {
+  const auto hourly = *Limit::window(Algorithm::fixed_window, 2, 3600 * kMicrosPerSecond);
+  Limiter l(config({ip_rule("a", {{"burst", bucket(5, 10)}, {"hourly", hourly}}),
+                    ip_rule("b", {{"burst", bucket(1, 0.001)},
+                                  {"hourly", *Limit::window(Algorithm::fixed_window, 100,
+                                                            3600 * kMicrosPerSecond)}})}),
+            store);
+  // Rule a: the hourly limit (index 1) runs out first; rule b: the burst (index 0).
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(l.evaluate_sync({app(l, "a", "ip:192.0.2.7")})->allowed);
+  auto a = l.evaluate_sync({app(l, "a", "ip:192.0.2.7")});
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(a->allowed);
+  EXPECT_EQ(a->rules[0].binding, 1u);
+  ASSERT_TRUE(l.evaluate_sync({app(l, "b", "ip:192.0.2.7")})->allowed);
+  auto b = l.evaluate_sync({app(l, "b", "ip:192.0.2.7")});
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(b->allowed);
+  EXPECT_EQ(b->rules[0].binding, 0u);
+  ASSERT_EQ(log_lines.size(), 2u);  // the two denials
+  EXPECT_EQ(nlohmann::json::parse(log_lines[0])["key"], "ratelimit:{ip:192.0.2.7}:a:hourly");
+  EXPECT_EQ(nlohmann::json::parse(log_lines[1])["key"], "ratelimit:{ip:192.0.2.7}:b:burst");
+}
+
+// A store answering `delay` after it was asked, on the manual clock.
+class SlowStore final : public store::Store {
+ public:
+  SlowStore(store::Store& inner, ManualClock& clock, Micros delay)
+      : inner_(&inner), clock_(&clock), delay_(delay) {}
+  void check(std::vector<store::CheckItem> items, std::optional<Micros> now,
+             store::CheckCallback done) override {
+    clock_->advance(delay_);
+    inner_->check(std::move(items), now, std::move(done));
+  }
+  std::string_view kind() const noexcept override { return "slow"; }
+  store::StoreHealth health() const override { return inner_->health(); }
+
+ private:
+  store::Store* inner_;
+  ManualClock* clock_;
+  Micros delay_;
+};
+
+TEST_F(LimiterTest, LatencyIsTheStoreRoundTripOnTheLimitersClock) {
+  SlowStore slow(store, clock, 1234);
+  Limiter l(config({ip_rule("api", {{"", bucket(1, 0.001)}})}), slow, &clock);
+  auto first = l.evaluate_sync({app(l, "api", "ip:192.0.2.7")});
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->latency, 1234);
+  auto denied = l.evaluate_sync({app(l, "api", "ip:192.0.2.7")});
+  ASSERT_TRUE(denied);
+  EXPECT_FALSE(denied->allowed);
+  ASSERT_EQ(log_lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(log_lines[0])["latency_us"], 1234);
+  EXPECT_EQ(l.metrics().store_latency_count(), 2u);
 }
 
 TEST_F(LimiterTest, MultiLimitPolicyIsAllOrNothing) {
@@ -279,6 +337,48 @@ TEST_F(LimiterTest, IpFallbackUsesItsOwnLimits) {
   Limiter l(config({r}), store);
   EXPECT_EQ(l.check_sync("api", "user:1", 1)->decision.limit, 10);
   EXPECT_EQ(l.check_sync("api", "ip:192.0.2.1", 1)->decision.limit, 2);
+}
+
+TEST(ValidateTest, AValidConfigurationHasNoIssue) {
+  LimiterConfig c;
+  c.rules.push_back(ip_rule("a", {{"", bucket(5, 1)}}));
+  Rule tiered;
+  tiered.name = "t";
+  tiered.tiered = true;
+  c.rules.push_back(tiered);
+  EXPECT_TRUE(validate(c).empty());
+}
+
+TEST(ValidateTest, EveryIssueIsNamedWithTheFieldAsTheConfigurationWritesIt) {
+  LimiterConfig c;
+  c.prefix = "has space";
+  c.rules.push_back(ip_rule("ok", {{"", bucket(5, 1)}}));
+  c.rules.push_back(ip_rule("bad name", {{"", bucket(5, 1)}}));
+  c.rules.push_back(ip_rule("multi", {{"x", bucket(5, 1)}, {"", bucket(5, 1)}, {"x", bucket(5, 1)}}));
+  Rule costly = ip_rule("costly", {{"", bucket(2, 1)}});
+  costly.cost = 3;
+  c.rules.push_back(costly);
+  c.rules.push_back(ip_rule("ok", {{"", bucket(5, 1)}}));
+  Rule tiered;
+  tiered.name = "tiered";
+  tiered.tiered = true;
+  tiered.limits = {{"", bucket(5, 1)}};
+  c.rules.push_back(tiered);
+  c.tiers.users["bob"] = "gold";
+  c.tiers.default_tier = "silver";
+  const auto issues = validate(c);
+  std::vector<std::string> fields;
+  for (const auto& issue : issues) fields.push_back(issue.field);
+  EXPECT_EQ(fields, (std::vector<std::string>{"key_prefix", "tiers.default", "tiers.users.bob",
+                                               "rules[1].name", "rules[2].limits[1].name",
+                                               "rules[2].limits[2].name", "rules[3].cost",
+                                               "rules[4].name", "rules[5].limits"}));
+  ASSERT_EQ(issues.size(), fields.size());
+  EXPECT_NE(issues[2].reason.find("unknown tier 'gold'"), std::string::npos);
+  EXPECT_NE(issues[4].reason.find("required field missing"), std::string::npos);
+  EXPECT_NE(issues[5].reason.find("duplicate limit name 'x'"), std::string::npos);
+  EXPECT_NE(issues[6].reason.find("exceeds capacity"), std::string::npos);
+  EXPECT_NE(issues[7].reason.find("duplicate rule name 'ok'"), std::string::npos);
 }
 
 TEST_F(LimiterTest, ConstructorRejectsInvalidRules) {

@@ -140,6 +140,26 @@ TEST(Combine, DeniedTakesTheLimitThatFreesUpLast) {
   EXPECT_EQ(d.reset_after, 5000);
 }
 
+TEST(Combine, BindingNamesTheLimitTheDecisionComesFrom) {
+  const std::vector<Decision> allowed{
+      {.allowed = true, .limit = 10, .remaining = 7, .retry_after = 0, .reset_after = 300},
+      {.allowed = true, .limit = 100, .remaining = 2, .retry_after = 0, .reset_after = 50},
+      {.allowed = true, .limit = 5, .remaining = 4, .retry_after = 0, .reset_after = 900}};
+  EXPECT_EQ(algorithms::combine_with_binding(allowed).binding, 1u);
+  EXPECT_EQ(algorithms::combine_with_binding(allowed).decision, combine(allowed));
+  const std::vector<Decision> denied{
+      {.allowed = false, .limit = 5, .remaining = 1, .retry_after = 700, .reset_after = 800},
+      {.allowed = true, .limit = 10, .remaining = 7, .retry_after = 0, .reset_after = 300},
+      {.allowed = false, .limit = 100, .remaining = 0, .retry_after = 40, .reset_after = 5000}};
+  EXPECT_EQ(algorithms::combine_with_binding(denied).binding, 0u);
+  const std::vector<Decision> last{
+      {.allowed = true, .limit = 10, .remaining = 7, .retry_after = 0, .reset_after = 300},
+      {.allowed = false, .limit = 100, .remaining = 0, .retry_after = 40, .reset_after = 5000},
+      {.allowed = false, .limit = 5, .remaining = 1, .retry_after = 700, .reset_after = 800}};
+  EXPECT_EQ(algorithms::combine_with_binding(last).binding, 2u);
+  EXPECT_EQ(algorithms::combine_with_binding({}).binding, 0u);
+}
+
 TEST(Combine, OneDenialDeniesTheWhole) {
   const std::vector<Decision> items{
       {.allowed = true, .limit = 10, .remaining = 9, .retry_after = 0, .reset_after = 10},

@@ -1,0 +1,136 @@
+// validate(LimiterConfig): the one check of a limiter's rules, tiers and key prefix.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "ratekeeper/limiter/limiter.hpp"
+
+namespace ratekeeper::limiter {
+namespace {
+
+constexpr std::string_view kNameRule = "must be 1-64 characters of A-Z a-z 0-9 _ - .";
+
+// Names that become parts of keys: rules, limits, tiers, the prefix, identity prefixes.
+bool valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.';
+  });
+}
+
+class Issues {
+ public:
+  void add(std::string field, std::string reason) {
+    list_.push_back({std::move(field), std::move(reason)});
+  }
+  std::vector<ConfigIssue> take() { return std::move(list_); }
+
+ private:
+  std::vector<ConfigIssue> list_;
+};
+
+// `cost` within every limit of `policy` (a negative cost is reported on the rule).
+void check_cost(Issues& out, const Policy& policy, std::int64_t cost, const std::string& field) {
+  if (cost < 0) return;
+  for (const auto& l : policy) {
+    if (auto ok = algorithms::validate_cost(l.limit, cost); !ok) {
+      out.add(field, ok.error().message);
+      return;
+    }
+  }
+}
+
+// A policy's limits: present, named when several (names unique), each admitting `cost`
+// (blamed on `cost_field`).
+void check_policy(Issues& out, const std::string& field, const Policy& policy, std::int64_t cost,
+                  const std::string& cost_field) {
+  if (policy.empty()) {
+    out.add(field, "must be a non-empty list of limits");
+    return;
+  }
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < policy.size(); ++i) {
+    const auto& l = policy[i];
+    const auto name_field = fmt::format("{}[{}].name", field, i);
+    if (policy.size() > 1 && l.name.empty()) {
+      out.add(name_field, "required field missing (a policy of several limits names each)");
+    } else if (!l.name.empty() && !valid_name(l.name)) {
+      out.add(name_field, std::string(kNameRule));
+    } else if (policy.size() > 1 && !names.insert(l.name).second) {
+      out.add(name_field, fmt::format("duplicate limit name '{}'", l.name));
+    }
+  }
+  check_cost(out, policy, cost, cost_field);
+}
+
+void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
+  if (!valid_name(rule.name)) out.add(path + ".name", std::string(kNameRule));
+  const auto& id = rule.identity;
+  if (id.kind != IdentityKind::ip && id.header.empty()) {
+    out.add(path + ".identity.header",
+            fmt::format("required for identity type {}", to_string(id.kind)));
+  }
+  if (!id.prefix.empty() && (!valid_name(id.prefix) || id.prefix == "ip" || id.prefix == "key")) {
+    out.add(path + ".identity.prefix", std::string(kNameRule) + " and not 'ip' or 'key'");
+  }
+  const auto cost_field = path + ".cost";
+  if (rule.cost < 0) out.add(cost_field, "must be >= 0");
+  if (rule.tiered) {
+    if (!rule.limits.empty()) {
+      out.add(path + ".limits", "a tiered rule takes its limits from its tier");
+    }
+  } else {
+    check_policy(out, path + ".limits", rule.limits, rule.cost, cost_field);
+  }
+  if (!rule.ip_limits.empty()) {
+    if (id.kind == IdentityKind::ip) {
+      out.add(path + ".ip_limits", "only for identities that fall back to the IP");
+    } else {
+      check_policy(out, path + ".ip_limits", rule.ip_limits, rule.cost, cost_field);
+    }
+  }
+  if (rule.tiered) {
+    for (const auto& [tier, policy] : tiers.levels) check_cost(out, policy, rule.cost, cost_field);
+  }
+}
+
+}  // namespace
+
+std::vector<ConfigIssue> validate(const LimiterConfig& config) {
+  Issues out;
+  if (!valid_name(config.prefix)) out.add("key_prefix", std::string(kNameRule));
+  if (config.instances < 1) out.add("store.instances", "must be >= 1");
+  const auto& tiers = config.tiers;
+  for (const auto& [name, policy] : tiers.levels) {
+    const auto field = fmt::format("tiers.levels.{}", name);
+    if (!valid_name(name)) {
+      out.add(field, "tier names are 1-64 characters of A-Z a-z 0-9 _ - .");
+    } else {
+      check_policy(out, field, policy, 0, field);
+    }
+  }
+  if (!tiers.levels.contains(tiers.default_tier)) {
+    out.add("tiers.default", fmt::format("'{}' is not a tier in levels", tiers.default_tier));
+  }
+  for (const auto& [user, tier] : tiers.users) {
+    if (!tiers.levels.contains(tier)) {
+      out.add(fmt::format("tiers.users.{}", user), fmt::format("unknown tier '{}'", tier));
+    }
+  }
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < config.rules.size(); ++i) {
+    const auto& rule = config.rules[i];
+    const auto path = fmt::format("rules[{}]", i);
+    check_rule(out, path, rule, tiers);
+    if (!names.insert(rule.name).second) {
+      out.add(path + ".name", fmt::format("duplicate rule name '{}'", rule.name));
+    }
+  }
+  return out.take();
+}
+
+}  // namespace ratekeeper::limiter
