@@ -17,7 +17,7 @@ namespace asio = boost::asio;
 
 namespace {
 thread_local const void* current_loop = nullptr;
-thread_local std::size_t current_context = EventLoop::npos;
+thread_local std::size_t current_context = EventLoop::kNoContext;
 }
 
 struct EventLoop::Impl {
@@ -95,6 +95,6 @@ void EventLoop::barrier() {
 
 bool EventLoop::on_loop_thread() const noexcept { return current_loop == this; }
 
-std::size_t EventLoop::current_index() const noexcept { return current_loop == this ? current_context : npos; }
+std::size_t EventLoop::current_index() const noexcept { return current_loop == this ? current_context : kNoContext; }
 
 }  // namespace ratekeeper

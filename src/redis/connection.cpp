@@ -478,7 +478,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
 };
 
 Connection::Connection(EventLoop& loop, ConnectionOptions options, std::size_t context)
-    : impl_(std::make_shared<Impl>(context == EventLoop::npos ? loop.next() : loop.context(context),
+    : impl_(std::make_shared<Impl>(context == EventLoop::kNoContext ? loop.next() : loop.context(context),
                                    std::move(options))) {
   asio::post(impl_->ctx, [self = impl_] { self->start_attempt(); });
 }

@@ -303,7 +303,7 @@ void Sentinel::command(std::span<const std::string_view> argv, ReplyCallback don
   req->argv = argv;
   req->done = std::move(done);
   const std::size_t here = impl_->loop->current_index();
-  req->lane = here != EventLoop::npos ? here : impl_->next_lane.fetch_add(1, std::memory_order_relaxed);
+  req->lane = here != EventLoop::kNoContext ? here : impl_->next_lane.fetch_add(1, std::memory_order_relaxed);
   impl_->router.start(std::move(req), timeout > 0 ? timeout : impl_->options.master.command_timeout);
 }
 

@@ -20,7 +20,7 @@ namespace ratekeeper {
 
 class EventLoop {
  public:
-  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  static constexpr std::size_t kNoContext = static_cast<std::size_t>(-1);
 
   explicit EventLoop(int threads = 1);
   ~EventLoop();  // stops the threads and joins them
@@ -41,7 +41,7 @@ class EventLoop {
 
   // True when called on one of this loop's threads.
   bool on_loop_thread() const noexcept;
-  // The index of the calling thread's context, or npos when called from another thread.
+  // The index of the calling thread's context, or kNoContext when called from another thread.
   std::size_t current_index() const noexcept;
 
  private:

@@ -26,14 +26,11 @@
 
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/time.hpp"
 #include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/redis/reply.hpp"
 #include "ratekeeper/redis/url.hpp"
-
-namespace ratekeeper {
-class EventLoop;
-}
 
 namespace ratekeeper::redis {
 
@@ -67,8 +64,8 @@ std::string_view to_string(ConnectionState state) noexcept;
 class Connection {
  public:
   // Starts connecting at once, in the background, on `loop`'s thread number `context`
-  // (npos: the next one round-robin).
-  Connection(EventLoop& loop, ConnectionOptions options, std::size_t context = static_cast<std::size_t>(-1));
+  // (EventLoop::kNoContext: the next one round-robin).
+  Connection(EventLoop& loop, ConnectionOptions options, std::size_t context = EventLoop::kNoContext);
   // Fails everything pending with unavailable before returning (unless called on the
   // loop thread, where pending callbacks run before the connection's memory is released).
   ~Connection();
