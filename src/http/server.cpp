@@ -51,7 +51,7 @@ std::chrono::microseconds to_duration(Micros us) {
 // (an oversized body, say), the rest is read and discarded, up to this much for this long,
 // before the socket is closed: closing with unread data would reset the connection and could
 // destroy the response before the client reads it.
-constexpr std::size_t kLingerBytes = 16 * 1024 * 1024;
+constexpr std::size_t kLingerBytes = std::size_t{16} * 1024 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 // Accepting again after the process or system ran out of descriptors (or memory) waits, from
@@ -337,7 +337,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read_discard() {
-    discard_.resize(16 * 1024);
+    discard_.resize(std::size_t{16} * 1024);
     stream_.async_read_some(
         net::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
           self->lingered_ += n;

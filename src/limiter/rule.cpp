@@ -40,7 +40,7 @@ const Policy* Tiers::policy(std::string_view tier) const {
 
 Tiers Tiers::seed_defaults() {
   Tiers t;
-  auto add = [&t](std::string name, double capacity, double rate) {
+  auto add = [&t](const std::string& name, double capacity, double rate) {
     t.levels[name] = Policy{NamedLimit{"bucket", *algorithms::Limit::token_bucket(capacity, rate)}};
   };
   add("free", 60, 1);
