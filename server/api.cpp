@@ -272,7 +272,7 @@ class Api::Routes {
       }
       tier = it->get<std::string>();
     }
-    const std::string& rule_name = rule_it->get_ref<const std::string&>();
+    const auto& rule_name = rule_it->get_ref<const std::string&>();
     const limiter::Rule* rule = limiter_.find_rule(rule_name);
     if (!rule) {
       return respond(
