@@ -25,6 +25,9 @@ struct MiddlewareResult {
   std::string body;          // JSON body of a rejection; empty when admitted
   std::string content_type;  // of a rejection's body; empty when admitted
   HeaderList headers;        // add to the response whether admitted or not
+  // Admitted, to be passed on only after this long (a rule with `on_limit: delay` reserved
+  // the request's place at that time); 0: at once.
+  Micros delay = 0;
 };
 
 using MiddlewareCallback = std::function<void(MiddlewareResult)>;

@@ -1,0 +1,85 @@
+#pragma once
+// The rate-limiting reverse proxy: every request received on its listen address goes through
+// the Middleware (all rules, any method, any path); an admitted one is forwarded to one
+// upstream over a pool of HTTP/1.1 keep-alive connections, its body and the response's body
+// streamed both ways through bounded buffers; a rejected one is answered (429, 400) and never
+// reaches the upstream. The upstream's response goes back with the rate-limit headers added.
+// The transport (Boost.Beast) stays inside the implementation.
+//
+// Thread-safety: stop() may be called from any thread; everything else from the thread that
+// owns the Proxy. The Middleware must outlive the Proxy.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/time.hpp"
+#include "ratekeeper/http/server.hpp"
+
+namespace ratekeeper::http {
+
+class Middleware;
+
+// The defaults are the configuration's (docs/configuration.md: upstream.*).
+struct UpstreamOptions {
+  std::string host;  // an IP address or a name, resolved when connecting
+  std::uint16_t port = 80;
+  Micros connect_timeout = 5 * kMicrosPerSecond;
+  // Until the upstream's response header has arrived, and between two reads or writes of
+  // either body: longer → 504 (or the connection closed, once the response has begun).
+  Micros timeout = 60 * kMicrosPerSecond;
+  std::size_t max_idle = 32;  // idle keep-alive connections kept per io thread
+  std::size_t buffer_size = std::size_t{64} * 1024;  // per direction and request
+  // Rules match, and the upstream receives, the normalised path lowercased (for
+  // case-insensitive applications); off: case is kept (http/path.hpp).
+  bool lowercase_path = false;
+};
+
+// "http://host[:port][/]": no path, query or credentials; https is refused.
+// invalid_argument with the reason.
+Result<UpstreamOptions> parse_upstream_url(std::string_view url);
+
+struct ProxyStats {
+  std::uint64_t forwarded = 0;             // admitted requests sent to the upstream
+  std::uint64_t answered_by_limiter = 0;   // 429 / 400 / 500 from the middleware
+  std::uint64_t delayed = 0;               // forwarded after waiting (on_limit: delay)
+  std::uint64_t upstream_unreachable = 0;  // 502: cannot connect
+  std::uint64_t upstream_timeout = 0;      // 504
+  std::uint64_t upstream_bad_response = 0; // 502: malformed, or closed before the header
+  std::uint64_t client_aborted = 0;        // the client went away mid-request
+  std::uint64_t upstream_connections_opened = 0;
+  std::uint64_t upstream_connections_reused = 0;
+};
+
+class Proxy {
+ public:
+  // Listens and serves as `server` says (address, threads or shared loop, header limit, read
+  // timeout, drain, signals); its body_limit does not apply: bodies are streamed.
+  Proxy(ServerOptions server, UpstreamOptions upstream, Middleware& middleware);
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  // As http::Server's.
+  Result<void> listen();
+  std::string address() const;
+  std::uint16_t port() const;
+  void run();
+  void stop();
+
+  Server::Stats stats() const;
+  ProxyStats proxy_stats() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// The proxy's counters in Prometheus text (ratekeeper_proxy_*), for /metrics.
+std::string proxy_metrics(const Proxy& proxy);
+
+}  // namespace ratekeeper::http
