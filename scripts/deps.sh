@@ -8,7 +8,9 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   # <expected>), llvm-symbolizer for readable stack traces.
   clang-16 libclang-rt-16-dev llvm
   # scripts/tidy.sh
-  clang-tidy-16)
+  clang-tidy-16
+  # tests/recipes: the seed's FastAPI application under uvicorn (Debian's /usr/bin/python3)
+  python3-fastapi python3-uvicorn)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

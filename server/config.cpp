@@ -562,6 +562,34 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   return rule;
 }
 
+void read_upstream(const Reader& r, const YAML::Node& node, const std::string& path,
+                   Config& c) {
+  r.expect_map(node, path,
+               {"url", "connect_timeout", "timeout", "max_idle_connections", "buffer_bytes",
+                "lowercase_path"});
+  const auto url_path = Reader::field(path, "url");
+  if (!node["url"]) r.fail(url_path, "required field missing");
+  auto upstream = http::parse_upstream_url(r.string(node["url"], url_path));
+  if (!upstream) r.fail(url_path, upstream.error().message);
+  auto& u = c.upstream.emplace(std::move(*upstream));
+  if (node["connect_timeout"]) {
+    u.connect_timeout =
+        r.duration(node["connect_timeout"], Reader::field(path, "connect_timeout"), 1);
+  }
+  if (node["timeout"]) u.timeout = r.duration(node["timeout"], Reader::field(path, "timeout"), 1);
+  if (node["max_idle_connections"]) {
+    u.max_idle = static_cast<std::size_t>(r.integer(
+        node["max_idle_connections"], Reader::field(path, "max_idle_connections"), 0, 100'000));
+  }
+  if (node["buffer_bytes"]) {
+    u.buffer_size = static_cast<std::size_t>(
+        r.integer(node["buffer_bytes"], Reader::field(path, "buffer_bytes"), 1024, 16 << 20));
+  }
+  if (node["lowercase_path"]) {
+    u.lowercase_path = r.boolean(node["lowercase_path"], Reader::field(path, "lowercase_path"));
+  }
+}
+
 Config read_config(const Reader& r, const YAML::Node& root) {
   Config c;
   c.source = r.file();
@@ -570,7 +598,8 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     r.fail("", "the document must be a mapping of sections (listen, store, rules, ...)");
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
-                "trusted_proxies", "headers", "logging", "metrics", "http", "rules"});
+                "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
+                "admin"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
     if (!listen) r.fail("listen", listen.error().message);
@@ -661,6 +690,24 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       c.http.max_pipelined =
           static_cast<std::size_t>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
     }
+  }
+  if (const auto u = root["upstream"]) read_upstream(r, u, "upstream", c);
+  if (const auto a = root["admin"]) {
+    if (!c.upstream) {
+      r.fail("admin", "only with an upstream: without one, ratekeeper's endpoints are served on "
+                      "listen");
+    }
+    r.expect_map(a, "admin", {"listen"});
+    if (!a["listen"]) r.fail("admin.listen", "required field missing");
+    auto listen = parse_listen_address(r.string(a["listen"], "admin.listen"));
+    if (!listen) r.fail("admin.listen", listen.error().message);
+    c.admin.host = std::move(listen->host);
+    c.admin.port = listen->port;
+  }
+  if (c.upstream && c.admin.port != 0 && c.admin.port == c.http.port &&
+      (c.admin.host == c.http.host || c.admin.host == "0.0.0.0" || c.http.host == "0.0.0.0")) {
+    r.fail("admin.listen", fmt::format("must differ from listen ({}:{})", c.http.host,
+                                       c.http.port));
   }
   if (const auto rules = root["rules"]; rules && !rules.IsNull()) {
     if (!rules.IsSequence()) r.fail("rules", "must be a list");

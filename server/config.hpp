@@ -18,6 +18,7 @@
 
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/open_store.hpp"
@@ -41,6 +42,12 @@ struct LoggingConfig {
   std::string level = "info";  // trace, debug, info, warn, error, critical, off
 };
 
+// ratekeeper's own endpoints (/healthz, /readyz, /metrics, /v1/...) when an upstream is set.
+struct AdminConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 9090;
+};
+
 struct Config {
   std::string source = "<inline>";  // the file it was loaded from
   // listen (host, port), threads, http.* (header and body limits, read timeout, pipelining).
@@ -56,6 +63,11 @@ struct Config {
   http::MiddlewareOptions middleware;        // response headers, trusted proxies (parsed)
   LoggingConfig logging;
   bool metrics_enabled = true;
+  // Set: every request to `listen` goes through the rules to this upstream (http/proxy.hpp),
+  // and ratekeeper's own endpoints are served on `admin` instead. Unset: `listen` serves the
+  // demo API and the own endpoints.
+  std::optional<http::UpstreamOptions> upstream;
+  AdminConfig admin;  // used only with an upstream
 };
 
 // Largest configuration accepted, file or text.

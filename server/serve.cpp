@@ -9,12 +9,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "api.hpp"
 #include "commands.hpp"
 #include "config.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
@@ -80,11 +82,20 @@ int serve(const ServeArgs& args) {
   options.loop = loop;
   config.store.loop = loop;
 
+  // The routes (own endpoints, decision API, demo API) are served on `listen`, or on `admin`
+  // when `listen` proxies to an upstream; then the proxy handles the signals.
+  http::ServerOptions routes_options = options;
+  if (config.upstream) {
+    routes_options.host = config.admin.host;
+    routes_options.port = config.admin.port;
+    routes_options.handle_signals = false;
+  }
   Api* api = nullptr;
   // Destroyed after the store: callbacks still held by the store post into its sessions.
-  http::Server server(options, [&api](Request request, Responder respond) {
+  http::Server server(routes_options, [&api](Request request, Responder respond) {
     api->handle(std::move(request), std::move(respond));
   });
+  std::unique_ptr<http::Proxy> proxy;  // likewise
 
   auto opened = store::open_store(config.store);
   if (!opened) {
@@ -100,8 +111,14 @@ int serve(const ServeArgs& args) {
   try {
     limiter::Limiter limiter(config.limiter, *store);
     http::Middleware middleware(limiter, config.middleware);
-    ApiOptions api_options{config.metrics_enabled,
-                           [&server] { return http_server_metrics(server); }};
+    if (config.upstream) {
+      proxy = std::make_unique<http::Proxy>(options, *config.upstream, middleware);
+    }
+    ApiOptions api_options{config.metrics_enabled, [&server, &proxy] {
+                             std::string text = http_server_metrics(server);
+                             if (proxy) text += http::proxy_metrics(*proxy);
+                             return text;
+                           }};
     Api routes(limiter, middleware, std::move(api_options));
     api = &routes;
 
@@ -109,11 +126,27 @@ int serve(const ServeArgs& args) {
       std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
       return 1;
     }
+    if (proxy) {
+      if (auto listening = proxy->listen(); !listening) {
+        std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
+        return 1;
+      }
+    }
     spdlog::info("store {} ({})", store->kind(), config.store.url);
     spdlog::info("{} rule(s) from {}, {} io thread(s)", config.limiter.rules.size(), config.source,
                  options.threads);
-    spdlog::info("listening on {}", server.address());
-    server.run();
+    if (proxy) {
+      spdlog::info("listening on {}, proxying to http://{}:{}", proxy->address(),
+                   config.upstream->host, config.upstream->port);
+      spdlog::info("admin endpoints on {}", server.address());
+      std::thread admin([&server] { server.run(); });
+      proxy->run();  // until SIGINT/SIGTERM, then drained
+      server.stop();
+      admin.join();
+    } else {
+      spdlog::info("listening on {}", server.address());
+      server.run();
+    }
     spdlog::info("drained, exiting");
     // The store goes first: callbacks it still holds refer to the limiter.
     store.reset();
@@ -129,7 +162,7 @@ int serve(const ServeArgs& args) {
 void register_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd =
-      app.add_subcommand("serve", "Serve the demo API, the decision API and metrics over HTTP");
+      app.add_subcommand("serve", "Serve the demo API (or proxy to an upstream), the decision API and metrics over HTTP");
   cmd->add_option("--config", args->config, "YAML configuration file")->required();
   cmd->add_option("--listen", args->listen, "HOST:PORT to listen on (overrides the configuration)");
   cmd->add_option("--store", args->store,

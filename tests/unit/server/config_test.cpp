@@ -622,3 +622,55 @@ TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
 
 }  // namespace
 }  // namespace ratekeeper::server
+
+TEST(ConfigTest, UpstreamAndAdminSectionsFillTheProxyOptions) {
+  const auto c = parse_config(R"(
+listen: 127.0.0.1:8080
+upstream:
+  url: http://app.internal:8000
+  connect_timeout: 250ms
+  timeout: 3s
+  max_idle_connections: 7
+  buffer_bytes: 16384
+  lowercase_path: true
+admin: {listen: 127.0.0.1:9191}
+)");
+  ASSERT_TRUE(c.upstream.has_value());
+  EXPECT_EQ(c.upstream->host, "app.internal");
+  EXPECT_EQ(c.upstream->port, 8000);
+  EXPECT_EQ(c.upstream->connect_timeout, 250'000);
+  EXPECT_EQ(c.upstream->timeout, 3'000'000);
+  EXPECT_EQ(c.upstream->max_idle, 7U);
+  EXPECT_EQ(c.upstream->buffer_size, 16384U);
+  EXPECT_TRUE(c.upstream->lowercase_path);
+  EXPECT_EQ(c.admin.host, "127.0.0.1");
+  EXPECT_EQ(c.admin.port, 9191);
+}
+
+TEST(ConfigTest, WithoutUpstreamNothingIsProxied) {
+  const auto c = parse_config("listen: 127.0.0.1:8080\n");
+  EXPECT_FALSE(c.upstream.has_value());
+  // The defaults an upstream gets when only its url is given.
+  const auto d = parse_config("upstream: {url: 'http://10.0.0.5'}\n");
+  ASSERT_TRUE(d.upstream.has_value());
+  EXPECT_EQ(d.upstream->port, 80);
+  EXPECT_EQ(d.upstream->timeout, 60 * kMicrosPerSecond);
+  EXPECT_EQ(d.admin.host, "127.0.0.1");
+  EXPECT_EQ(d.admin.port, 9090);
+}
+
+TEST(ConfigTest, UpstreamErrorsNameTheField) {
+  expect_error("upstream: {timeout: 1s}\n", "upstream.url", "required");
+  expect_error("upstream: {url: 'https://app:443'}\n", "upstream.url", "https");
+  expect_error("upstream: {url: 'http://app:8000/base'}\n", "upstream.url", "path");
+  expect_error("upstream: {url: 'http://app:0'}\n", "upstream.url", "port");
+  expect_error("upstream: {url: 'http://app', pool: 3}\n", "upstream.pool", "unknown field");
+  expect_error("upstream: {url: 'http://app', buffer_bytes: 10}\n", "upstream.buffer_bytes",
+               "between");
+  expect_error("upstream: {url: 'http://app', timeout: 0s}\n", "upstream.timeout", "at least");
+  expect_error("admin: {listen: 127.0.0.1:9090}\n", "admin", "only with an upstream");
+  expect_error("upstream: {url: 'http://app'}\nadmin: {}\n", "admin.listen", "required");
+  expect_error("listen: 0.0.0.0:8080\nupstream: {url: 'http://app'}\nadmin: {listen: "
+               "127.0.0.1:8080}\n",
+               "admin.listen", "must differ from listen");
+}
