@@ -3,6 +3,7 @@
 #include <future>
 #include <stdexcept>
 
+#include "ratekeeper/http/path.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 
 namespace ratekeeper::http {
@@ -21,11 +22,35 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
   }
 }
 
+namespace {
+
+// The request's path in normal form (http/path.hpp): a view of the request's own path when it
+// is normal already (no allocation), else of `storage`.
+Result<std::string_view> normal_path(const Request& request, std::string& storage) {
+  const std::string_view path = request.path();
+  if (is_normal_path(path)) return path;
+  auto normal = normalize_path(path);
+  if (!normal) return std::unexpected(normal.error());
+  storage = std::move(*normal);
+  return std::string_view(storage);
+}
+
+}  // namespace
+
 Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
                                                  const Request& request) const {
+  std::string storage;
+  auto path = normal_path(request, storage);
+  if (!path) return std::unexpected(path.error());
+  return resolve_at(rule, request, *path);
+}
+
+Result<limiter::Application> Middleware::resolve_at(const limiter::Rule& rule,
+                                                    const Request& request,
+                                                    std::string_view path) const {
   limiter::Application app;
   app.rule = &rule;
-  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(request.path());
+  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(path);
 
   auto ip_identity = [&]() -> Result<std::string> {
     const auto forwarded =
@@ -92,10 +117,13 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
 
 Result<std::vector<limiter::Application>> Middleware::applications(const Request& request) const {
   std::vector<limiter::Application> out;
-  const std::string_view path = request.path();
+  std::string storage;
+  const auto normal = normal_path(request, storage);
+  if (!normal) return std::unexpected(normal.error());
+  const std::string_view path = *normal;
   for (const auto& route : routes_) {
     if (!route.match->matches(request.method, path)) continue;
-    auto app = resolve(*route.rule, request);
+    auto app = resolve_at(*route.rule, request, path);
     if (!app) return std::unexpected(app.error());
     out.push_back(std::move(*app));
   }

@@ -1,14 +1,15 @@
 #include "request_parser.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <boost/beast/http/error.hpp>
 
 namespace ratekeeper::http {
 
 namespace bhttp = boost::beast::http;
 
-RequestParser::RequestParser(std::uint32_t header_bytes, std::uint64_t body_bytes)
-    : body_limit_(body_bytes) {
+RequestParser::RequestParser(std::uint32_t header_bytes, std::uint64_t body_bytes, bool streamed)
+    : body_limit_(body_bytes), streaming_(streamed) {
   header_limit(header_bytes);
   body_limit(body_bytes);
 }
@@ -24,29 +25,54 @@ void RequestParser::on_response_impl(int, string_view, int, error_code& ec) {
   ec = bhttp::error::bad_version;  // never called for a request parser
 }
 
-void RequestParser::on_field_impl(bhttp::field, string_view name, string_view value,
-                                  error_code&) {
+void RequestParser::on_field_impl(bhttp::field f, string_view name, string_view value,
+                                  error_code& ec) {
+  if (f == bhttp::field::content_length) {
+    if (content_length_seen_) {
+      ec = bhttp::error::bad_content_length;
+      return;
+    }
+    content_length_seen_ = true;
+  } else if (f == bhttp::field::transfer_encoding) {
+    transfer_encoding_seen_ = true;
+  }
   if (request_.headers.empty()) request_.headers.reserve(8);
   request_.headers.emplace_back(std::string(name.data(), name.size()),
                                 std::string(value.data(), value.size()));
 }
 
-void RequestParser::on_header_impl(error_code&) {}
+void RequestParser::on_header_impl(error_code& ec) {
+  // A request body is delimited by chunked or by its length: any other coding last leaves
+  // its end to whoever reads it next.
+  if (transfer_encoding_seen_ && !chunked()) ec = bhttp::error::bad_transfer_encoding;
+}
 
 void RequestParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
                                       error_code&) {
   // basic_parser has refused a length above the limit already; reserve what is announced.
-  if (content_length) request_.body.reserve(static_cast<std::size_t>(std::min(*content_length, body_limit_)));
+  if (content_length && !streaming_) request_.body.reserve(static_cast<std::size_t>(std::min(*content_length, body_limit_)));
 }
 
-std::size_t RequestParser::on_body_impl(string_view body, error_code&) {
+std::size_t BodySink::put(boost::beast::string_view body, boost::beast::error_code& ec) noexcept {
+  const std::size_t n = std::min(body.size(), size);
+  if (n > 0) std::memcpy(data, body.data(), n);
+  data += n;
+  size -= n;
+  streamed += n;
+  if (n < body.size()) ec = bhttp::error::need_buffer;
+  return n;
+}
+
+std::size_t RequestParser::on_body_impl(string_view body, error_code& ec) {
+  if (streaming_) return sink_.put(body, ec);
   request_.body.append(body.data(), body.size());
   return body.size();
 }
 
 void RequestParser::on_chunk_header_impl(std::uint64_t, string_view, error_code&) {}
 
-std::size_t RequestParser::on_chunk_body_impl(std::uint64_t, string_view body, error_code&) {
+std::size_t RequestParser::on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) {
+  if (streaming_) return sink_.put(body, ec);
   request_.body.append(body.data(), body.size());
   return body.size();
 }

@@ -4,6 +4,11 @@
 // kept as received, in order, with no per-field size limit of their own: only the header
 // limit bounds them (Beast's own field container refuses values of 64 KiB and more by
 // throwing). Usable without a socket: put() bytes, check is_done(), release().
+// Request smuggling is refused: besides Beast's own checks (Content-Length with
+// Transfer-Encoding, differing lengths), a second Content-Length field (bad_content_length)
+// and a Transfer-Encoding whose last coding is not chunked (bad_transfer_encoding).
+// Streaming (the proxy): after the header, stream_body() gives the body somewhere to go, a
+// piece at a time; the parser stops with need_buffer once that place is full.
 // Not thread-safe.
 
 #include <boost/beast/http/basic_parser.hpp>
@@ -13,13 +18,39 @@
 
 namespace ratekeeper::http {
 
+// Where a streamed body goes, a piece at a time: put() copies what fits and reports
+// need_buffer when the rest does not.
+struct BodySink {
+  char* data = nullptr;
+  std::size_t size = 0;      // room left at data
+  std::size_t streamed = 0;  // bytes put since reset()
+
+  void reset(char* d, std::size_t n) noexcept {
+    data = d;
+    size = n;
+    streamed = 0;
+  }
+  std::size_t put(boost::beast::string_view body, boost::beast::error_code& ec) noexcept;
+};
+
 class RequestParser final : public boost::beast::http::basic_parser<true> {
  public:
-  RequestParser(std::uint32_t header_bytes, std::uint64_t body_bytes);
+  // `streamed`: the body is never kept in the Request, only passed on through stream_body().
+  RequestParser(std::uint32_t header_bytes, std::uint64_t body_bytes, bool streamed = false);
 
   int version() const noexcept { return version_; }  // 10 or 11, after the header
   // The parsed request (after is_done()); the parser is spent afterwards.
   Request release() { return std::move(request_); }
+  // The request line and header fields, body empty (after is_header_done()).
+  Request& request() noexcept { return request_; }
+
+  // Body bytes go to [data, data + size) from now on instead of into the Request; then
+  // streamed() says how many arrived there.
+  void stream_body(char* data, std::size_t size) noexcept {
+    streaming_ = true;
+    sink_.reset(data, size);
+  }
+  std::size_t streamed() const noexcept { return sink_.streamed; }
 
  private:
   using error_code = boost::beast::error_code;
@@ -41,6 +72,10 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   Request request_;
   std::uint64_t body_limit_;
   int version_ = 11;
+  bool content_length_seen_ = false;
+  bool transfer_encoding_seen_ = false;
+  bool streaming_ = false;
+  BodySink sink_;
 };
 
 }  // namespace ratekeeper::http

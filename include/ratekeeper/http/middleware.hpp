@@ -51,7 +51,9 @@ class Middleware {
   MiddlewareResult handle_sync(const Request& request);
 
   // The applications of the request's rules (identity, tier, endpoint resolved), or the
-  // reason for a 400. Exposed for tests and for diagnostics.
+  // reason for a 400. Rules match the normal form of the request's path (http/path.hpp); a
+  // path that has none (an invalid escape, a control byte) is a 400. Exposed for tests and
+  // for diagnostics.
   Result<std::vector<limiter::Application>> applications(const Request& request) const;
 
   // The identity of one rule for a request, e.g. "user:123" or "ip:192.0.2.7".
@@ -64,6 +66,9 @@ class Middleware {
  private:
   limiter::Limiter* limiter_;
   MiddlewareOptions options_;
+  Result<limiter::Application> resolve_at(const limiter::Rule& rule, const Request& request,
+                                          std::string_view path) const;
+
   struct Route {
     const RuleMatch* match;     // in options_
     const limiter::Rule* rule;  // in the limiter

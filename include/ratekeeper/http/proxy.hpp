@@ -49,9 +49,15 @@ struct ProxyStats {
   std::uint64_t upstream_unreachable = 0;  // 502: cannot connect
   std::uint64_t upstream_timeout = 0;      // 504
   std::uint64_t upstream_bad_response = 0; // 502: malformed, or closed before the header
+  // The upstream closed, stalled or sent garbage mid-body: the client's connection closed.
+  std::uint64_t upstream_aborted = 0;
   std::uint64_t client_aborted = 0;        // the client went away mid-request
   std::uint64_t upstream_connections_opened = 0;
   std::uint64_t upstream_connections_reused = 0;
+  // The most body bytes held at once, over all connections, between being read from one side
+  // and written to the other: a few buffer_size per request in flight, whatever the bodies'
+  // sizes.
+  std::uint64_t buffered_bytes_high_water = 0;
 };
 
 class Proxy {
@@ -76,6 +82,7 @@ class Proxy {
   struct Impl;
 
  private:
+  std::shared_ptr<EventLoop> loop_;  // destroyed last
   std::shared_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,117 @@
+// Fuzz target: the reverse proxy's handling of outside bytes without sockets
+// (src/http/proxy.cpp, src/http/proxy_message.hpp). The input is two messages: the first two
+// bytes give the length of the client's request (little-endian), the rest is the upstream's
+// response. The request goes through the streaming request parser (its body in pieces of a
+// few bytes), path normalisation and the header rewriting; the head written to the upstream
+// must parse again, with the same method and target, the peer last in X-Forwarded-For. The
+// response goes through the response parser (body in pieces) and the rewriting towards the
+// client; that head must parse again too.
+
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "http/proxy_message.hpp"
+#include "http/request_parser.hpp"
+#include "ratekeeper/http/path.hpp"
+#include "require.hpp"
+
+namespace {
+
+using namespace ratekeeper;
+namespace bhttp = boost::beast::http;
+
+constexpr std::uint32_t kHeaderLimit = 8 * 1024;
+constexpr std::string_view kPeer = "192.0.2.1";
+
+// Feeds `input` to a parser as a socket would: put, and put_eof once nothing more comes.
+// Body bytes go to a small buffer, emptied each time it fills. False when the message is
+// refused or incomplete.
+template <class Parser>
+bool parse(Parser& parser, std::string_view& input, bool stream) {
+  char piece[7];
+  boost::beast::error_code ec;
+  while (!parser.is_done()) {
+    if (stream && parser.is_header_done()) parser.stream_body(piece, sizeof piece);
+    if (input.empty()) {
+      parser.put_eof(ec);
+      return !ec && parser.is_done();
+    }
+    const std::size_t used = parser.put(boost::asio::const_buffer(input.data(), input.size()), ec);
+    input.remove_prefix(used);
+    if (ec == bhttp::error::need_buffer) {
+      ec = {};
+      continue;
+    }
+    if (ec == bhttp::error::need_more) {
+      ec = {};
+      if (used > 0) continue;
+      parser.put_eof(ec);
+      return !ec && parser.is_done();
+    }
+    if (ec) return false;
+    // A header parsed whole with nothing for the body yet: go on with the body.
+  }
+  return true;
+}
+
+void request_side(std::string_view input) {
+  http::RequestParser parser(kHeaderLimit, std::numeric_limits<std::uint64_t>::max(), true);
+  parser.eager(false);
+  if (!parse(parser, input, true)) return;
+  const http::Request& request = parser.request();
+  auto target = http::normalize_target(request.target);
+  if (!target) return;  // 400
+  const auto twice = http::normalize_target(*target);
+  fuzz::require(twice && *twice == *target);
+  const auto fields = http::upstream_request_fields(request.headers, kPeer);
+  const auto framing = parser.chunked() ? http::Framing::chunked
+                       : parser.content_length() ? http::Framing::length
+                                                 : http::Framing::none;
+  const std::string head = http::request_head(request.method, *target, fields, framing,
+                                              parser.content_length().value_or(0));
+  // The head the upstream receives is one well-formed request header, the one meant.
+  http::RequestParser again(1 << 20, std::numeric_limits<std::uint64_t>::max(), true);
+  boost::beast::error_code ec;
+  again.put(boost::asio::const_buffer(head.data(), head.size()), ec);
+  fuzz::require(!ec || ec == bhttp::error::need_buffer);
+  fuzz::require(again.is_header_done());
+  fuzz::require(again.request().method == request.method);
+  fuzz::require(again.request().target == *target);
+  const auto forwarded = again.request().header_list("X-Forwarded-For");
+  fuzz::require(std::string_view(forwarded).ends_with(kPeer));
+}
+
+void response_side(std::string_view input) {
+  http::ResponseParser parser(kHeaderLimit);
+  parser.eager(false);
+  if (!parse(parser, input, true)) return;
+  const http::HeaderList limiter = {{"RateLimit-Policy", "\"api\";q=10;w=1"},
+                                    {"RateLimit", "\"api\";r=9;t=1"}};
+  const auto fields = http::client_response_fields(parser.fields(), limiter);
+  const std::string head = http::response_head(11, parser.status(), parser.reason(), fields,
+                                               http::Framing::chunked, 0, true);
+  http::ResponseParser again(1 << 20);
+  boost::beast::error_code ec;
+  again.put(boost::asio::const_buffer(head.data(), head.size()), ec);
+  fuzz::require(!ec || ec == bhttp::error::need_buffer);
+  fuzz::require(again.is_header_done());
+  fuzz::require(again.status() == parser.status());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  const std::size_t request_size = std::size_t{data[0]} | (std::size_t{data[1]} << 8);
+  std::string_view input(reinterpret_cast<const char*>(data) + 2, size - 2);
+  const auto request = input.substr(0, request_size);
+  const auto response = input.substr(request.size());
+  request_side(request);
+  response_side(response);
+  return 0;
+}

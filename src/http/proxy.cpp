@@ -1,0 +1,842 @@
+// The Beast transport behind http::Proxy: the listener of server_core.hpp, one proxy session
+// per client connection, driven by its socket's thread alone, and one pool of idle upstream
+// connections per io thread (used by that thread's sessions only: no lock).
+//
+// A session serves one request at a time: it reads the request's header, asks the
+// Middleware, and either answers itself (a rejection) or takes an upstream connection, writes
+// the request's head, relays the body piece by piece (one buffer of buffer_size per
+// direction), reads the response's head and relays its body back the same way. Bodies keep
+// their framing where both sides allow it (a length stays a length, chunked stays chunked; a
+// body delimited by the upstream closing goes to an HTTP/1.1 client chunked).
+
+#include "ratekeeper/http/proxy.hpp"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/status.hpp>
+#include <cerrno>
+#include <charconv>
+#include <limits>
+#include <vector>
+
+#include "proxy_message.hpp"
+#include "ratekeeper/core/contained.hpp"
+#include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/http/path.hpp"
+#include "request_parser.hpp"
+#include "server_core.hpp"
+
+namespace ratekeeper::http {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// A rejected request whose body is not read is answered, then the connection is half-closed
+// and what the client still sends is discarded, up to this much for this long: closing with
+// unread data would reset the connection and could destroy the answer before it is read.
+constexpr std::size_t kLingerBytes = std::size_t{16} * 1024 * 1024;
+constexpr auto kLingerTime = std::chrono::seconds(2);
+// The upstream's response header may be larger than a client's request header (cookies).
+constexpr std::size_t kMinResponseHeaderLimit = std::size_t{64} * 1024;
+
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+struct UpstreamConnection {
+  explicit UpstreamConnection(const net::any_io_executor& executor) : stream(executor) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;  // read but not parsed yet: empty between responses
+};
+
+// Whether an idle keep-alive connection is still usable: open, and nothing unexpected sent.
+bool still_open(UpstreamConnection& c) {
+  if (!c.stream.socket().is_open() || c.buffer.size() != 0) return false;
+  char byte = 0;
+  const auto n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// The idle upstream connections of one io thread, most recently used first.
+class UpstreamPool {
+ public:
+  explicit UpstreamPool(std::size_t max_idle) : max_idle_(max_idle) {}
+
+  std::unique_ptr<UpstreamConnection> take() {
+    while (!idle_.empty()) {
+      auto c = std::move(idle_.back());
+      idle_.pop_back();
+      if (still_open(*c)) return c;
+    }
+    return nullptr;
+  }
+
+  void put(std::unique_ptr<UpstreamConnection> c) {
+    if (idle_.size() >= max_idle_) return;
+    c->stream.expires_never();
+    idle_.push_back(std::move(c));
+  }
+
+  void clear() { idle_.clear(); }
+
+ private:
+  std::size_t max_idle_;
+  std::vector<std::unique_ptr<UpstreamConnection>> idle_;
+};
+
+struct JsonError {
+  int status;
+  std::string_view body;
+};
+constexpr JsonError kUnreachable{502, R"({"error":"Upstream unreachable"})"};
+constexpr JsonError kBadResponse{502, R"({"error":"Bad response from the upstream"})"};
+constexpr JsonError kTimeout{504, R"({"error":"Upstream timed out"})"};
+constexpr JsonError kBadRequest{400, R"({"error":"Bad request"})"};
+constexpr JsonError kHeaderTooLarge{431, R"({"error":"Request header fields too large"})"};
+constexpr JsonError kNotImplemented{501, R"({"error":"Method not implemented by the proxy"})"};
+constexpr JsonError kInternal{500, R"({"error":"Internal server error"})"};
+
+std::string_view reason_of(int status) {
+  const auto r = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  return {r.data(), r.size()};
+}
+
+}  // namespace
+
+struct Proxy::Impl : ServerCore {
+  Impl(ServerOptions o, UpstreamOptions u, Middleware& m, EventLoop& l)
+      : ServerCore(std::move(o), l), upstream(std::move(u)), middleware(m), loop(l) {
+    pools.reserve(loop.size());
+    for (std::size_t i = 0; i < loop.size(); ++i) {
+      pools.push_back(std::make_unique<UpstreamPool>(upstream.max_idle));
+    }
+    beast::error_code ec;
+    const auto address = net::ip::make_address(upstream.host, ec);
+    if (!ec) literal = tcp::endpoint(address, upstream.port);
+  }
+
+  std::shared_ptr<Connection> make_connection(tcp::socket socket) override;
+
+  UpstreamPool& pool_of(const net::any_io_executor& executor) {
+    auto* context = &net::query(executor, net::execution::context);
+    for (std::size_t i = 0; i < loop.size(); ++i) {
+      if (&loop.context(i) == context) return *pools[i];
+    }
+    return *pools[0];  // not reached: every socket belongs to one of the loop's contexts
+  }
+
+  void count(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+
+  // Bytes of body held between a read and its write, over all sessions; its high-water mark.
+  void hold(std::size_t n) {
+    const auto now = buffered.fetch_add(n, std::memory_order_relaxed) + n;
+    auto high = buffered_high.load(std::memory_order_relaxed);
+    while (now > high && !buffered_high.compare_exchange_weak(high, now)) {
+    }
+  }
+  void release(std::size_t n) { buffered.fetch_sub(n, std::memory_order_relaxed); }
+
+  UpstreamOptions upstream;
+  Middleware& middleware;
+  EventLoop& loop;
+  std::optional<tcp::endpoint> literal;  // the upstream's address when given as one
+  std::vector<std::unique_ptr<UpstreamPool>> pools;  // by loop context index
+
+  std::atomic<std::uint64_t> forwarded{0};
+  std::atomic<std::uint64_t> answered_by_limiter{0};
+  std::atomic<std::uint64_t> delayed{0};
+  std::atomic<std::uint64_t> upstream_unreachable{0};
+  std::atomic<std::uint64_t> upstream_timeout{0};
+  std::atomic<std::uint64_t> upstream_bad_response{0};
+  std::atomic<std::uint64_t> upstream_aborted{0};
+  std::atomic<std::uint64_t> client_aborted{0};
+  std::atomic<std::uint64_t> opened{0};
+  std::atomic<std::uint64_t> reused{0};
+  std::atomic<std::uint64_t> buffered{0};
+  std::atomic<std::uint64_t> buffered_high{0};
+};
+
+class ProxySession final : public Connection {
+ public:
+  ProxySession(std::shared_ptr<Proxy::Impl> proxy, tcp::socket&& socket)
+      : Connection(proxy),
+        proxy_(*proxy),
+        client_(std::move(socket)),
+        pool_(proxy_.pool_of(client_.get_executor())),
+        delay_timer_(client_.get_executor()),
+        resolver_(client_.get_executor()) {
+    peer_of(client_.socket(), peer_address_, peer_port_);
+    beast::error_code ec;
+    client_.socket().set_option(tcp::no_delay(true), ec);
+  }
+
+  ~ProxySession() override {
+    proxy_.release(held_);
+  }
+
+  void start() override {
+    net::dispatch(client_.get_executor(), [self = self<ProxySession>()] { self->read_request(); });
+  }
+
+  void shutdown() override {
+    net::post(client_.get_executor(), [self = self<ProxySession>()] {
+      self->draining_ = true;
+      const bool receiving = self->req_ && self->req_->got_some();
+      if (!self->busy_ && !receiving) self->close();
+    });
+  }
+
+  void abort() override {
+    net::post(client_.get_executor(), [self = self<ProxySession>()] { self->close(); });
+  }
+
+ private:
+  using Self = std::shared_ptr<ProxySession>;
+  template <class F>
+  auto bind(F f) {
+    return [self = self<ProxySession>(), f](auto&&... args) {
+      (self.get()->*f)(std::forward<decltype(args)>(args)...);
+    };
+  }
+
+  // ---- the request ---------------------------------------------------------------------
+
+  void read_request() {
+    if (closed_) return;
+    if (draining_) return close();
+    busy_ = false;
+    req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
+                 std::numeric_limits<std::uint64_t>::max(), true);
+    client_.expires_after(to_duration(proxy_.options.read_timeout));
+    bhttp::async_read_header(client_, client_buf_, *req_, bind(&ProxySession::on_request_header));
+  }
+
+  void on_request_header(beast::error_code ec, std::size_t) {
+    if (closed_) return;
+    if (ec) {
+      if (ec == bhttp::error::header_limit) return answer_error(kHeaderTooLarge, false);
+      if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+          ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+        return answer_error(kBadRequest, false);
+      }
+      return close();
+    }
+    busy_ = true;
+    proxy_.requests.fetch_add(1, std::memory_order_relaxed);
+    Request& request = req_->request();
+    version_ = req_->version();
+    keep_alive_ = req_->keep_alive();
+    head_request_ = request.method == "HEAD";
+    const auto length = req_->content_length();
+    request_framing_ = req_->chunked() ? Framing::chunked
+                       : length        ? Framing::length
+                                       : Framing::none;
+    request_length_ = length.value_or(0);
+    request_body_ = req_->chunked() || request_length_ > 0;
+    response_begun_ = false;
+    expect_continue_ = false;
+    if (auto expect = request.header("Expect")) expect_continue_ = iequals(*expect, "100-continue");
+
+    if (request.method == "CONNECT") return answer_error(kNotImplemented, false);
+    auto target = normalize_target(request.target, proxy_.upstream.lowercase_path);
+    if (!target) {
+      return answer_local(400, "application/json", bad_request_body(target.error().message), {},
+                          false);
+    }
+    request.target = std::move(*target);
+    request.peer_address = peer_address_;
+    request.peer_port = peer_port_;
+
+    auto executor = client_.get_executor();
+    const bool returned = contain("the proxy's middleware", [&] {
+      proxy_.middleware.handle(request, [self = self<ProxySession>(), executor](MiddlewareResult r) {
+        net::dispatch(executor, [self, r = std::move(r)]() mutable { self->on_decision(std::move(r)); });
+      });
+    });
+    if (!returned) {
+      proxy_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+      answer_error(kInternal, false);
+    }
+  }
+
+  void on_decision(MiddlewareResult result) {
+    if (closed_ || decided_ == req_id_) return;
+    decided_ = req_id_;
+    if (!result.admitted) {
+      proxy_.count(proxy_.answered_by_limiter);
+      // The body of a rejected request is not read: without one, the connection goes on.
+      return answer_local(result.status, result.content_type, result.body,
+                          std::move(result.headers), !request_body_);
+    }
+    limiter_fields_ = std::move(result.headers);
+    if (result.delay > 0) {
+      proxy_.count(proxy_.delayed);
+      delay_timer_.expires_after(to_duration(result.delay));
+      delay_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
+        if (!ec && !self->closed_) self->forward();
+      });
+      return;
+    }
+    forward();
+  }
+
+  // ---- the upstream connection ---------------------------------------------------------
+
+  void forward() {
+    retried_ = false;
+    if ((up_ = pool_.take())) {
+      reused_ = true;
+      proxy_.count(proxy_.reused);
+      return send_head();
+    }
+    connect();
+  }
+
+  void connect() {
+    reused_ = false;
+    up_ = std::make_unique<UpstreamConnection>(client_.get_executor());
+    up_->stream.expires_after(to_duration(proxy_.upstream.connect_timeout));
+    if (proxy_.literal) {
+      up_->stream.async_connect(*proxy_.literal, bind(&ProxySession::on_connect));
+      return;
+    }
+    resolver_.async_resolve(
+        proxy_.upstream.host, std::to_string(proxy_.upstream.port),
+        [self = self<ProxySession>()](beast::error_code ec, tcp::resolver::results_type results) {
+          if (self->closed_) return;
+          if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable);
+          self->up_->stream.async_connect(
+              results, [self](beast::error_code e, const tcp::endpoint&) { self->on_connect(e); });
+        });
+  }
+
+  void on_connect(beast::error_code ec) {
+    if (closed_) return;
+    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout);
+    if (ec) return upstream_failed(kUnreachable, proxy_.upstream_unreachable);
+    proxy_.count(proxy_.opened);
+    beast::error_code ignored;
+    up_->stream.socket().set_option(tcp::no_delay(true), ignored);
+    send_head();
+  }
+
+  void send_head() {
+    const Request& request = req_->request();
+    head_ = request_head(request.method, request.target,
+                         upstream_request_fields(request.headers, peer_address_),
+                         request_framing_, request_length_);
+    up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+    net::async_write(up_->stream, net::buffer(head_), bind(&ProxySession::on_head_sent));
+  }
+
+  // An idle connection the upstream closed meanwhile fails at once: the request, nothing of
+  // its body read yet, goes again on a new connection.
+  bool retry() {
+    if (!reused_ || retried_ || req_->streamed() > 0 || body_started_) return false;
+    retried_ = true;
+    drop_upstream();
+    connect();
+    return true;
+  }
+
+  void on_head_sent(beast::error_code ec, std::size_t) {
+    if (closed_) return;
+    if (ec) {
+      if (retry()) return;
+      return upstream_failed(kUnreachable, proxy_.upstream_unreachable);
+    }
+    proxy_.count(proxy_.forwarded);
+    if (!request_body_) return read_response_header();
+    if (expect_continue_) {
+      expect_continue_ = false;
+      client_.expires_after(to_duration(proxy_.options.read_timeout));
+      net::async_write(client_, net::buffer(kContinue), [self = self<ProxySession>()](
+                                                            beast::error_code e, std::size_t) {
+        if (self->closed_) return;
+        if (e) return self->client_gone();
+        self->relay_request_body();
+      });
+      return;
+    }
+    relay_request_body();
+  }
+
+  // ---- the request body, client → upstream ---------------------------------------------
+
+  void relay_request_body() {
+    if (req_->is_done()) {
+      if (request_framing_ != Framing::chunked) return read_response_header();
+      up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+      net::async_write(up_->stream, net::buffer(kLastChunk),
+                       [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
+                         if (self->closed_) return;
+                         if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response);
+                         self->read_response_header();
+                       });
+      return;
+    }
+    up_body_.resize(proxy_.upstream.buffer_size);
+    // Beast reads at most the room a buffer has (512 bytes at least): as much as the body's.
+    client_buf_.reserve(proxy_.upstream.buffer_size);
+    req_->stream_body(up_body_.data(), up_body_.size());
+    client_.expires_after(to_duration(proxy_.options.read_timeout));
+    bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
+  }
+
+  void on_request_body(beast::error_code ec, std::size_t) {
+    if (closed_) return;
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) {
+      if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+          ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+        // A malformed chunk: the upstream's request is cut short, the client told why.
+        drop_upstream();
+        return answer_error(kBadRequest, false);
+      }
+      return client_gone();
+    }
+    const std::size_t n = req_->streamed();
+    if (n == 0) return relay_request_body();
+    body_started_ = true;
+    write_body(*up_, up_body_.data(), n, request_framing_ == Framing::chunked,
+               bind(&ProxySession::on_request_body_sent));
+  }
+
+  void on_request_body_sent(beast::error_code ec, std::size_t) {
+    release_held();
+    if (closed_) return;
+    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    relay_request_body();
+  }
+
+  // Writes n bytes of body at data (chunk-framed or not) to the upstream connection.
+  template <class Handler>
+  void write_body(UpstreamConnection& to, const char* data, std::size_t n, bool chunked,
+                  Handler&& handler) {
+    hold(n);
+    to.stream.expires_after(to_duration(proxy_.upstream.timeout));
+    if (!chunked) return net::async_write(to.stream, net::buffer(data, n), std::forward<Handler>(handler));
+    chunk_head_ = chunk_prefix(n);
+    const std::array<net::const_buffer, 3> buffers{net::buffer(chunk_head_), net::buffer(data, n),
+                                                   net::buffer(kChunkSuffix)};
+    net::async_write(to.stream, buffers, std::forward<Handler>(handler));
+  }
+
+  // ---- the response, upstream → client -------------------------------------------------
+
+  void read_response_header() {
+    res_.emplace(static_cast<std::uint32_t>(
+        std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
+    if (head_request_) res_->skip(true);
+    up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+    bhttp::async_read_header(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_header));
+  }
+
+  void on_response_header(beast::error_code ec, std::size_t) {
+    if (closed_) return;
+    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout);
+    if (ec) {
+      if (!request_body_ && retry()) return;
+      return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    }
+    const int status = res_->status();
+    if (status == 101) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    if (status >= 100 && status < 200) return read_response_header();  // interim: not relayed
+
+    body_expected_ = !head_request_ && status != 204 && status != 304;
+    const auto length = res_->content_length();
+    std::uint64_t head_length = 0;
+    if (!body_expected_) {
+      response_framing_ = Framing::none;
+      if (head_request_ && length) {
+        response_framing_ = Framing::length;
+        head_length = *length;
+      }
+    } else if (res_->chunked()) {
+      response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
+    } else if (length) {
+      response_framing_ = Framing::length;
+      head_length = *length;
+    } else {
+      response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
+    }
+    upstream_reusable_ = res_->keep_alive() && (res_->chunked() || length || !body_expected_);
+    client_keep_ = keep_alive_ && !draining_ && response_framing_ != Framing::close &&
+                   req_->is_done();
+    head_ = response_head(version_, status, res_->reason(),
+                          client_response_fields(res_->fields(), limiter_fields_),
+                          response_framing_, head_length, client_keep_);
+    response_begun_ = true;
+    client_.expires_after(to_duration(proxy_.upstream.timeout));
+    net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
+                                                      beast::error_code e, std::size_t) {
+      if (self->closed_) return;
+      if (e) return self->client_gone();
+      self->relay_response_body();
+    });
+  }
+
+  void relay_response_body() {
+    if (!body_expected_ || res_->is_done()) return finish_response();
+    down_body_.resize(proxy_.upstream.buffer_size);
+    up_->buffer.reserve(proxy_.upstream.buffer_size);
+    res_->stream_body(down_body_.data(), down_body_.size());
+    up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+    bhttp::async_read_some(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_body));
+  }
+
+  void on_response_body(beast::error_code ec, std::size_t) {
+    if (closed_) return;
+    if (ec == bhttp::error::need_buffer) ec = {};
+    // A body delimited by the upstream closing ends with end_of_stream once complete.
+    if (ec == bhttp::error::end_of_stream && res_->is_done()) ec = {};
+    const std::size_t n = res_->streamed();
+    if (ec && n == 0) {
+      // The upstream broke off mid-body (closed, stalled, garbage): the client's response
+      // cannot be completed, its connection is closed.
+      proxy_.count(proxy_.upstream_aborted);
+      return close();
+    }
+    if (n == 0) return relay_response_body();
+    hold(n);
+    client_.expires_after(to_duration(proxy_.upstream.timeout));
+    auto done = [self = self<ProxySession>(), failed = bool(ec)](beast::error_code e, std::size_t) {
+      self->release_held();
+      if (self->closed_) return;
+      if (e) return self->client_gone();
+      if (failed) {
+        self->proxy_.count(self->proxy_.upstream_aborted);
+        return self->close();
+      }
+      self->relay_response_body();
+    };
+    if (response_framing_ != Framing::chunked) {
+      return net::async_write(client_, net::buffer(down_body_.data(), n), std::move(done));
+    }
+    chunk_head_ = chunk_prefix(n);
+    const std::array<net::const_buffer, 3> buffers{
+        net::buffer(chunk_head_), net::buffer(down_body_.data(), n), net::buffer(kChunkSuffix)};
+    net::async_write(client_, buffers, std::move(done));
+  }
+
+  void finish_response() {
+    if (response_framing_ == Framing::chunked) {
+      response_framing_ = Framing::none;  // written once
+      client_.expires_after(to_duration(proxy_.upstream.timeout));
+      net::async_write(client_, net::buffer(kLastChunk),
+                       [self = self<ProxySession>()](beast::error_code e, std::size_t) {
+                         if (self->closed_) return;
+                         if (e) return self->client_gone();
+                         self->finish_response();
+                       });
+      return;
+    }
+    // Back to the pool only when both messages completed cleanly.
+    if (upstream_reusable_ && req_->is_done() && up_->buffer.size() == 0) {
+      pool_.put(std::move(up_));
+    }
+    drop_upstream();
+    next_request();
+  }
+
+  void next_request() {
+    ++req_id_;
+    res_.reset();
+    limiter_fields_.clear();
+    body_started_ = false;
+    if (client_keep_) return read_request();
+    graceful_close();
+  }
+
+  // ---- answers of the proxy itself ---------------------------------------------------------
+
+  void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter) {
+    proxy_.count(counter);
+    drop_upstream();
+    answer_error(error, true);
+  }
+
+  void answer_error(const JsonError& error, bool keep) {
+    answer_local(error.status, "application/json", std::string(error.body), {}, keep);
+  }
+
+  // A response of the proxy's own; the connection goes on when `keep` and the request has
+  // been read whole.
+  void answer_local(int status, std::string_view content_type, std::string body,
+                    HeaderList fields, bool keep) {
+    if (response_begun_) return close();  // nothing else can be said any more
+    client_keep_ = keep && keep_alive_ && !draining_ && req_ && req_->is_header_done() &&
+                   (!request_body_ || req_->is_done());
+    fields.emplace_back("Server", "ratekeeper");
+    if (!content_type.empty()) fields.emplace_back("Content-Type", std::string(content_type));
+    head_ = response_head(version_, status, reason_of(status), fields, Framing::length,
+                          body.size(), client_keep_);
+    head_ += body;
+    client_.expires_after(to_duration(proxy_.options.read_timeout));
+    net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
+                                                      beast::error_code ec, std::size_t) {
+      if (self->closed_) return;
+      if (ec) return self->close();
+      if (self->client_keep_) return self->next_request();
+      self->linger();
+    });
+  }
+
+  // ---- closing -------------------------------------------------------------------------
+
+  void client_gone() {
+    proxy_.count(proxy_.client_aborted);
+    close();
+  }
+
+  void graceful_close() {
+    beast::error_code ec;
+    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    close();
+  }
+
+  // Half-closes, then reads and discards what the client still sends until it closes, the
+  // byte budget is spent or the time is up; then closes.
+  void linger() {
+    beast::error_code ec;
+    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    lingered_ = 0;
+    client_.expires_after(kLingerTime);
+    read_discard();
+  }
+
+  void read_discard() {
+    down_body_.resize(std::size_t{16} * 1024);
+    client_.async_read_some(net::buffer(down_body_), [self = self<ProxySession>()](
+                                                         beast::error_code ec, std::size_t n) {
+      self->lingered_ += n;
+      if (ec || self->closed_ || self->lingered_ >= kLingerBytes) return self->close();
+      self->read_discard();
+    });
+  }
+
+  void drop_upstream() {
+    if (!up_) return;
+    beast::error_code ec;
+    up_->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    up_->stream.socket().close(ec);
+    up_.reset();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    delay_timer_.cancel();
+    resolver_.cancel();
+    drop_upstream();
+    beast::error_code ec;
+    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    client_.socket().close(ec);
+  }
+
+  void hold(std::size_t n) {
+    proxy_.hold(n);
+    held_ += n;
+  }
+  void release_held() {
+    proxy_.release(held_);
+    held_ = 0;
+  }
+
+  Proxy::Impl& proxy_;  // kept alive by core_
+  beast::tcp_stream client_;
+  UpstreamPool& pool_;
+  net::steady_timer delay_timer_;
+  tcp::resolver resolver_;
+  beast::flat_buffer client_buf_;
+  std::optional<RequestParser> req_;
+  std::optional<ResponseParser> res_;
+  std::unique_ptr<UpstreamConnection> up_;
+  std::vector<char> up_body_;    // client → upstream, one piece at a time
+  std::vector<char> down_body_;  // upstream → client
+  std::string head_;
+  std::string chunk_head_;
+  HeaderList limiter_fields_;
+  std::string peer_address_;
+  std::uint16_t peer_port_ = 0;
+  std::size_t held_ = 0;
+  std::size_t lingered_ = 0;
+  std::uint64_t request_length_ = 0;
+  std::uint64_t req_id_ = 0;
+  std::uint64_t decided_ = std::numeric_limits<std::uint64_t>::max();
+  Framing request_framing_ = Framing::none;
+  Framing response_framing_ = Framing::none;
+  int version_ = 11;
+  bool keep_alive_ = true;
+  bool client_keep_ = false;
+  bool head_request_ = false;
+  bool expect_continue_ = false;
+  bool body_expected_ = true;
+  bool upstream_reusable_ = false;
+  bool reused_ = false;
+  bool retried_ = false;
+  bool body_started_ = false;
+  bool request_body_ = false;    // the request has a body to relay
+  bool response_begun_ = false;  // the response's head has gone to the client
+  bool busy_ = false;
+  bool draining_ = false;
+  bool closed_ = false;
+};
+
+std::shared_ptr<Connection> Proxy::Impl::make_connection(tcp::socket socket) {
+  return std::make_shared<ProxySession>(std::static_pointer_cast<Impl>(shared_from_this()),
+                                        std::move(socket));
+}
+
+Result<UpstreamOptions> parse_upstream_url(std::string_view url) {
+  auto bad = [&](std::string_view why) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("upstream url '{}': {}", url, why));
+  };
+  constexpr std::string_view kScheme = "http://";
+  if (url.size() >= 8 && iequals(url.substr(0, 8), "https://")) {
+    return bad("https is not supported (put a TLS terminator in front of the upstream)");
+  }
+  if (url.size() < kScheme.size() || !iequals(url.substr(0, kScheme.size()), kScheme)) {
+    return bad("expected http://host[:port]");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.empty()) return bad("no host");
+  if (rest.find_first_of("/?#@ \t\r\n") != std::string_view::npos) {
+    return bad("only http://host[:port]: no path, query, fragment or credentials");
+  }
+  UpstreamOptions options;
+  std::string_view host = rest;
+  std::string_view port;
+  if (rest.front() == '[') {
+    const auto close = rest.find(']');
+    if (close == std::string_view::npos) return bad("unterminated IPv6 address");
+    host = rest.substr(1, close - 1);
+    const auto after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return bad("expected ':' after the IPv6 address");
+      port = after.substr(1);
+      if (port.empty()) return bad("empty port");
+    }
+  } else if (const auto colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    if (port.empty()) return bad("empty port");
+    if (host.find(':') != std::string_view::npos) return bad("an IPv6 address goes in brackets");
+  }
+  if (host.empty()) return bad("no host");
+  if (!port.empty()) {
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+      return bad("invalid port");
+    }
+    options.port = static_cast<std::uint16_t>(value);
+  }
+  options.host = std::string(host);
+  return options;
+}
+
+Proxy::Proxy(ServerOptions server, UpstreamOptions upstream, Middleware& middleware)
+    : loop_(server.loop ? server.loop : std::make_shared<EventLoop>(std::max(1, server.threads))),
+      impl_(std::make_shared<Impl>(std::move(server), std::move(upstream), middleware, *loop_)) {
+  if (impl_->upstream.buffer_size == 0) impl_->upstream.buffer_size = 1;
+}
+
+Proxy::~Proxy() {
+  impl_->destroy(*loop_);
+  // The idle upstream connections close on their own threads.
+  for (std::size_t i = 0; i < loop_->size(); ++i) {
+    loop_->post(i, [self = impl_, i] { self->pools[i]->clear(); });
+  }
+  if (!loop_->on_loop_thread()) loop_->barrier();
+}
+
+Result<void> Proxy::listen() {
+  return impl_->listen();
+}
+std::string Proxy::address() const {
+  return impl_->address;
+}
+std::uint16_t Proxy::port() const {
+  return impl_->port;
+}
+void Proxy::run() {
+  impl_->run();
+}
+void Proxy::stop() {
+  impl_->stop();
+}
+Server::Stats Proxy::stats() const {
+  return impl_->stats();
+}
+
+ProxyStats Proxy::proxy_stats() const {
+  const auto& im = *impl_;
+  auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  ProxyStats s;
+  s.forwarded = get(im.forwarded);
+  s.answered_by_limiter = get(im.answered_by_limiter);
+  s.delayed = get(im.delayed);
+  s.upstream_unreachable = get(im.upstream_unreachable);
+  s.upstream_timeout = get(im.upstream_timeout);
+  s.upstream_bad_response = get(im.upstream_bad_response);
+  s.upstream_aborted = get(im.upstream_aborted);
+  s.client_aborted = get(im.client_aborted);
+  s.upstream_connections_opened = get(im.opened);
+  s.upstream_connections_reused = get(im.reused);
+  s.buffered_bytes_high_water = get(im.buffered_high);
+  return s;
+}
+
+std::string proxy_metrics(const Proxy& proxy) {
+  const auto s = proxy.proxy_stats();
+  std::string out;
+  auto it = std::back_inserter(out);
+  auto counter = [&](std::string_view name, std::string_view help, std::uint64_t value) {
+    fmt::format_to(it, "# HELP ratekeeper_proxy_{0} {1}\n# TYPE ratekeeper_proxy_{0} counter\n"
+                       "ratekeeper_proxy_{0} {2}\n",
+                   name, help, value);
+  };
+  counter("forwarded_total", "Admitted requests sent to the upstream.", s.forwarded);
+  counter("answered_by_limiter_total",
+          "Requests answered by the rate limiter (429, 400, 500), never sent upstream.",
+          s.answered_by_limiter);
+  counter("delayed_total", "Requests forwarded after waiting for their turn (on_limit: delay).",
+          s.delayed);
+  fmt::format_to(it,
+                 "# HELP ratekeeper_proxy_upstream_errors_total Requests the upstream could not "
+                 "answer, by kind.\n# TYPE ratekeeper_proxy_upstream_errors_total counter\n"
+                 "ratekeeper_proxy_upstream_errors_total{{kind=\"unreachable\"}} {}\n"
+                 "ratekeeper_proxy_upstream_errors_total{{kind=\"timeout\"}} {}\n"
+                 "ratekeeper_proxy_upstream_errors_total{{kind=\"bad_response\"}} {}\n"
+                 "ratekeeper_proxy_upstream_errors_total{{kind=\"aborted\"}} {}\n",
+                 s.upstream_unreachable, s.upstream_timeout, s.upstream_bad_response,
+                 s.upstream_aborted);
+  counter("client_aborted_total", "Requests whose client went away before their response ended.",
+          s.client_aborted);
+  fmt::format_to(it,
+                 "# HELP ratekeeper_proxy_upstream_connections_total Upstream connections used "
+                 "for a request, new or taken from the keep-alive pool.\n"
+                 "# TYPE ratekeeper_proxy_upstream_connections_total counter\n"
+                 "ratekeeper_proxy_upstream_connections_total{{state=\"opened\"}} {}\n"
+                 "ratekeeper_proxy_upstream_connections_total{{state=\"reused\"}} {}\n",
+                 s.upstream_connections_opened, s.upstream_connections_reused);
+  return out;
+}
+
+}  // namespace ratekeeper::http

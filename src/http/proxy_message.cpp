@@ -1,0 +1,211 @@
+#include "proxy_message.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <limits>
+#include <boost/beast/http/error.hpp>
+
+namespace ratekeeper::http {
+
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+constexpr std::array<std::string_view, 9> kHopByHop = {
+    "connection", "keep-alive", "proxy-connection",    "te",
+    "trailer",    "upgrade",    "transfer-encoding",   "proxy-authenticate",
+    "proxy-authorization"};
+
+// Fields the proxy sets or vouches for: naming them in Connection does not remove them.
+constexpr std::array<std::string_view, 11> kProtected = {
+    "host",      "x-forwarded-for",  "x-forwarded-proto",       "x-forwarded-host",
+    "forwarded", "ratelimit",        "ratelimit-policy",        "retry-after",
+    "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"};
+
+template <std::size_t N>
+bool one_of(std::string_view name, const std::array<std::string_view, N>& names) noexcept {
+  for (auto n : names) {
+    if (iequals(name, n)) return true;
+  }
+  return false;
+}
+
+std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Whether `name` is a token of a Connection field of `fields`.
+bool named_in_connection(const HeaderList& fields, std::string_view name) noexcept {
+  for (const auto& [n, v] : fields) {
+    if (!iequals(n, "connection")) continue;
+    std::string_view rest = v;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      if (iequals(trim(rest.substr(0, comma)), name)) return true;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
+// Removed in both directions: hop-by-hop, re-framed, or named in Connection (unless vouched
+// for).
+bool dropped(const HeaderList& fields, bool has_connection, std::string_view name) noexcept {
+  if (is_hop_by_hop(name) || iequals(name, "content-length")) return true;
+  return has_connection && !one_of(name, kProtected) && named_in_connection(fields, name);
+}
+
+bool has_field(const HeaderList& fields, std::string_view name) noexcept {
+  for (const auto& f : fields) {
+    if (iequals(f.first, name)) return true;
+  }
+  return false;
+}
+
+bool safe(std::string_view s) noexcept {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+void append_fields(std::string& out, const HeaderList& fields) {
+  for (const auto& [n, v] : fields) {
+    if (n.empty() || !safe(n) || !safe(v) || n.find(':') != std::string::npos) continue;
+    out += n;
+    out += ": ";
+    out += v;
+    out += "\r\n";
+  }
+}
+
+void append_framing(std::string& out, Framing framing, std::uint64_t length) {
+  if (framing == Framing::length) {
+    fmt::format_to(std::back_inserter(out), "Content-Length: {}\r\n", length);
+  } else if (framing == Framing::chunked) {
+    out += "Transfer-Encoding: chunked\r\n";
+  }
+}
+
+}  // namespace
+
+bool is_hop_by_hop(std::string_view name) noexcept {
+  return one_of(name, kHopByHop);
+}
+
+HeaderList upstream_request_fields(const HeaderList& received, std::string_view peer_address) {
+  const bool has_connection = has_field(received, "connection");
+  HeaderList out;
+  out.reserve(received.size() + 3);
+  std::string chain;
+  const std::string* host = nullptr;
+  for (const auto& field : received) {
+    const auto& [n, v] = field;
+    if (iequals(n, "x-forwarded-for")) {
+      if (!chain.empty()) chain += ", ";
+      chain += trim(v);
+      continue;
+    }
+    // Set below; Expect is answered by the proxy itself (100 Continue once admitted).
+    if (iequals(n, "x-forwarded-proto") || iequals(n, "x-forwarded-host") || iequals(n, "expect")) {
+      continue;
+    }
+    if (dropped(received, has_connection, n)) continue;
+    if (host == nullptr && iequals(n, "host")) host = &v;
+    out.push_back(field);
+  }
+  if (!chain.empty()) chain += ", ";
+  chain += peer_address;
+  out.emplace_back("X-Forwarded-For", std::move(chain));
+  out.emplace_back("X-Forwarded-Proto", "http");
+  if (host != nullptr) out.emplace_back("X-Forwarded-Host", *host);
+  return out;
+}
+
+HeaderList client_response_fields(const HeaderList& received, const HeaderList& limiter_fields) {
+  const bool has_connection = has_field(received, "connection");
+  HeaderList out;
+  out.reserve(received.size() + limiter_fields.size());
+  for (const auto& field : received) {
+    if (dropped(received, has_connection, field.first)) continue;
+    if (has_field(limiter_fields, field.first)) continue;
+    out.push_back(field);
+  }
+  out.insert(out.end(), limiter_fields.begin(), limiter_fields.end());
+  return out;
+}
+
+std::string request_head(std::string_view method, std::string_view target,
+                         const HeaderList& fields, Framing framing, std::uint64_t length) {
+  std::string out;
+  out.reserve(256);
+  out += method;
+  out += ' ';
+  out += target;
+  out += " HTTP/1.1\r\n";
+  append_fields(out, fields);
+  append_framing(out, framing, length);
+  out += "\r\n";
+  return out;
+}
+
+std::string response_head(int version, int status, std::string_view reason,
+                          const HeaderList& fields, Framing framing, std::uint64_t length,
+                          bool keep_alive) {
+  std::string out;
+  out.reserve(256);
+  if (!safe(reason)) reason = {};
+  fmt::format_to(std::back_inserter(out), "HTTP/1.{} {:03d} {}\r\n", version == 10 ? 0 : 1,
+                 status, reason);
+  append_fields(out, fields);
+  append_framing(out, framing, length);
+  if (version == 10 && keep_alive) out += "Connection: keep-alive\r\n";
+  if (version != 10 && !keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
+  return out;
+}
+
+std::string chunk_prefix(std::size_t size) {
+  return fmt::format("{:x}\r\n", size);
+}
+
+ResponseParser::ResponseParser(std::uint32_t header_bytes) {
+  header_limit(header_bytes);
+  // Unlimited. (Not boost::none: Boost 1.74 compares a Content-Length with the disengaged
+  // optional and refuses every length.)
+  body_limit(std::numeric_limits<std::uint64_t>::max());
+}
+
+void ResponseParser::on_request_impl(bhttp::verb, string_view, string_view, int, error_code& ec) {
+  ec = bhttp::error::bad_method;  // never called for a response parser
+}
+
+void ResponseParser::on_response_impl(int code, string_view reason, int version, error_code&) {
+  status_ = code;
+  reason_.assign(reason.data(), reason.size());
+  version_ = version;
+}
+
+void ResponseParser::on_field_impl(bhttp::field f, string_view name, string_view value,
+                                   error_code& ec) {
+  if (f == bhttp::field::content_length) {
+    if (content_length_seen_) {
+      ec = bhttp::error::bad_content_length;
+      return;
+    }
+    content_length_seen_ = true;
+  }
+  fields_.emplace_back(std::string(name.data(), name.size()),
+                       std::string(value.data(), value.size()));
+}
+
+std::size_t ResponseParser::on_body_impl(string_view body, error_code& ec) {
+  return sink_.put(body, ec);
+}
+
+std::size_t ResponseParser::on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) {
+  return sink_.put(body, ec);
+}
+
+}  // namespace ratekeeper::http

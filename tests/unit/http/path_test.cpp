@@ -1,0 +1,141 @@
+// The normal form of request paths (http/path.hpp), and the middleware matching it: every
+// spelling of a path is charged to the rule of its normal form.
+
+#include "ratekeeper/http/path.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "config.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+
+namespace ratekeeper::http {
+namespace {
+
+std::string norm(std::string_view path, bool lowercase = false) {
+  auto r = normalize_path(path, lowercase);
+  return r ? *r : "<error: " + r.error().message + ">";
+}
+
+TEST(Path, MergesSlashesAndRemovesDotSegments) {
+  EXPECT_EQ(norm("//orders"), "/orders");
+  EXPECT_EQ(norm("/a//b///c"), "/a/b/c");
+  EXPECT_EQ(norm("/./orders"), "/orders");
+  EXPECT_EQ(norm("/x/../orders"), "/orders");
+  EXPECT_EQ(norm("/a/b/./../c"), "/a/c");
+  EXPECT_EQ(norm("/a/."), "/a/");
+  EXPECT_EQ(norm("/a/.."), "/");
+  EXPECT_EQ(norm("/a/b/"), "/a/b/");
+  EXPECT_EQ(norm("/a//"), "/a/");
+  EXPECT_EQ(norm("/"), "/");
+  EXPECT_EQ(norm("//"), "/");
+  EXPECT_EQ(norm("/.a/..b/..."), "/.a/..b/...");  // not dot segments
+}
+
+TEST(Path, NeverGoesAboveTheRoot) {
+  EXPECT_EQ(norm("/.."), "/");
+  EXPECT_EQ(norm("/../../orders"), "/orders");
+  EXPECT_EQ(norm("/a/../../../orders/"), "/orders/");
+}
+
+TEST(Path, DecodesUnreservedEscapesBeforeResolvingDotSegments) {
+  EXPECT_EQ(norm("/%2e/orders"), "/orders");
+  EXPECT_EQ(norm("/%2E%2e/orders"), "/orders");
+  EXPECT_EQ(norm("/x/%2e%2e/orders"), "/orders");
+  EXPECT_EQ(norm("/%6Frders"), "/orders");
+  EXPECT_EQ(norm("/%41%7e%2D%5f"), "/A~-_");
+}
+
+TEST(Path, KeepsOtherEscapesWithUpperCaseHexAndSlashAsData) {
+  EXPECT_EQ(norm("/a%2fb"), "/a%2Fb");
+  EXPECT_EQ(norm("/a%2Fb/../c"), "/c");  // one segment "a%2Fb"
+  EXPECT_EQ(norm("/%e2%82%ac"), "/%E2%82%AC");
+  EXPECT_EQ(norm("/a%20b"), "/a%20b");
+}
+
+TEST(Path, RefusesInvalidEscapesControlBytesAndRelativePaths) {
+  for (std::string_view bad : {"/a%", "/a%4", "/a%zz", "/a%4g", "/%00", "/%0a", "/%7F",
+                               "orders", "", "*", "http://x/orders"}) {
+    EXPECT_FALSE(normalize_path(bad)) << bad;
+  }
+  EXPECT_FALSE(normalize_path(std::string_view("/a\0b", 4)));
+  EXPECT_FALSE(normalize_path("/a\rb"));
+  EXPECT_FALSE(normalize_path("/a\x7f"));
+}
+
+TEST(Path, CaseKeptUnlessLowercased) {
+  EXPECT_EQ(norm("/ORDERS"), "/ORDERS");
+  EXPECT_EQ(norm("/ORDERS", true), "/orders");
+  EXPECT_EQ(norm("/%4F%2f", true), "/o%2F");
+  EXPECT_TRUE(is_normal_path("/orders", true));
+  EXPECT_FALSE(is_normal_path("/Orders", true));
+  EXPECT_TRUE(is_normal_path("/Orders", false));
+}
+
+TEST(Path, TargetKeepsTheQueryAsSent) {
+  EXPECT_EQ(*normalize_target("//orders?a=%2e&b=//"), "/orders?a=%2e&b=//");
+  EXPECT_EQ(*normalize_target("/x?"), "/x?");
+  EXPECT_FALSE(normalize_target("/%zz?q"));
+}
+
+// The normal form is a fixed point, and is_normal_path says exactly when a path is one.
+RC_GTEST_PROP(PathProperty, NormalFormIsIdempotentAndRecognised, ()) {
+  const auto pieces = *rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>(
+      "/", "//", ".", "..", "a", "B", "%2e", "%2E", "%2f", "%41", "%e2", "%zz", "%", "~", "-"));
+  std::string path = "/";
+  for (const auto& p : pieces) path += p;
+  for (const bool lowercase : {false, true}) {
+    auto once = normalize_path(path, lowercase);
+    if (!once) continue;
+    RC_ASSERT(is_normal_path(*once, lowercase));
+    RC_ASSERT(*normalize_path(*once, lowercase) == *once);
+    RC_ASSERT(is_normal_path(path, lowercase) == (*once == path));
+    RC_ASSERT(once->find("//") == std::string::npos);
+    RC_ASSERT(once->find("/./") == std::string::npos);
+    RC_ASSERT(once->find("/../") == std::string::npos);
+  }
+}
+
+// A rule on /orders limits every spelling of /orders (one bucket), and only those.
+TEST(PathMatching, EverySpellingIsChargedToTheRuleOfItsNormalForm) {
+  ManualClock clock{1'700'000'000LL * kMicrosPerSecond};
+  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 100, .shards = 1, .clock = &clock}};
+  auto config = server::parse_config(R"(
+logging: {decisions: {enabled: false}}
+rules:
+  - name: orders
+    match: {path: /orders}
+    limits: [{capacity: 6, refill_rate: 1}]
+)", "path_test.yaml");
+  limiter::Limiter limiter{config.limiter, store};
+  Middleware middleware{limiter, config.middleware};
+  int admitted = 0;
+  for (std::string_view spelling :
+       {"//orders", "/./orders", "/%2e/orders", "/x/../orders", "/%6Frders", "/orders?x=1"}) {
+    Request r;
+    r.method = "GET";
+    r.target = std::string(spelling);
+    r.peer_address = "192.0.2.1";
+    auto apps = middleware.applications(r);
+    ASSERT_TRUE(apps) << spelling;
+    ASSERT_EQ(apps->size(), 1u) << spelling;
+    const auto res = middleware.handle_sync(r);
+    admitted += res.admitted ? 1 : 0;
+  }
+  EXPECT_EQ(admitted, 6);
+  Request r;
+  r.method = "GET";
+  r.target = "/%6frders";
+  r.peer_address = "192.0.2.1";
+  EXPECT_EQ(middleware.handle_sync(r).status, 429);
+  r.target = "/ORDERS";  // another path: case is kept
+  EXPECT_TRUE(middleware.applications(r)->empty());
+  r.target = "/or%zzders";
+  const auto bad = middleware.handle_sync(r);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("percent"), std::string::npos) << bad.body;
+}
+
+}  // namespace
+}  // namespace ratekeeper::http

@@ -1,0 +1,171 @@
+// The proxy's messages without sockets: which fields pass each way, the heads it writes, the
+// upstream response parser, and the upstream URL.
+
+#include "http/proxy_message.hpp"
+
+#include <gtest/gtest.h>
+
+#include "ratekeeper/http/proxy.hpp"
+
+namespace ratekeeper::http {
+namespace {
+
+std::optional<std::string> field(const HeaderList& fields, std::string_view name) {
+  for (const auto& [n, v] : fields) {
+    if (iequals(n, name)) return v;
+  }
+  return std::nullopt;
+}
+
+TEST(ProxyFields, RequestLosesHopByHopAndConnectionNamedFieldsButNotForwardedOnes) {
+  const HeaderList received = {
+      {"Host", "app.example"},
+      {"Connection", "keep-alive, X-Drop, x-forwarded-for"},
+      {"connection", "X-Forwarded-Host, Host, RateLimit, Forwarded"},
+      {"X-Drop", "1"},
+      {"Keep-Alive", "timeout=5"},
+      {"TE", "trailers"},
+      {"Trailer", "X-T"},
+      {"Upgrade", "websocket"},
+      {"Proxy-Connection", "keep-alive"},
+      {"Proxy-Authorization", "Basic eA=="},
+      {"Transfer-Encoding", "chunked"},
+      {"Content-Length", "5"},
+      {"Expect", "100-continue"},
+      {"X-Forwarded-For", " 203.0.113.9 "},
+      {"X-Forwarded-For", "198.51.100.1"},
+      {"X-Forwarded-Proto", "https"},
+      {"X-Forwarded-Host", "evil.example"},
+      {"Forwarded", "for=1.2.3.4"},
+      {"X-Keep", "2"},
+  };
+  const auto out = upstream_request_fields(received, "192.0.2.7");
+  for (const char* gone : {"Connection", "X-Drop", "Keep-Alive", "TE", "Trailer", "Upgrade",
+                           "Proxy-Connection", "Proxy-Authorization", "Transfer-Encoding",
+                           "Content-Length", "Expect"}) {
+    EXPECT_FALSE(field(out, gone)) << gone;
+  }
+  EXPECT_EQ(field(out, "X-Forwarded-For"), "203.0.113.9, 198.51.100.1, 192.0.2.7");
+  EXPECT_EQ(field(out, "X-Forwarded-Proto"), "http");
+  EXPECT_EQ(field(out, "X-Forwarded-Host"), "app.example");
+  EXPECT_EQ(field(out, "Host"), "app.example");
+  EXPECT_EQ(field(out, "Forwarded"), "for=1.2.3.4");
+  EXPECT_EQ(field(out, "X-Keep"), "2");
+  int forwarded_for = 0;
+  for (const auto& f : out) forwarded_for += iequals(f.first, "X-Forwarded-For") ? 1 : 0;
+  EXPECT_EQ(forwarded_for, 1);
+}
+
+TEST(ProxyFields, WithoutHostNoForwardedHostAndThePeerStartsTheChain) {
+  const auto out = upstream_request_fields({{"Accept", "*/*"}}, "::1");
+  EXPECT_EQ(field(out, "X-Forwarded-For"), "::1");
+  EXPECT_FALSE(field(out, "X-Forwarded-Host"));
+}
+
+TEST(ProxyFields, ResponseLosesHopByHopAndTheLimiterFieldsReplaceTheUpstreams) {
+  const HeaderList received = {{"Connection", "X-Secret, RateLimit, Retry-After"},
+                               {"X-Secret", "1"},
+                               {"Keep-Alive", "timeout=5"},
+                               {"Proxy-Authenticate", "Basic"},
+                               {"Transfer-Encoding", "chunked"},
+                               {"Content-Length", "10"},
+                               {"RateLimit", "\"upstream\";r=1;t=1"},
+                               {"Retry-After", "7"},
+                               {"Set-Cookie", "a=1"},
+                               {"Set-Cookie", "b=2"}};
+  const HeaderList limiter = {{"RateLimit-Policy", "\"api\";q=10;w=1"},
+                              {"RateLimit", "\"api\";r=9;t=1"}};
+  const auto out = client_response_fields(received, limiter);
+  for (const char* gone : {"Connection", "X-Secret", "Keep-Alive", "Proxy-Authenticate",
+                           "Transfer-Encoding", "Content-Length"}) {
+    EXPECT_FALSE(field(out, gone)) << gone;
+  }
+  EXPECT_EQ(field(out, "RateLimit"), "\"api\";r=9;t=1");
+  EXPECT_EQ(field(out, "RateLimit-Policy"), "\"api\";q=10;w=1");
+  EXPECT_EQ(field(out, "Retry-After"), "7");  // the upstream's own, named in Connection: kept
+  int cookies = 0, ratelimits = 0;
+  for (const auto& f : out) {
+    cookies += iequals(f.first, "Set-Cookie") ? 1 : 0;
+    ratelimits += iequals(f.first, "RateLimit") ? 1 : 0;
+  }
+  EXPECT_EQ(cookies, 2);
+  EXPECT_EQ(ratelimits, 1);
+}
+
+TEST(ProxyHeads, StateTheirOwnFramingAndLeaveOutFieldsThatWouldBreakThem) {
+  const HeaderList fields = {{"Host", "x"}, {"X-Bad", "a\r\nInjected: 1"}, {"", "v"}, {"A:B", "c"}};
+  EXPECT_EQ(request_head("POST", "/a?b", fields, Framing::chunked, 0),
+            "POST /a?b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  EXPECT_EQ(request_head("GET", "/", {}, Framing::length, 0),
+            "GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(response_head(11, 200, "OK", {}, Framing::length, 12, true),
+            "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n");
+  EXPECT_EQ(response_head(11, 502, "Bad Gateway", {}, Framing::none, 0, false),
+            "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(response_head(10, 200, "OK", {}, Framing::close, 0, true),
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(response_head(11, 200, "O\r\nK", {}, Framing::none, 0, true), "HTTP/1.1 200 \r\n\r\n");
+  EXPECT_EQ(chunk_prefix(255), "ff\r\n");
+}
+
+TEST(ResponseParserTest, KeepsStatusAndFieldsAndStreamsTheBody) {
+  ResponseParser parser(8192);
+  const std::string bytes =
+      "HTTP/1.1 201 Created\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+  boost::beast::error_code ec;
+  std::string_view in = bytes;
+  std::string body;
+  char piece[4];
+  while (!parser.is_done()) {
+    if (parser.is_header_done()) parser.stream_body(piece, sizeof piece);
+    const auto used = parser.put(boost::asio::const_buffer(in.data(), in.size()), ec);
+    in.remove_prefix(used);
+    if (ec == boost::beast::http::error::need_buffer) ec = {};
+    ASSERT_FALSE(ec) << ec.message();
+    body.append(piece, parser.is_header_done() ? parser.streamed() : 0);
+  }
+  EXPECT_EQ(parser.status(), 201);
+  EXPECT_EQ(parser.reason(), "Created");
+  EXPECT_EQ(body, "hello world");
+  ASSERT_EQ(parser.fields().size(), 2u);
+  EXPECT_EQ(parser.fields()[0].first, "X-A");
+}
+
+TEST(ResponseParserTest, RefusesTwoContentLengths) {
+  ResponseParser parser(8192);
+  const std::string bytes = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx";
+  boost::beast::error_code ec;
+  parser.put(boost::asio::const_buffer(bytes.data(), bytes.size()), ec);
+  EXPECT_EQ(ec, boost::beast::http::error::bad_content_length);
+}
+
+TEST(UpstreamUrl, HostAndPort) {
+  auto u = parse_upstream_url("http://127.0.0.1:9000");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 9000);
+  u = parse_upstream_url("HTTP://app.internal/");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "app.internal");
+  EXPECT_EQ(u->port, 80);
+  u = parse_upstream_url("http://[::1]:8081");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 8081);
+}
+
+TEST(UpstreamUrl, RefusesWhatItCannotHonour) {
+  for (const char* bad : {"https://x", "x:80", "http://", "http://x:0", "http://x:65536",
+                          "http://x:", "http://x/api", "http://x?q", "http://u:p@x",
+                          "http://::1:80", "http://[::1", "http://[::1]x", "ftp://x"}) {
+    const auto r = parse_upstream_url(bad);
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ratekeeper::http
