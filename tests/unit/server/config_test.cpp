@@ -620,9 +620,6 @@ TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
   expect_error(",", "", "several YAML documents");
 }
 
-}  // namespace
-}  // namespace ratekeeper::server
-
 TEST(ConfigTest, UpstreamAndAdminSectionsFillTheProxyOptions) {
   const auto c = parse_config(R"(
 listen: 127.0.0.1:8080
@@ -674,3 +671,6 @@ TEST(ConfigTest, UpstreamErrorsNameTheField) {
                "127.0.0.1:8080}\n",
                "admin.listen", "must differ from listen");
 }
+
+}  // namespace
+}  // namespace ratekeeper::server
