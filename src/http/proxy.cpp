@@ -240,6 +240,9 @@ class ProxySession final : public Connection {
     version_ = req_->version();
     keep_alive_ = req_->keep_alive();
     head_request_ = request.method == "HEAD";
+    const std::string_view method = request.method;
+    idempotent_ = method == "GET" || head_request_ || method == "PUT" || method == "DELETE" ||
+                  method == "OPTIONS" || method == "TRACE";
     const auto length = req_->content_length();
     request_framing_ = req_->chunked() ? Framing::chunked
                        : length        ? Framing::length
@@ -342,10 +345,10 @@ class ProxySession final : public Connection {
     net::async_write(up_->stream, net::buffer(head_), bind(&ProxySession::on_head_sent));
   }
 
-  // An idle connection the upstream closed meanwhile fails at once: the request, nothing of
-  // its body read yet, goes again on a new connection.
+  // An idle connection the upstream closed meanwhile fails at once: an idempotent request
+  // without body goes again, once, on a new connection.
   bool retry() {
-    if (!reused_ || retried_ || req_->streamed() > 0 || body_started_) return false;
+    if (!reused_ || retried_ || request_body_ || !idempotent_) return false;
     retried_ = true;
     drop_upstream();
     connect();
@@ -449,7 +452,7 @@ class ProxySession final : public Connection {
     if (closed_) return;
     if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout);
     if (ec) {
-      if (!request_body_ && retry()) return;
+      if (retry()) return;
       return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
     }
     const int status = res_->status();
@@ -689,6 +692,7 @@ class ProxySession final : public Connection {
   bool upstream_reusable_ = false;
   bool reused_ = false;
   bool retried_ = false;
+  bool idempotent_ = false;
   bool body_started_ = false;
   bool request_body_ = false;    // the request has a body to relay
   bool response_begun_ = false;  // the response's head has gone to the client

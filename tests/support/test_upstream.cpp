@@ -128,6 +128,7 @@ void TestUpstream::serve(int fd) {
   socket.assign(tcp::v4(), fd, ec);
   beast::flat_buffer buffer;
   bool cut = false;
+  bool drop_this = false;  // the previous request was /drop-next
   auto send = [&](std::string_view bytes) {
     net::write(socket, net::buffer(bytes.data(), bytes.size()), ec);
     if (ec) cut = true;
@@ -173,7 +174,9 @@ void TestUpstream::serve(int fd) {
     }
     notify();
 
+    if (drop_this) break;
     const std::string_view path = std::string_view(target).substr(0, target.find('?'));
+    drop_this = path == "/drop-next";
     const std::string connection = keep ? "" : "Connection: close\r\n";
     if (path.starts_with("/sleep/")) {
       std::this_thread::sleep_for(std::chrono::milliseconds(number_after(path, "/sleep/")));
@@ -217,7 +220,7 @@ void TestUpstream::serve(int fd) {
       ok = send(fmt::format("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Body-Bytes: {}\r\n{}{}\r\nok",
                             body_size, extra, connection));
     }
-    if (!ok || !keep) break;
+    if (!ok || !keep || path == "/then-close") break;
   }
   socket.close(ec);
   std::lock_guard lock(mu_);

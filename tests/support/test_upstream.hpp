@@ -8,6 +8,9 @@
 //   /close-in-header   half a response header, then closes
 //   /close-in-body     a header announcing 1 MB, 1000 bytes, then closes
 //   /hop-by-hop   the default, with hop-by-hop fields and a field named in Connection
+//   /then-close   the default (keep-alive), then closes the idle connection
+//   /drop-next    the default; the next request on the connection is read, then the
+//                 connection closed without an answer
 //   anything else 200 "ok" (X-Body-Bytes: the request body's size)
 // Every request is recorded (the body kept up to 1 MiB, its size and checksum always).
 // Thread-safe.

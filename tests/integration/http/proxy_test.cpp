@@ -294,6 +294,57 @@ TEST_F(ProxyTest, SequentialRequestsReuseOneUpstreamConnection) {
   EXPECT_EQ(stats().upstream_connections_reused, 10u);
 }
 
+// An idle pooled connection the upstream has closed is not used: the request goes on a new one.
+TEST_F(ProxyTest, IdleConnectionClosedByTheUpstreamIsReplaced) {
+  start();
+  HttpClient client(port_);
+  ASSERT_EQ(client.get("/then-close").status, 200);
+  ASSERT_TRUE(upstream_.wait_for([&] { return upstream_.open_connections() == 0; }));
+  EXPECT_EQ(client.get("/other").status, 200);
+  EXPECT_EQ(stats().upstream_connections_reused, 0u);  // seen closed in the pool
+  EXPECT_EQ(client.get("/then-close").status, 200);
+  EXPECT_EQ(client.get("/other").status, 200);  // the upstream's close may not have arrived yet
+  EXPECT_EQ(upstream_.connections(), 3u);
+  EXPECT_EQ(stats().upstream_bad_response, 0u);
+}
+
+// A reused connection the upstream closes on receiving the request: an idempotent request
+// without body is sent again on a new connection; any other is answered 502.
+TEST_F(ProxyTest, RequestFailingOnAReusedConnectionIsRetriedOnceWhenIdempotent) {
+  start();
+  HttpClient client(port_);
+  ASSERT_EQ(client.get("/drop-next").status, 200);
+  EXPECT_EQ(client.get("/other").status, 200);
+  EXPECT_EQ(upstream_.connections(), 2u);
+  EXPECT_EQ(stats().upstream_connections_reused, 1u);
+  EXPECT_EQ(stats().upstream_bad_response, 0u);
+  ASSERT_EQ(upstream_.request_count(), 3u);  // /other twice
+  EXPECT_EQ(upstream_.requests()[1].target, "/other");
+  EXPECT_EQ(upstream_.requests()[2].target, "/other");
+
+  ASSERT_EQ(client.get("/drop-next").status, 200);
+  EXPECT_EQ(client.request({"POST", "/other", {}, ""}).status, 502);
+  EXPECT_EQ(stats().upstream_bad_response, 1u);
+  EXPECT_EQ(upstream_.request_count(), 5u);
+}
+
+// stop(): the request in flight completes, its response says Connection: close, idle
+// connections are closed, and run() returns.
+TEST_F(ProxyTest, StopDrainsTheRequestInFlight) {
+  start();
+  HttpClient idle(port_);
+  ASSERT_EQ(idle.get("/other").status, 200);
+  auto in_flight = std::async(std::launch::async, [this] { return http_get(port_, "/sleep/200"); });
+  ASSERT_TRUE(upstream_.wait_for([&] { return upstream_.request_count() == 2; }));
+  proxy_->stop();
+  const auto r = in_flight.get();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("Connection"), "close");
+  runner_.join();  // before the drain timeout (10 s): every connection closed
+  EXPECT_EQ(proxy_->stats().connections_open, 0u);
+  proxy_.reset();
+}
+
 TEST_F(ProxyTest, HeadAndExpectContinue) {
   start();
   HttpClient client(port_);
