@@ -510,7 +510,7 @@ class Api::Routes {
 
   // /v1/auth, nginx's auth_request: the original request as nginx describes it
   // (X-Original-Method, X-Original-URI, X-Real-IP, the client's own headers) through the
-  // middleware, answered 204 when admitted and 403 when denied (429) or refused (400), the
+  // middleware, answered 200 (empty) when admitted and 403 when denied (429) or refused (400), the
   // only answers nginx takes besides 401; X-RateLimit-Status carries the status ratekeeper
   // would have answered, the rate-limit headers are there to be copied. A subrequest that does
   // not describe a request is a 400 (nginx: 500, as for an outage).
@@ -534,7 +534,7 @@ class Api::Routes {
                  std::move(result.body)};
       r.headers.emplace_back("X-RateLimit-Status", std::to_string(result.status));
       if (result.admitted) {
-        r.status = 204;
+        r.status = 200;  // not 204: every answer is written with a Content-Length, which 204 forbids
         r.content_type.clear();
       } else if (result.status == 429 || result.status == 400) {
         r.status = 403;

@@ -3,7 +3,7 @@
 // /api/export/<name>, /auth/login) behind the rate-limiting middleware, the decision API
 // (POST /v1/check: one rule and identity, a described HTTP request, or a list of checks
 // consumed all-or-nothing; docs/decision-api.md), nginx's auth_request endpoint (/v1/auth:
-// 204 admitted, 403 denied; docs/nginx.md), /healthz, /readyz and /metrics. Every answer is a
+// 200 admitted, 403 denied; docs/nginx.md), /healthz, /readyz and /metrics. Every answer is a
 // response: replies are built from validated values, and text taken from the request or the
 // store is written into JSON with invalid UTF-8 replaced, never thrown on.
 //

@@ -245,11 +245,11 @@ TEST_F(DecisionApiTest, BadBodiesAre400sNamingTheField) {
   EXPECT_EQ(json::parse(r.body).at("limits")[0].at("remaining"), 1) << r.body;
 }
 
-TEST_F(DecisionApiTest, AuthAnswers204WhenAdmittedAnd403WithTheHeadersWhenDenied) {
+TEST_F(DecisionApiTest, AuthAnswers200WhenAdmittedAnd403WithTheHeadersWhenDenied) {
   const http::HeaderList client = {{"X-Real-IP", "192.0.2.7"}};
   for (int i = 0; i < 2; ++i) {
     auto admitted = auth("GET", "/api/data?page=2", client);
-    EXPECT_EQ(admitted.status, 204) << admitted.body;
+    EXPECT_EQ(admitted.status, 200) << admitted.body;
     EXPECT_TRUE(admitted.body.empty());
     EXPECT_EQ(header(admitted, "X-RateLimit-Status"), "200");
     EXPECT_EQ(header(admitted, "RateLimit-Policy"), R"("data";q=2;w=2000)");
@@ -265,26 +265,26 @@ TEST_F(DecisionApiTest, AuthAnswers204WhenAdmittedAnd403WithTheHeadersWhenDenied
 
   // The original method is what rules match: POST /api/data is not limited.
   auto other = auth("POST", "/api/data", client);
-  EXPECT_EQ(other.status, 204);
+  EXPECT_EQ(other.status, 200);
   EXPECT_FALSE(header(other, "RateLimit"));
 }
 
 TEST_F(DecisionApiTest, AuthTakesXRealIpFromTrustedPeersOnly) {
   // From a trusted nginx, each X-Real-IP is its own client.
-  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}}).status, 204);
-  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.8"}}).status, 204);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}}).status, 200);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.8"}}).status, 200);
   EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}}).status, 403);
   // Without X-Real-IP the X-Forwarded-For chain says who the client is, as today.
   EXPECT_EQ(auth("GET", "/api/search", {{"X-Forwarded-For", "192.0.2.8"}}).status, 403);
   // An untrusted peer is the client, whatever it says.
   EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.20"}}, "198.51.100.1").status,
-            204);
+            200);
   EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.21"}}, "198.51.100.1").status,
             403);
   // Identity headers come through: a user has the tier's budget, not the IP's.
   EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}, {"X-User-ID", "alice"}})
                 .status,
-            204);
+            200);
 }
 
 TEST_F(DecisionApiTest, AuthRefusesWhatIsNotARequestDescription) {
