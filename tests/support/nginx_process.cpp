@@ -90,15 +90,4 @@ void NginxProcess::stop() {
   pid_ = -1;
 }
 
-std::string nginx_block_of(const std::filesystem::path& markdown) {
-  const std::string text = read_text(markdown);
-  const std::string open = "```nginx\n";
-  const auto begin = text.find(open);
-  const auto end = begin == std::string::npos ? begin : text.find("```", begin + open.size());
-  if (end == std::string::npos) {
-    throw std::runtime_error("no ```nginx block in " + markdown.string());
-  }
-  return text.substr(begin + open.size(), end - begin - open.size());
-}
-
 }  // namespace ratekeeper::testing

@@ -33,8 +33,4 @@ class NginxProcess {
   pid_t pid_ = -1;
 };
 
-// The first ```nginx block of a Markdown file (the configurations documented in docs/).
-// Throws std::runtime_error when there is none.
-std::string nginx_block_of(const std::filesystem::path& markdown);
-
 }  // namespace ratekeeper::testing

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/doc_blocks.hpp"
 #include "support/http_client.hpp"
 #include "support/nginx_process.hpp"
 #include "support/redis_server.hpp"
@@ -46,7 +47,7 @@ rules:
                         {}, 1);
     const int upstream_port = free_port();
     port_ = free_port();
-    std::string documented = nginx_block_of(RATEKEEPER_SOURCE_DIR "/docs/nginx.md");
+    std::string documented = doc_block("docs/nginx.md", "nginx");
     replace_once(documented, "server 127.0.0.1:8000;", fmt::format("server 127.0.0.1:{};", upstream_port));
     replace_once(documented, "server 127.0.0.1:9091;",
                  fmt::format("server 127.0.0.1:{};", ratekeeper_->port()));
