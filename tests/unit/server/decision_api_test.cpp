@@ -3,9 +3,11 @@
 // whose clock stands still.
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "api.hpp"
@@ -301,6 +303,29 @@ TEST_F(DecisionApiTest, AuthRefusesWhatIsNotARequestDescription) {
   auto bad = auth("GET", "/api/search", {{"X-User-ID", std::string(300, 'u')}});
   EXPECT_EQ(bad.status, 403) << bad.body;
   EXPECT_EQ(header(bad, "X-RateLimit-Status"), "400");
+}
+
+// docs/openapi.yaml lists the fields of the answers: every required field is there, and
+// nothing else.
+TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
+  const auto schemas = YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
+  auto required = [&](const char* schema) {
+    std::set<std::string> out;
+    for (const auto& field : schemas[schema]["required"]) out.insert(field.as<std::string>());
+    return out;
+  };
+  auto keys = [](const json& object) {
+    std::set<std::string> out;
+    for (const auto& [key, value] : object.items()) out.insert(key);
+    return out;
+  };
+  const auto decision = json::parse(check(described("DELETE", "/orders/1", {{"X-User-ID", "e"}})).body);
+  EXPECT_EQ(keys(decision), required("Decision"));
+  EXPECT_EQ(keys(decision.at("limits").at(0)), required("Limit"));
+  const auto verdict =
+      json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
+  EXPECT_EQ(keys(verdict), required("Verdict"));
+  EXPECT_EQ(keys(json::parse(check({{"checks", 1}}).body)), required("BadRequest"));
 }
 
 }  // namespace
