@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <expected>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -151,7 +151,9 @@ std::optional<std::string> unknown_member(const json& object,
   return std::nullopt;
 }
 
-Micros to_ms(Micros t) { return (std::max<Micros>(t, 0) + kMicrosPerMilli - 1) / kMicrosPerMilli; }
+Micros to_ms(Micros t) {
+  return (std::max<Micros>(t, 0) + kMicrosPerMilli - 1) / kMicrosPerMilli;
+}
 
 // The answer of the caller-shaped decision API: the decision, the headers to send with the
 // caller's response (the middleware's, http/headers.hpp), and every enforcing limit.
@@ -441,8 +443,8 @@ class Api::Routes {
     }
     request.peer_address = caller.peer_address;
     if (const auto it = described.find("client_ip"); it != described.end()) {
-      const auto ip = it->is_string() ? http::parse_ip(it->get_ref<const std::string&>())
-                                      : std::nullopt;
+      const auto ip =
+          it->is_string() ? http::parse_ip(it->get_ref<const std::string&>()) : std::nullopt;
       if (!ip) return respond(bad_request("`request.client_ip` must be an IP address"));
       request.peer_address = ip->to_string();
     }
@@ -455,8 +457,8 @@ class Api::Routes {
   // all-or-nothing in one evaluation.
   void check_list(const json& checks, Responder respond) {
     if (!checks.is_array() || checks.empty() || checks.size() > kMaxChecks) {
-      return respond(bad_request(
-          fmt::format("`checks` must be an array of 1 to {} checks", kMaxChecks)));
+      return respond(
+          bad_request(fmt::format("`checks` must be an array of 1 to {} checks", kMaxChecks)));
     }
     std::vector<limiter::Application> apps;
     apps.reserve(checks.size());
@@ -496,16 +498,16 @@ class Api::Routes {
 
   // One evaluation of the limiter, answered with the decision, headers and limits.
   void evaluate(std::vector<limiter::Application> apps, Responder respond) {
-    limiter_.evaluate(std::move(apps), [this, respond = std::move(respond)](
-                                           Result<limiter::Evaluation> ev) {
-      if (!ev) {
-        if (ev.error().code == ErrorCode::invalid_argument) {
-          return respond(bad_request(ev.error().message));
-        }
-        return respond(error_response(503, "Store unavailable: " + ev.error().message));
-      }
-      respond(evaluation_response(*ev, middleware_.options().headers));
-    });
+    limiter_.evaluate(
+        std::move(apps), [this, respond = std::move(respond)](Result<limiter::Evaluation> ev) {
+          if (!ev) {
+            if (ev.error().code == ErrorCode::invalid_argument) {
+              return respond(bad_request(ev.error().message));
+            }
+            return respond(error_response(503, "Store unavailable: " + ev.error().message));
+          }
+          respond(evaluation_response(*ev, middleware_.options().headers));
+        });
   }
 
   // /v1/auth, nginx's auth_request: the original request as nginx describes it
@@ -534,7 +536,8 @@ class Api::Routes {
                  std::move(result.body)};
       r.headers.emplace_back("X-RateLimit-Status", std::to_string(result.status));
       if (result.admitted) {
-        r.status = 200;  // not 204: every answer is written with a Content-Length, which 204 forbids
+        r.status =
+            200;  // not 204: every answer is written with a Content-Length, which 204 forbids
         r.content_type.clear();
       } else if (result.status == 429 || result.status == 400) {
         r.status = 403;

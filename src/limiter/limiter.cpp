@@ -318,7 +318,7 @@ Result<Evaluation> Limiter::evaluate_sync(std::vector<Application> applications)
 }
 
 Result<Application> Limiter::application(std::string_view rule_name, std::string_view identity,
-                                          std::int64_t cost, std::string_view tier) const {
+                                         std::int64_t cost, std::string_view tier) const {
   const Rule* rule = find_rule(rule_name);
   if (rule == nullptr) {
     return make_error(ErrorCode::invalid_argument,

@@ -40,7 +40,8 @@ bool accepts(int port) {
 
 NginxProcess::NginxProcess(std::string_view http_block, int ready_port) : dir_(fresh_dir("nginx")) {
   if (!std::filesystem::exists(kNginxBinary)) {
-    throw std::runtime_error(fmt::format("{} is missing (scripts/deps.sh installs nginx)", kNginxBinary));
+    throw std::runtime_error(
+        fmt::format("{} is missing (scripts/deps.sh installs nginx)", kNginxBinary));
   }
   const auto d = dir_.string();
   // Workers run as root when the tests do, so that they can use the temporary directories.

@@ -48,13 +48,15 @@ rules:
     const int upstream_port = free_port();
     port_ = free_port();
     std::string documented = doc_block("docs/nginx.md", "nginx");
-    replace_once(documented, "server 127.0.0.1:8000;", fmt::format("server 127.0.0.1:{};", upstream_port));
+    replace_once(documented, "server 127.0.0.1:8000;",
+                 fmt::format("server 127.0.0.1:{};", upstream_port));
     replace_once(documented, "server 127.0.0.1:9091;",
                  fmt::format("server 127.0.0.1:{};", ratekeeper_->port()));
     replace_once(documented, "listen 80;", fmt::format("listen 127.0.0.1:{};", port_));
     // The app: answers every request with its URI, so that a test sees what reached it.
     const std::string app = fmt::format(
-        "server {{ listen 127.0.0.1:{}; default_type text/plain; return 200 'app $request_uri'; }}\n",
+        "server {{ listen 127.0.0.1:{}; default_type text/plain; return 200 'app $request_uri'; "
+        "}}\n",
         upstream_port);
     nginx_ = std::make_unique<NginxProcess>(app + documented, port_);
   }
@@ -71,8 +73,8 @@ TEST_F(NginxAuthRequest, AdmitsWithinCapacityThenAnswersTheSeeds429) {
     ASSERT_EQ(r.status, 200) << r.body << nginx_->error_log();
     EXPECT_EQ(r.body, "app /orders/7?page=2");
     EXPECT_EQ(r.header("RateLimit-Policy"), R"("orders";q=3;w=3000)");
-    EXPECT_EQ(r.header("RateLimit"), fmt::format(R"("orders";r={};t={})", remaining,
-                                                 (3 - remaining) * 1000));
+    EXPECT_EQ(r.header("RateLimit"),
+              fmt::format(R"("orders";r={};t={})", remaining, (3 - remaining) * 1000));
     EXPECT_FALSE(r.header("Retry-After"));
   }
   auto denied = client.get("/orders/8");

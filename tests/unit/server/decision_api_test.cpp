@@ -69,9 +69,10 @@ class DecisionApiTest : public ::testing::Test {
   }
 
   http::Response check(const json& body, std::string peer = "192.0.2.1") {
-    return send(http::Request{"POST", "/v1/check", {{"Content-Type", "application/json"}},
-                              body.dump(), {}, 0},
-                std::move(peer));
+    return send(
+        http::Request{
+            "POST", "/v1/check", {{"Content-Type", "application/json"}}, body.dump(), {}, 0},
+        std::move(peer));
   }
 
   // nginx's auth subrequest for `method uri`, sent from `peer`.
@@ -201,8 +202,7 @@ TEST_F(DecisionApiTest, ChecksTakeTheRulesCostAndTierUnlessGiven) {
   EXPECT_EQ(limits[0].at("tier"), "pro");
   EXPECT_EQ(limits[0].at("remaining"), 4);
   EXPECT_EQ(limits[1].at("remaining"), 1);
-  EXPECT_EQ(body.at("headers").at("RateLimit"),
-            R"("search.pro";r=4;t=1000, "quota";r=1;t=3000)");
+  EXPECT_EQ(body.at("headers").at("RateLimit"), R"("search.pro";r=4;t=1000, "quota";r=1;t=3000)");
 }
 
 TEST_F(DecisionApiTest, BadBodiesAre400sNamingTheField) {
@@ -263,7 +263,8 @@ TEST_F(DecisionApiTest, AuthAnswers200WhenAdmittedAnd403WithTheHeadersWhenDenied
   EXPECT_EQ(header(denied, "X-RateLimit-Status"), "429");
   EXPECT_EQ(header(denied, "Retry-After"), "1000");
   EXPECT_EQ(header(denied, "RateLimit"), R"("data";r=0;t=1000)");
-  EXPECT_EQ(json::parse(denied.body), json::parse(R"({"error":"Rate limit exceeded","retryAfter":1000})"));
+  EXPECT_EQ(json::parse(denied.body),
+            json::parse(R"({"error":"Rate limit exceeded","retryAfter":1000})"));
 
   // The original method is what rules match: POST /api/data is not limited.
   auto other = auth("POST", "/api/data", client);
@@ -279,19 +280,16 @@ TEST_F(DecisionApiTest, AuthTakesXRealIpFromTrustedPeersOnly) {
   // Without X-Real-IP the X-Forwarded-For chain says who the client is, as today.
   EXPECT_EQ(auth("GET", "/api/search", {{"X-Forwarded-For", "192.0.2.8"}}).status, 403);
   // An untrusted peer is the client, whatever it says.
-  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.20"}}, "198.51.100.1").status,
-            200);
-  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.21"}}, "198.51.100.1").status,
-            403);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.20"}}, "198.51.100.1").status, 200);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.21"}}, "198.51.100.1").status, 403);
   // Identity headers come through: a user has the tier's budget, not the IP's.
-  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}, {"X-User-ID", "alice"}})
-                .status,
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}, {"X-User-ID", "alice"}}).status,
             200);
 }
 
 TEST_F(DecisionApiTest, AuthRefusesWhatIsNotARequestDescription) {
-  auto no_uri = send(http::Request{"GET", "/v1/auth", {{"X-Original-Method", "GET"}}, {}, {}, 0},
-                     "10.0.0.2");
+  auto no_uri =
+      send(http::Request{"GET", "/v1/auth", {{"X-Original-Method", "GET"}}, {}, {}, 0}, "10.0.0.2");
   EXPECT_EQ(no_uri.status, 400);
   EXPECT_NE(no_uri.body.find("X-Original-URI"), std::string::npos) << no_uri.body;
   auto no_method = send(
@@ -308,7 +306,8 @@ TEST_F(DecisionApiTest, AuthRefusesWhatIsNotARequestDescription) {
 // docs/openapi.yaml lists the fields of the answers: every required field is there, and
 // nothing else.
 TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
-  const auto schemas = YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
+  const auto schemas =
+      YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
   auto required = [&](const char* schema) {
     std::set<std::string> out;
     for (const auto& field : schemas[schema]["required"]) out.insert(field.as<std::string>());
@@ -319,11 +318,11 @@ TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
     for (const auto& [key, value] : object.items()) out.insert(key);
     return out;
   };
-  const auto decision = json::parse(check(described("DELETE", "/orders/1", {{"X-User-ID", "e"}})).body);
+  const auto decision =
+      json::parse(check(described("DELETE", "/orders/1", {{"X-User-ID", "e"}})).body);
   EXPECT_EQ(keys(decision), required("Decision"));
   EXPECT_EQ(keys(decision.at("limits").at(0)), required("Limit"));
-  const auto verdict =
-      json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
+  const auto verdict = json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
   EXPECT_EQ(keys(verdict), required("Verdict"));
   EXPECT_EQ(keys(json::parse(check({{"checks", 1}}).body)), required("BadRequest"));
 }
