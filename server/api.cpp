@@ -512,10 +512,11 @@ class Api::Routes {
 
   // /v1/auth, nginx's auth_request: the original request as nginx describes it
   // (X-Original-Method, X-Original-URI, X-Real-IP, the client's own headers) through the
-  // middleware, answered 200 (empty) when admitted and 403 when denied (429) or refused (400), the
-  // only answers nginx takes besides 401; X-RateLimit-Status carries the status ratekeeper
-  // would have answered, the rate-limit headers are there to be copied. A subrequest that does
-  // not describe a request is a 400 (nginx: 500, as for an outage).
+  // middleware, answered 200 (empty) when admitted and 403 when denied (429) or refused
+  // (400), the only answers nginx takes besides 401; X-RateLimit-Status carries the status
+  // ratekeeper would have answered, the rate-limit headers are there to be copied. A
+  // subrequest that does not describe a request is a 400 (nginx: 500, as for an outage).
+  // Not 204 when admitted: every answer is written with a Content-Length, which 204 forbids.
   void auth(Request subrequest, Responder respond) {
     const auto method = subrequest.header("X-Original-Method");
     if (!method || !is_method(*method)) {
@@ -536,8 +537,7 @@ class Api::Routes {
                  std::move(result.body)};
       r.headers.emplace_back("X-RateLimit-Status", std::to_string(result.status));
       if (result.admitted) {
-        r.status =
-            200;  // not 204: every answer is written with a Content-Length, which 204 forbids
+        r.status = 200;
         r.content_type.clear();
       } else if (result.status == 429 || result.status == 400) {
         r.status = 403;
