@@ -4,6 +4,9 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-dev libyaml-cpp-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev librapidcheck-dev libgtest-dev
   libgmock-dev googletest libbenchmark-dev redis-server redis-sentinel redis-tools curl wrk
+  # the auth_request tests: a real nginx (started by the tests, never as a service); the
+  # decision API's Python example, run by the tests
+  nginx python3
   # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes of clang 16 (clang 14 cannot compile
   # <expected>), llvm-symbolizer for readable stack traces.
   clang-16 libclang-rt-16-dev llvm

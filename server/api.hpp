@@ -1,9 +1,11 @@
 #pragma once
 // The routes of `ratekeeper serve`: the seed's demo API (/api/data, /api/profile, /api/search,
 // /api/export/<name>, /auth/login) behind the rate-limiting middleware, the decision API
-// (POST /v1/check), /healthz, /readyz and /metrics. Every answer is a response: replies are
-// built from validated values, and text taken from the request or the store is written into
-// JSON with invalid UTF-8 replaced, never thrown on.
+// (POST /v1/check: one rule and identity, a described HTTP request, or a list of checks
+// consumed all-or-nothing; docs/decision-api.md), nginx's auth_request endpoint (/v1/auth:
+// 200 admitted, 403 denied; docs/nginx.md), /healthz, /readyz and /metrics. Every answer is a
+// response: replies are built from validated values, and text taken from the request or the
+// store is written into JSON with invalid UTF-8 replaced, never thrown on.
 //
 // Thread-safe: it holds only thread-safe parts. The limiter and middleware must outlive it.
 

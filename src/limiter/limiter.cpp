@@ -317,17 +317,15 @@ Result<Evaluation> Limiter::evaluate_sync(std::vector<Application> applications)
   return future.get();
 }
 
-void Limiter::check(std::string_view rule_name, std::string_view identity, std::int64_t cost,
-                    VerdictCallback done, std::string_view tier) {
+Result<Application> Limiter::application(std::string_view rule_name, std::string_view identity,
+                                         std::int64_t cost, std::string_view tier) const {
   const Rule* rule = find_rule(rule_name);
   if (rule == nullptr) {
-    done(make_error(ErrorCode::invalid_argument,
-                    fmt::format("unknown rule '{}'", rule_name.substr(0, 64))));
-    return;
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("unknown rule '{}'", rule_name.substr(0, 64)));
   }
   if (cost < 0) {
-    done(make_error(ErrorCode::invalid_argument, fmt::format("cost must be >= 0, got {}", cost)));
-    return;
+    return make_error(ErrorCode::invalid_argument, fmt::format("cost must be >= 0, got {}", cost));
   }
   Application app;
   app.rule = rule;
@@ -341,8 +339,19 @@ void Limiter::check(std::string_view rule_name, std::string_view identity, std::
       app.tier = config_.tiers.resolve(identity.substr(5), std::nullopt);
     }
   }
+  return app;
+}
+
+void Limiter::check(std::string_view rule_name, std::string_view identity, std::int64_t cost,
+                    VerdictCallback done, std::string_view tier) {
+  auto app = application(rule_name, identity, cost, tier);
+  if (!app) {
+    done(std::unexpected(app.error()));
+    return;
+  }
+  const Rule* rule = app->rule;
   std::vector<Application> apps;
-  apps.push_back(std::move(app));
+  apps.push_back(std::move(*app));
 
   if (rule->shadow) {
     auto prepared = prepare(std::move(apps));

@@ -40,6 +40,8 @@ std::string read_file(const std::filesystem::path& path) {
   return out.str();
 }
 
+}  // namespace
+
 std::filesystem::path fresh_dir(std::string_view what) {
   static std::atomic<int> counter{0};
   auto dir = std::filesystem::temp_directory_path() /
@@ -51,7 +53,7 @@ std::filesystem::path fresh_dir(std::string_view what) {
 
 // `max_open_files` > 0: the child's RLIMIT_NOFILE.
 pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out,
-            const std::filesystem::path& err, int max_open_files = 0) {
+            const std::filesystem::path& err, int max_open_files) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -84,6 +86,8 @@ std::optional<int> wait_pid(pid_t pid, std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
+
+namespace {
 
 HttpResponse convert(bhttp::response<bhttp::string_body>&& res) {
   HttpResponse out;

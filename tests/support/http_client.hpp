@@ -129,6 +129,15 @@ ProcessResult run_ratekeeper(const std::vector<std::string>& args,
 // `ratekeeper_decisions_total{rule="api",outcome="allowed"}`; nullopt when absent.
 std::optional<double> metric_value(std::string_view exposition, std::string_view series);
 
+// Child processes of the tests. fresh_dir: a new empty directory under the system's temporary
+// directory, named after `what`. spawn: runs `argv` (argv[0] a path) with stdout and stderr
+// to the files given (`max_open_files` > 0: its RLIMIT_NOFILE). wait_pid: the exit status of
+// `pid` once it has exited within `timeout` (-1 for a signal), else nullopt.
+std::filesystem::path fresh_dir(std::string_view what);
+pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out,
+            const std::filesystem::path& err, int max_open_files = 0);
+std::optional<int> wait_pid(pid_t pid, std::chrono::milliseconds timeout);
+
 // Writes `text` to a new file in a fresh temporary directory and returns its path.
 std::filesystem::path write_temp_file(std::string_view name, std::string_view text);
 

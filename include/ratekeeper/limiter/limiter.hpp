@@ -117,6 +117,14 @@ class Limiter {
   void evaluate(std::vector<Application> applications, EvaluationCallback done);
   Result<Evaluation> evaluate_sync(std::vector<Application> applications);
 
+  // The application of one rule to an identity chosen by the caller (the decision API):
+  // `tier` for tiered rules (empty: from the users table for "user:<id>", else the default),
+  // an "ip:" identity of a non-IP rule takes the rule's IP policy. Unknown rule or negative
+  // cost → invalid_argument; the identity and the cost against the limits are checked when
+  // evaluated.
+  Result<Application> application(std::string_view rule_name, std::string_view identity,
+                                  std::int64_t cost, std::string_view tier = {}) const;
+
   // The decision API (POST /v1/check): one rule, an identity given by the caller, a cost.
   // Unknown rule, bad identity, negative cost or cost above a limit → invalid_argument.
   // Shadow rules answer allowed (their real decision is counted and logged).

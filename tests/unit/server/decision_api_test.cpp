@@ -1,0 +1,331 @@
+// The decision API shaped for callers (POST /v1/check with `request` or `checks`) and nginx's
+// auth_request endpoint (/v1/auth), driven through the server's routes over a memory store
+// whose clock stands still.
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "api.hpp"
+#include "config.hpp"
+#include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
+#include "ratekeeper/store/memory_store.hpp"
+
+namespace ratekeeper::server {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kConfig = R"(
+trusted_proxies: [10.0.0.0/8]
+logging: {decisions: {enabled: false}}
+tiers:
+  default: free
+  levels:
+    free: [{capacity: 2, refill_rate: 0.001}]
+    pro: [{capacity: 5, refill_rate: 0.001}]
+  users: {alice: pro}
+rules:
+  - name: data
+    match: {methods: [GET], path: /api/data}
+    limits: [{capacity: 2, refill_rate: 0.001}]
+  - name: search
+    match: {path: /api/search}
+    identity: {type: user_or_ip, header: X-User-ID}
+    tiered: true
+    ip_limits: [{capacity: 1, refill_rate: 0.001}]
+  - name: orders
+    match: {path_prefix: /orders}
+    identity: {type: header, header: X-User-ID}
+    limits:
+      - {name: burst, capacity: 3, refill_rate: 0.001}
+      - {name: hourly, algorithm: fixed_window, limit: 10, window: 1h}
+  - name: quota
+    match: {path: /quota}
+    limits: [{capacity: 4, refill_rate: 0.001}]
+)";
+
+class DecisionApiTest : public ::testing::Test {
+ protected:
+  DecisionApiTest()
+      : config_(parse_config(kConfig)),
+        store_({.max_keys = 1000, .shards = 1, .clock = &clock_}),
+        limiter_(config_.limiter, store_),
+        middleware_(limiter_, config_.middleware),
+        api_(limiter_, middleware_) {}
+
+  http::Response send(http::Request request, std::string peer = "192.0.2.1") {
+    request.peer_address = std::move(peer);
+    std::optional<http::Response> answer;
+    api_.handle(std::move(request), [&answer](http::Response r) { answer = std::move(r); });
+    EXPECT_TRUE(answer.has_value()) << "the memory store answers inline";
+    return answer.value_or(http::Response{0, {}, {}, {}});
+  }
+
+  http::Response check(const json& body, std::string peer = "192.0.2.1") {
+    return send(
+        http::Request{
+            "POST", "/v1/check", {{"Content-Type", "application/json"}}, body.dump(), {}, 0},
+        std::move(peer));
+  }
+
+  // nginx's auth subrequest for `method uri`, sent from `peer`.
+  http::Response auth(std::string method, std::string uri, http::HeaderList headers,
+                      std::string peer = "10.0.0.2") {
+    headers.emplace_back("X-Original-Method", std::move(method));
+    headers.emplace_back("X-Original-URI", std::move(uri));
+    return send(http::Request{"GET", "/v1/auth", std::move(headers), {}, {}, 0}, std::move(peer));
+  }
+
+  static std::optional<std::string> header(const http::Response& r, std::string_view name) {
+    for (const auto& [n, v] : r.headers) {
+      if (http::iequals(n, name)) return v;
+    }
+    return std::nullopt;
+  }
+
+  ManualClock clock_{1'700'000'000 * kMicrosPerSecond};
+  Config config_;
+  store::MemoryStore store_;
+  limiter::Limiter limiter_;
+  http::Middleware middleware_;
+  Api api_;
+};
+
+json described(std::string method, std::string path, json headers = json::object(),
+               std::optional<std::string> client_ip = "192.0.2.7") {
+  json request{{"method", std::move(method)}, {"path", std::move(path)}, {"headers", headers}};
+  if (client_ip) request["client_ip"] = *client_ip;
+  return {{"request", std::move(request)}};
+}
+
+TEST_F(DecisionApiTest, RequestShapeSharesTheMiddlewaresBucketsForTheGivenClient) {
+  auto first = check(described("GET", "/api/data?x=1"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto body = json::parse(first.body);
+  EXPECT_EQ(body.at("allowed"), true);
+  EXPECT_EQ(body.at("status"), 200);
+  EXPECT_EQ(body.at("headers").at("RateLimit-Policy"), R"("data";q=2;w=2000)");
+  EXPECT_EQ(body.at("headers").at("RateLimit"), R"("data";r=1;t=1000)");
+  ASSERT_EQ(body.at("limits").size(), 1u);
+  const auto& limit = body.at("limits")[0];
+  EXPECT_EQ(limit.at("rule"), "data");
+  EXPECT_EQ(limit.at("identity"), "ip:192.0.2.7");
+  EXPECT_EQ(limit.at("limit"), 2);
+  EXPECT_EQ(limit.at("remaining"), 1);
+  EXPECT_EQ(limit.at("window_ms"), 2'000'000);
+
+  // The client's own request through the middleware takes the last token of the same bucket.
+  EXPECT_EQ(send(http::Request{"GET", "/api/data", {}, {}, {}, 0}, "192.0.2.7").status, 200);
+  auto denied = check(described("GET", "/api/data"));
+  ASSERT_EQ(denied.status, 429) << denied.body;
+  body = json::parse(denied.body);
+  EXPECT_EQ(body.at("allowed"), false);
+  EXPECT_EQ(body.at("status"), 429);
+  EXPECT_EQ(body.at("retry_after_ms"), 1'000'000);
+  EXPECT_EQ(body.at("headers").at("Retry-After"), "1000");
+  EXPECT_EQ(header(denied, "Retry-After"), "1000");
+  EXPECT_EQ(body.at("limits")[0].at("retry_after_ms"), 1'000'000);
+
+  // Another client has its own bucket.
+  EXPECT_EQ(check(described("GET", "/api/data", json::object(), "2001:DB8::1")).status, 200);
+}
+
+TEST_F(DecisionApiTest, RequestShapeResolvesIdentitiesAndTiersFromTheHeaders) {
+  auto alice = check(described("POST", "/api/search", {{"X-User-ID", "alice"}}));
+  ASSERT_EQ(alice.status, 200) << alice.body;
+  auto limit = json::parse(alice.body).at("limits").at(0);
+  EXPECT_EQ(limit.at("identity"), "user:alice");
+  EXPECT_EQ(limit.at("tier"), "pro");
+  EXPECT_EQ(limit.at("limit"), 5);
+
+  auto anonymous = check(described("POST", "/api/search"));
+  ASSERT_EQ(anonymous.status, 200) << anonymous.body;
+  limit = json::parse(anonymous.body).at("limits").at(0);
+  EXPECT_EQ(limit.at("identity"), "ip:192.0.2.7");
+  EXPECT_EQ(limit.at("limit"), 1);
+}
+
+TEST_F(DecisionApiTest, RequestShapeMatchesMethodsAndPathsAsTheMiddleware) {
+  auto unmatched = check(described("POST", "/api/data"));
+  ASSERT_EQ(unmatched.status, 200) << unmatched.body;
+  const auto body = json::parse(unmatched.body);
+  EXPECT_EQ(body.at("allowed"), true);
+  EXPECT_TRUE(body.at("headers").empty()) << body;
+  EXPECT_TRUE(body.at("limits").empty()) << body;
+
+  auto orders = check(described("DELETE", "/orders/7", {{"X-User-ID", "bob"}}));
+  ASSERT_EQ(orders.status, 200) << orders.body;
+  const auto limits = json::parse(orders.body).at("limits");
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[0].at("policy"), "orders.burst");
+  EXPECT_EQ(limits[1].at("policy"), "orders.hourly");
+  EXPECT_EQ(limits[1].at("algorithm"), "fixed_window");
+  EXPECT_EQ(limits[1].at("window_ms"), 3'600'000);
+  EXPECT_EQ(limits[1].at("remaining"), 9);
+}
+
+TEST_F(DecisionApiTest, ChecksAreConsumedAllOrNothing) {
+  const json drain{{"checks", {{{"rule", "quota"}, {"identity", "user:carol"}, {"cost", 4}}}}};
+  ASSERT_EQ(check(drain).status, 200);
+  const json both{{"checks",
+                   {{{"rule", "data"}, {"identity", "ip:192.0.2.9"}},
+                    {{"rule", "quota"}, {"identity", "user:carol"}, {"cost", 1}}}}};
+  auto denied = check(both);
+  ASSERT_EQ(denied.status, 429) << denied.body;
+  const auto limits = json::parse(denied.body).at("limits");
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[0].at("allowed"), true);
+  EXPECT_EQ(limits[1].at("allowed"), false);
+
+  // The admitted check of the denied pair consumed nothing: both tokens are still there.
+  const json peek{{"checks", {{{"rule", "data"}, {"identity", "ip:192.0.2.9"}, {"cost", 0}}}}};
+  auto after = check(peek);
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(json::parse(after.body).at("limits")[0].at("remaining"), 2);
+}
+
+TEST_F(DecisionApiTest, ChecksTakeTheRulesCostAndTierUnlessGiven) {
+  const json checks{{"checks",
+                     {{{"rule", "search"}, {"identity", "user:dave"}, {"tier", "pro"}},
+                      {{"rule", "quota"}, {"identity", "user:dave"}, {"cost", 3}}}}};
+  auto r = check(checks);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto body = json::parse(r.body);
+  const auto& limits = body.at("limits");
+  EXPECT_EQ(limits[0].at("tier"), "pro");
+  EXPECT_EQ(limits[0].at("remaining"), 4);
+  EXPECT_EQ(limits[1].at("remaining"), 1);
+  EXPECT_EQ(body.at("headers").at("RateLimit"), R"("search.pro";r=4;t=1000, "quota";r=1;t=3000)");
+}
+
+TEST_F(DecisionApiTest, BadBodiesAre400sNamingTheField) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"request", "GET /"}}, "`request` must be an object"},
+      {{{"request", {{"path", "/"}}}}, "`request.method`"},
+      {{{"request", {{"method", "G ET"}, {"path", "/"}}}}, "`request.method`"},
+      {{{"request", {{"method", "GET"}, {"path", "api"}}}}, "`request.path`"},
+      {{{"request", {{"method", "GET"}, {"path", "/"}, {"headers", {{"X-A", 1}}}}}},
+       "`request.headers`"},
+      {{{"request", {{"method", "GET"}, {"path", "/"}, {"client_ip", "localhost"}}}},
+       "`request.client_ip`"},
+      {{{"request", {{"method", "GET"}, {"path", "/"}, {"client-ip", "192.0.2.7"}}}},
+       "`request.client-ip`"},
+      {described("GET", "/api/search", {{"X-User-ID", std::string(300, 'u')}}), "`request`:"},
+      {{{"checks", json::array()}}, "`checks`"},
+      {{{"checks", {{{"rule", "data"}}}}}, "`checks[0].identity`"},
+      {{{"checks", {{{"rule", "data"}, {"identity", "ip:192.0.2.7"}}, 7}}}, "`checks[1]`"},
+      {{{"checks", {{{"rule", "data"}, {"identity", "ip:192.0.2.7"}, {"cost", -1}}}}},
+       "`checks[0].cost`"},
+      {{{"checks", {{{"rule", "data"}, {"identity", "ip:192.0.2.7"}, {"cost", 1.5}}}}},
+       "`checks[0].cost`"},
+      {{{"checks", {{{"rule", "data"}, {"identity", "ip:192.0.2.7"}, {"weight", 1}}}}},
+       "`checks[0].weight`"},
+      {{{"checks", {{{"rule", "nope"}, {"identity", "ip:192.0.2.7"}}}}}, "`checks[0]`: unknown"},
+      {{{"checks",
+         {{{"rule", "data"}, {"identity", "ip:192.0.2.7"}},
+          {{"rule", "data"}, {"identity", "ip:192.0.2.7"}}}}},
+       "`checks[1]` repeats"},
+      {{{"checks", {{{"rule", "data"}, {"identity", "ip:192.0.2.7"}}}}, {"rule", "data"}},
+       "give one of"},
+  };
+  for (const auto& [body, field] : cases) {
+    auto r = check(body);
+    EXPECT_EQ(r.status, 400) << body << " → " << r.body;
+    const auto answer = json::parse(r.body);
+    EXPECT_NE(answer.at("detail").get<std::string>().find(field), std::string::npos)
+        << body << " → " << r.body;
+  }
+  // Nothing of the refused bodies was consumed.
+  auto r = check(described("GET", "/api/data"));
+  EXPECT_EQ(json::parse(r.body).at("limits")[0].at("remaining"), 1) << r.body;
+}
+
+TEST_F(DecisionApiTest, AuthAnswers200WhenAdmittedAnd403WithTheHeadersWhenDenied) {
+  const http::HeaderList client = {{"X-Real-IP", "192.0.2.7"}};
+  for (int i = 0; i < 2; ++i) {
+    auto admitted = auth("GET", "/api/data?page=2", client);
+    EXPECT_EQ(admitted.status, 200) << admitted.body;
+    EXPECT_TRUE(admitted.body.empty());
+    EXPECT_EQ(header(admitted, "X-RateLimit-Status"), "200");
+    EXPECT_EQ(header(admitted, "RateLimit-Policy"), R"("data";q=2;w=2000)");
+    EXPECT_TRUE(header(admitted, "RateLimit"));
+    EXPECT_FALSE(header(admitted, "Retry-After"));
+  }
+  auto denied = auth("GET", "/api/data", client);
+  EXPECT_EQ(denied.status, 403) << denied.body;
+  EXPECT_EQ(header(denied, "X-RateLimit-Status"), "429");
+  EXPECT_EQ(header(denied, "Retry-After"), "1000");
+  EXPECT_EQ(header(denied, "RateLimit"), R"("data";r=0;t=1000)");
+  EXPECT_EQ(json::parse(denied.body),
+            json::parse(R"({"error":"Rate limit exceeded","retryAfter":1000})"));
+
+  // The original method is what rules match: POST /api/data is not limited.
+  auto other = auth("POST", "/api/data", client);
+  EXPECT_EQ(other.status, 200);
+  EXPECT_FALSE(header(other, "RateLimit"));
+}
+
+TEST_F(DecisionApiTest, AuthTakesXRealIpFromTrustedPeersOnly) {
+  // From a trusted nginx, each X-Real-IP is its own client.
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}}).status, 200);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.8"}}).status, 200);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}}).status, 403);
+  // Without X-Real-IP the X-Forwarded-For chain says who the client is, as today.
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Forwarded-For", "192.0.2.8"}}).status, 403);
+  // An untrusted peer is the client, whatever it says.
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.20"}}, "198.51.100.1").status, 200);
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.21"}}, "198.51.100.1").status, 403);
+  // Identity headers come through: a user has the tier's budget, not the IP's.
+  EXPECT_EQ(auth("GET", "/api/search", {{"X-Real-IP", "192.0.2.7"}, {"X-User-ID", "alice"}}).status,
+            200);
+}
+
+TEST_F(DecisionApiTest, AuthRefusesWhatIsNotARequestDescription) {
+  auto no_uri =
+      send(http::Request{"GET", "/v1/auth", {{"X-Original-Method", "GET"}}, {}, {}, 0}, "10.0.0.2");
+  EXPECT_EQ(no_uri.status, 400);
+  EXPECT_NE(no_uri.body.find("X-Original-URI"), std::string::npos) << no_uri.body;
+  auto no_method = send(
+      http::Request{"GET", "/v1/auth", {{"X-Original-URI", "/api/data"}}, {}, {}, 0}, "10.0.0.2");
+  EXPECT_EQ(no_method.status, 400);
+  EXPECT_NE(no_method.body.find("X-Original-Method"), std::string::npos) << no_method.body;
+
+  // A request the middleware refuses (an identity too long to be a key) is a 403 saying 400.
+  auto bad = auth("GET", "/api/search", {{"X-User-ID", std::string(300, 'u')}});
+  EXPECT_EQ(bad.status, 403) << bad.body;
+  EXPECT_EQ(header(bad, "X-RateLimit-Status"), "400");
+}
+
+// docs/openapi.yaml lists the fields of the answers: every required field is there, and
+// nothing else.
+TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
+  const auto schemas =
+      YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
+  auto required = [&](const char* schema) {
+    std::set<std::string> out;
+    for (const auto& field : schemas[schema]["required"]) out.insert(field.as<std::string>());
+    return out;
+  };
+  auto keys = [](const json& object) {
+    std::set<std::string> out;
+    for (const auto& [key, value] : object.items()) out.insert(key);
+    return out;
+  };
+  const auto decision =
+      json::parse(check(described("DELETE", "/orders/1", {{"X-User-ID", "e"}})).body);
+  EXPECT_EQ(keys(decision), required("Decision"));
+  EXPECT_EQ(keys(decision.at("limits").at(0)), required("Limit"));
+  const auto verdict = json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
+  EXPECT_EQ(keys(verdict), required("Verdict"));
+  EXPECT_EQ(keys(json::parse(check({{"checks", 1}}).body)), required("BadRequest"));
+}
+
+}  // namespace
+}  // namespace ratekeeper::server
