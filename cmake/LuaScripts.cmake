@@ -1,7 +1,7 @@
 # The embedded Redis scripts and the lua/*.lua parts each is assembled from, in order:
 # lua/prelude.lua, the algorithm(s), the entry part, then the call of the entry. Included by
 # EmbedLua.cmake (the build's outputs) and EmbedLuaScript.cmake (the assembly).
-set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch multi_at refund)
+set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch multi_at multi_delay refund)
 # The algorithms, numbered as enum algorithms::Algorithm.
 set(number 0)
 foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_window)
@@ -20,5 +20,8 @@ set(call_batch "return run_batch()")
 # instant it decided at, and the refund of what such a check consumed.
 set(parts_multi_at prelude ${all_algorithms} multi multi_at)
 set(call_multi_at "return run_multi_at()")
+# A check whose keys may wait for their turn (on_limit: delay): "multi" with a max_delay per key.
+set(parts_multi_delay prelude ${all_algorithms} multi multi_delay)
+set(call_multi_delay "return run_multi_delay()")
 set(parts_refund prelude ${all_algorithms} refund)
 set(call_refund "return run_refund()")

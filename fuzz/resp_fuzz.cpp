@@ -2,7 +2,7 @@
 // go through the RESP reader (hiredis' reader building redis::Reply) in chunks whose sizes
 // the fuzzer chooses, which must read exactly as the same bytes fed at once; then every
 // reply goes through every parser of script replies into decisions (single and multi-key
-// scripts, the batch script, multi_at and refund) for a few shapes of checks.
+// scripts, the batch script, multi_at, multi_delay and refund) for a few shapes of checks.
 //
 // Input: a 128-byte header (chunk sizes, then the shapes of the checks, as FuzzedDataProvider
 // reads them: from its end), then the bytes from the server. fuzz/resp_seeds.py writes seeds.
@@ -93,6 +93,10 @@ void parse_everything(const Reply& reply, std::span<const store::detail::BatchEn
   (void)store::detail::is_noscript(Result<Reply>(reply));
   for (std::size_t n = 1; n <= 3; ++n) {
     check_outcome(store::detail::parse_outcome(reply, n), n);
+    if (auto d = store::detail::parse_delayed_outcome(reply, n)) {
+      require(d->items.size() == n && d->decision.delay >= 0 && d->decision.delay <= algorithms::kMaxDelay);
+      require(d->decision.delay == 0 || d->decision.allowed);
+    }
     if (auto t = store::detail::parse_timed_outcome(reply, n))
       require(t->outcome.items.size() == n);
     if (auto r = store::detail::parse_refund(reply, n))

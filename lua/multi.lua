@@ -27,13 +27,13 @@ local function combine(items)
 end
 
 -- The limits of keys KEYS[first], ..., KEYS[first + n - 1], their arguments from ARGV[arg]
--- on (algorithm, capacity, period_us, cost per key), checked before anything is read or
--- written.
-local function parse_limits(first, n, arg)
+-- on (algorithm, capacity, period_us, cost per key, `stride` arguments per key: 4 when
+-- omitted), checked before anything is read or written.
+local function parse_limits(first, n, arg, stride)
   local limits = {}
   local seen = {}
   for i = 1, n do
-    local base = arg + 4 * (i - 1)
+    local base = arg + (stride or 4) * (i - 1)
     local algorithm = tonumber(ARGV[base])
     local step = STEPS[algorithm]
     if step == nil then fail('unknown algorithm ' .. tostring(ARGV[base])) end
@@ -41,13 +41,30 @@ local function parse_limits(first, n, arg)
     local key = KEYS[first + i - 1]
     if seen[key] then fail("key '" .. key .. "' appears twice in one check") end
     seen[key] = true
-    limits[i] = {key = key, step = step, capacity = capacity, period = period, cost = cost}
+    limits[i] = {key = key, step = step, capacity = capacity, period = period, cost = cost, max_delay = 0}
   end
   return limits
 end
 
+-- The send delay of a check denied at one instant (algorithms::schedule_delay): the largest
+-- retry_after of its items when every limit is a token bucket and each item's retry_after is
+-- within its max_delay; 0 (deny) otherwise.
+local function schedule_delay(limits, items)
+  local delay = 0
+  for i = 1, #limits do
+    if limits[i].step ~= token_bucket then return 0 end
+    if items[i][1] == 0 then
+      if items[i][4] > limits[i].max_delay then return 0 end
+      delay = math.max(delay, items[i][4])
+    end
+  end
+  return delay
+end
+
 -- Checks `limits` at `now`, consuming from all of them or from none. Returns the combined
--- decision, then each key's decision, 5 integers each.
+-- decision, then each key's decision, 5 integers each; and the delay of the check (0 unless
+-- `limits.delays`, set by multi_delay.lua: a check denied now may then be admitted with
+-- one send time, as algorithms::step_all with max_delays).
 local function check_all(limits, now)
   local n = #limits
   local items, stores = {}, {}
@@ -56,6 +73,17 @@ local function check_all(limits, now)
     local l = limits[i]
     items[i], stores[i] = l.step(l.key, l.capacity, l.period, l.cost, now)
     allowed = allowed and items[i][1] == 1
+  end
+  local delay = 0
+  if not allowed and limits.delays then
+    delay = schedule_delay(limits, items)
+    if delay > 0 then
+      for i = 1, n do
+        local l = limits[i]
+        items[i], stores[i] = token_bucket_delayed(l.key, l.capacity, l.period, l.cost, now, delay)
+      end
+      allowed = true
+    end
   end
   if not allowed then
     -- Nothing is consumed: the limits that would have admitted report their state as a peek.
@@ -74,7 +102,7 @@ local function check_all(limits, now)
   for i = 1, n do
     for j = 1, 5 do out[#out + 1] = items[i][j] end
   end
-  return out
+  return out, delay
 end
 
 local function run_multi()
@@ -83,5 +111,6 @@ local function run_multi()
     fail('expected now_us, then algorithm, capacity, period_us, cost per key')
   end
   local limits = parse_limits(1, n, 2)
-  return check_all(limits, resolve_now(ARGV[1]))
+  local out = check_all(limits, resolve_now(ARGV[1]))
+  return out
 end

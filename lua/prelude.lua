@@ -8,6 +8,7 @@ local MAX_EXACT = 2 ^ 53
 local MAX_HORIZON = 2 ^ 51       -- token bucket: capacity × interval
 local MAX_WINDOW_LIMIT = 2 ^ 40  -- algorithms::kMaxWindowLimit
 local MAX_WINDOW = 2 ^ 45        -- algorithms::kMaxWindow
+local MAX_DELAY = 3600 * 1000000  -- algorithms::kMaxDelay
 local TOKEN_BUCKET = 0           -- the algorithm numbers of enum algorithms::Algorithm
 
 local function fail(message)

@@ -35,6 +35,19 @@ local function token_bucket(key, capacity, interval, cost, now)
          store_tat(key, t, allowed and cost > 0, exists, now)
 end
 
+-- A request checked at `now` admitted as if it arrived at now + delay, the decision told from
+-- `now` (token_bucket::step_delayed, line by line): the caller chose `delay` so that it admits.
+local function token_bucket_delayed(key, capacity, interval, cost, now, delay)
+  local stored, exists = read_tat(key)
+  local allowed, remaining, retry_after, reset_after, t = gcra(stored, capacity, interval, cost, now + delay)
+  if allowed then
+    reset_after = reset_after + delay
+    remaining = cdiv(math.max(0, capacity * interval - reset_after), interval)
+  end
+  return {allowed and 1 or 0, capacity, remaining, retry_after, reset_after},
+         store_tat(key, t, allowed and cost > 0, exists, now)
+end
+
 -- `repeats` identical checks one after the other at `now`, in closed form: how many are
 -- admitted (a prefix: a denial changes nothing, so the checks after it are denied alike),
 -- and one store. Returns {admitted, the first decision if admitted > 0, the denial if

@@ -441,7 +441,7 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
                         FailureMode default_mode, http::RuleMatch& match) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
-                "shadow", "on_store_error"});
+                "shadow", "on_store_error", "on_limit", "max_delay"});
   limiter::Rule rule;
   rule.on_store_error = default_mode;
   if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
@@ -558,6 +558,20 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   if (node["on_store_error"]) {
     rule.on_store_error =
         failure_mode(r, node["on_store_error"], Reader::field(path, "on_store_error"));
+  }
+  // Which limits on_limit: delay allows, and max_delay required with it: limiter::validate.
+  if (node["on_limit"]) {
+    const auto on_limit = r.string(node["on_limit"], Reader::field(path, "on_limit"));
+    if (on_limit == "reject")
+      rule.on_limit = limiter::OnLimit::reject;
+    else if (on_limit == "delay")
+      rule.on_limit = limiter::OnLimit::delay;
+    else
+      r.fail(Reader::field(path, "on_limit"), fmt::format("must be reject or delay, got '{}'", on_limit));
+  }
+  if (node["max_delay"]) {
+    rule.max_delay =
+        r.duration(node["max_delay"], Reader::field(path, "max_delay"), 1, algorithms::kMaxDelay);
   }
   return rule;
 }

@@ -17,6 +17,26 @@ Result<void> validate_now(Micros now) {
   return {};
 }
 
+Result<void> validate_max_delay(Micros max_delay) {
+  if (max_delay < 0 || max_delay > kMaxDelay) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("max_delay must be between 0 and {} microseconds, got {}", kMaxDelay, max_delay));
+  }
+  return {};
+}
+
+Micros schedule_delay(std::span<const Limit> limits, std::span<const Decision> items,
+                      std::span<const Micros> max_delays) {
+  Micros delay = 0;
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    if (limits[i].algorithm != Algorithm::token_bucket) return 0;
+    if (items[i].allowed) continue;
+    if (items[i].retry_after > max_delays[i]) return 0;
+    delay = std::max(delay, items[i].retry_after);
+  }
+  return delay;
+}
+
 Step step_unchecked(const Limit& limit, State state, Micros now, std::int64_t cost) {
   switch (limit.algorithm) {
     case Algorithm::token_bucket: return token_bucket::step(limit, std::move(state), now, cost);
@@ -60,9 +80,13 @@ Combined combine_with_binding(std::span<const Decision> items) {
 Decision combine(std::span<const Decision> items) { return combine_with_binding(items).decision; }
 
 Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> states, Micros now,
-                           std::span<const std::int64_t> costs) {
-  if (limits.size() != states.size() || limits.size() != costs.size()) {
-    return make_error(ErrorCode::invalid_argument, "limits, states and costs differ in length");
+                           std::span<const std::int64_t> costs, std::span<const Micros> max_delays) {
+  if (limits.size() != states.size() || limits.size() != costs.size() ||
+      (!max_delays.empty() && max_delays.size() != limits.size())) {
+    return make_error(ErrorCode::invalid_argument, "limits, states, costs and max_delays differ in length");
+  }
+  for (const Micros max_delay : max_delays) {
+    if (auto ok = validate_max_delay(max_delay); !ok) return std::unexpected(ok.error());
   }
   if (auto ok = validate_now(now); !ok) return std::unexpected(ok.error());
   for (std::size_t i = 0; i < limits.size(); ++i) {
@@ -79,6 +103,20 @@ Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> sta
     out.items.push_back(s.decision);
     out.expires_at.push_back(s.expires_at);
     next.push_back(std::move(s.state));
+  }
+  if (!allowed && !max_delays.empty()) {
+    // One send time for the whole check; lua/multi.lua's check_all mirrors this.
+    if (const Micros delay = schedule_delay(limits, out.items, max_delays); delay > 0) {
+      for (std::size_t i = 0; i < limits.size(); ++i) {
+        Step s = token_bucket::step_delayed(limits[i], std::move(states[i]), now, costs[i], delay);
+        out.items[i] = s.decision;
+        out.expires_at[i] = s.expires_at;
+        next[i] = std::move(s.state);
+      }
+      out.states = std::move(next);
+      out.decision = combine(out.items);
+      return out;
+    }
   }
   if (!allowed) {
     // Nothing is consumed: the limits that would have admitted report their state as a peek.

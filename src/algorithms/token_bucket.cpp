@@ -30,4 +30,17 @@ Step step(const Limit& limit, State state, Micros now, std::int64_t cost) {
   return out;
 }
 
+// lua/token_bucket.lua's token_bucket_delayed mirrors this line by line.
+Step step_delayed(const Limit& limit, State state, Micros now, std::int64_t cost, Micros delay) {
+  Step out = step(limit, std::move(state), now + delay, cost);
+  if (out.decision.allowed) {
+    const Micros tau = limit.capacity * limit.period;
+    out.decision.reset_after += delay;
+    out.decision.remaining = std::max<Micros>(0, tau - out.decision.reset_after) / limit.period;
+    out.decision.delay = delay;
+  }
+  out.expires_at = out.state.t > now ? out.state.t : 0;
+  return out;
+}
+
 }  // namespace ratekeeper::algorithms::token_bucket

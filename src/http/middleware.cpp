@@ -164,6 +164,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
         r.headers = rate_limit_headers(*ev, options_.headers);
         if (ev->allowed) {
           metrics_.record(RequestOutcome::admitted);
+          r.delay = ev->decision.delay;
         } else {
           metrics_.record(RequestOutcome::rejected);
           r.admitted = false;

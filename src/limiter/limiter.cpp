@@ -144,8 +144,9 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     if (rule->shadow) {
       prepared->shadow.push_back(std::move(pr));
     } else {
+      const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
       for (const auto& lo : pr.outcome.limits) {
-        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, pr.cost});
+        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, pr.cost, max_delay});
       }
       prepared->enforcing.push_back(std::move(pr));
     }

@@ -18,6 +18,10 @@ std::string_view to_string(IdentityKind kind) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(OnLimit on_limit) noexcept {
+  return on_limit == OnLimit::delay ? "delay" : "reject";
+}
+
 const std::string& Tiers::resolve(std::string_view user_id,
                                   std::optional<std::string_view> header_value) const {
   if (trust_header && header_value) {

@@ -67,6 +67,49 @@ void check_policy(Issues& out, const std::string& field, const Policy& policy, s
   check_cost(out, policy, cost, cost_field);
 }
 
+// The first limit of `policy` that is not a token bucket, or nullptr.
+const NamedLimit* window_limit(const Policy& policy) {
+  for (const auto& l : policy) {
+    if (l.limit.algorithm != algorithms::Algorithm::token_bucket) return &l;
+  }
+  return nullptr;
+}
+
+// on_limit delay: a max_delay in (0, kMaxDelay], and only token bucket limits (the rule's,
+// its IP fallback's and, tiered, every tier's: a request may get any of them), since only
+// GCRA can schedule a request exactly. max_delay without delay is refused as a slip.
+void check_on_limit(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
+  const auto max_delay_field = path + ".max_delay";
+  if (rule.on_limit == OnLimit::reject) {
+    if (rule.max_delay != 0) out.add(max_delay_field, "only with on_limit: delay");
+    return;
+  }
+  if (rule.max_delay <= 0 || rule.max_delay > algorithms::kMaxDelay) {
+    out.add(max_delay_field, rule.max_delay == 0
+                                 ? std::string("required with on_limit: delay (a duration > 0, at most 1h)")
+                                 : fmt::format("must be > 0 and at most 1h, got {} microseconds", rule.max_delay));
+  }
+  const auto on_limit_field = path + ".on_limit";
+  auto refuse = [&](const std::string& where, const NamedLimit& l) {
+    out.add(on_limit_field,
+            fmt::format("delay needs token_bucket limits; {}{} is {}", where,
+                        l.name.empty() ? std::string() : fmt::format(" ('{}')", l.name),
+                        algorithms::to_string(l.limit.algorithm)));
+  };
+  if (rule.tiered) {
+    for (const auto& [tier, policy] : tiers.levels) {
+      if (const NamedLimit* l = window_limit(policy)) {
+        refuse(fmt::format("a limit of tier '{}'", tier), *l);
+        return;
+      }
+    }
+  } else if (const NamedLimit* l = window_limit(rule.limits)) {
+    refuse("a limit", *l);
+    return;
+  }
+  if (const NamedLimit* l = window_limit(rule.ip_limits)) refuse("an ip_limits limit", *l);
+}
+
 void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
   if (!valid_name(rule.name)) out.add(path + ".name", std::string(kNameRule));
   const auto& id = rule.identity;
@@ -96,6 +139,7 @@ void check_rule(Issues& out, const std::string& path, const Rule& rule, const Ti
   if (rule.tiered) {
     for (const auto& [tier, policy] : tiers.levels) check_cost(out, policy, rule.cost, cost_field);
   }
+  check_on_limit(out, path, rule, tiers);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ Result<void> validate_check(std::span<const CheckItem> items, std::optional<Micr
       return std::unexpected(ok.error());
     }
     if (auto ok = algorithms::validate_cost(item.limit, item.cost); !ok) return std::unexpected(ok.error());
+    if (auto ok = algorithms::validate_max_delay(item.max_delay); !ok) return std::unexpected(ok.error());
     for (std::size_t j = 0; j < i; ++j) {
       if (items[j].key == item.key) {
         return make_error(ErrorCode::invalid_argument,

@@ -92,10 +92,16 @@ void Coalescer::flush() {
     if (closed_ || in_flight_ >= options_.max_in_flight || queued_.empty()) return;
     checks.swap(queued_);
   }
-  // Runs of checks with the same `now` (the script takes one), at most max_batch each.
+  // Runs of checks with the same `now` (the script takes one), at most max_batch each. A check
+  // that may wait for its turn goes out alone ("multi_delay"), never in a batch.
   for (std::size_t i = 0; i < checks.size();) {
     std::size_t j = i + 1;
-    while (j < checks.size() && j - i < options_.max_batch && checks[j]->now == checks[i]->now) ++j;
+    if (!may_delay(checks[i]->items)) {
+      while (j < checks.size() && j - i < options_.max_batch && checks[j]->now == checks[i]->now &&
+             !may_delay(checks[j]->items)) {
+        ++j;
+      }
+    }
     Batch* batch = started(j - i > 1);
     if (batch == nullptr) {
       send_one(checks[i]);
@@ -151,7 +157,7 @@ void Coalescer::send_one(Check* check) {
 
 void Coalescer::on_reply(Check* check, Result<redis::Reply> reply) {
   auto done = std::move(check->done);
-  Result<CheckOutcome> outcome = reply ? parse_outcome(*reply, check->items.size())
+  Result<CheckOutcome> outcome = reply ? parse_check_outcome(*reply, check->items)
                                        : Result<CheckOutcome>(std::unexpected(std::move(reply.error())));
   {
     std::lock_guard lock(mu_);

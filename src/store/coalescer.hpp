@@ -6,7 +6,7 @@
 // with a `post` function, at the end of the current turn of the thread it posts to) the
 // waiting checks go out together as one call of the batch script (lua/batch.lua), at most
 // max_batch per call, identical checks as one entry. A check alone goes out as its own
-// script. Calls go through the store's ScriptClient (NOSCRIPT → EVAL once per call). Every
+// script, and so does every check that may wait for its turn (store::may_delay). Calls go through the store's ScriptClient (NOSCRIPT → EVAL once per call). Every
 // check keeps its own deadline: a check that waited gets what is left of it.
 //
 // The coalescer owns its checks and calls, from check() until their callbacks ran, and

@@ -84,7 +84,8 @@ void DenialCache::record(const std::vector<CheckItem>& items, const CheckOutcome
 }
 
 void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
-  if (now || items.empty()) {
+  // A check that may wait for its turn is admitted where a plain one is denied: always asked.
+  if (now || items.empty() || may_delay(items)) {
     inner_->check(std::move(items), now, std::move(done));
     return;
   }

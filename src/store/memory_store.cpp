@@ -204,7 +204,8 @@ Result<Decision> MemoryStore::check_one(std::string_view key, const Limit& limit
 Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
                                               std::optional<Micros> now_opt) {
   const Micros now = now_opt ? *now_opt : options_.clock->now();
-  if (items.size() == 1) {
+  const bool delays = may_delay(items);
+  if (items.size() == 1 && !delays) {
     auto d = check_one(items[0].key, items[0].limit, items[0].cost, now);
     if (!d) return std::unexpected(d.error());
     return CheckOutcome{*d, {*d}};
@@ -257,7 +258,12 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
     const bool live = it != map.end() && it->second.algorithm == items[i].limit.algorithm;
     states.push_back(live ? it->second.state : algorithms::State{});
   }
-  auto multi = algorithms::step_all(limits, std::move(states), now, costs);
+  std::vector<Micros> max_delays;
+  if (delays) {
+    max_delays.reserve(items.size());
+    for (const CheckItem& item : items) max_delays.push_back(item.max_delay);
+  }
+  auto multi = algorithms::step_all(limits, std::move(states), now, costs, max_delays);
   if (!multi) return std::unexpected(multi.error());
 
   // Room for the keys this batch would create, before writing any of them.

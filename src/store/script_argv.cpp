@@ -30,19 +30,28 @@ void ScriptArgv::number(std::int64_t v) {
   argv_.push_back(std::string_view(numbers_).substr(at));
 }
 
-void ScriptArgv::items(std::span<const CheckItem> items, std::span<const Micros> tail) {
+void ScriptArgv::items(std::span<const CheckItem> items, std::span<const Micros> tail, bool max_delays) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     const auto& item = items[i];
     number(static_cast<std::int64_t>(item.limit.algorithm));
     number(item.limit.capacity);
     number(item.limit.period);
     number(item.cost);
+    if (max_delays) number(item.max_delay);
     if (!tail.empty()) number(tail[i]);
   }
 }
 
 void ScriptArgv::check(std::span<const CheckItem> items, std::optional<Micros> now) {
   const std::size_t n = items.size();
+  if (may_delay(items)) {
+    start("multi_delay", 2 + 5 * n, 2 + 6 * n);
+    number(static_cast<std::int64_t>(n));
+    for (const auto& item : items) argv_.push_back(item.key);
+    number(now ? *now : -1);
+    this->items(items, {}, true);
+    return;
+  }
   if (n == 1) {
     start(algorithms::to_string(items[0].limit.algorithm), 5, 6);
     number(1);

@@ -33,7 +33,8 @@ struct BatchEntry {
 class ScriptArgv {
  public:
   // One check: the single-key script of its algorithm (KEYS[1]; ARGV capacity, period,
-  // cost, now) or "multi" (ARGV now, then algorithm, capacity, period, cost per key).
+  // cost, now) or "multi" (ARGV now, then algorithm, capacity, period, cost per key); a check
+  // that may wait for its turn (may_delay): "multi_delay" (per key also max_delay).
   void check(std::span<const CheckItem> items, std::optional<Micros> now);
   // Several checks at one `now`, in order (lua/batch.lua: ARGV now, entries, then per entry
   // n, repeats, and per key algorithm, capacity, period, cost).
@@ -65,7 +66,8 @@ class ScriptArgv {
   // arguments after the script.
   void start(std::string_view name, std::size_t numbers, std::size_t count);
   void number(std::int64_t v);
-  void items(std::span<const CheckItem> items, std::span<const Micros> tail);
+  // Per item: algorithm, capacity, period, cost, [max_delay,] [tail[i]].
+  void items(std::span<const CheckItem> items, std::span<const Micros> tail, bool max_delays = false);
 
   const LuaScript* script_ = nullptr;
   std::string numbers_;

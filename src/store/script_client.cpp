@@ -68,8 +68,12 @@ void run_owned(const ScriptClient& client, std::uint16_t slot, std::vector<Check
 
 void run_check(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,
                std::optional<Micros> now, Micros deadline, CheckCallback done) {
-  run_owned<parse_outcome>(client, slot, std::move(items), {}, deadline, std::move(done),
-                           [now](auto& o) { o.call.argv.check(o.items, now); });
+  auto build = [now](auto& o) { o.call.argv.check(o.items, now); };
+  if (may_delay(items)) {
+    run_owned<parse_delayed_outcome>(client, slot, std::move(items), {}, deadline, std::move(done), build);
+  } else {
+    run_owned<parse_outcome>(client, slot, std::move(items), {}, deadline, std::move(done), build);
+  }
 }
 
 void run_timed_check(const ScriptClient& client, std::uint16_t slot, std::vector<CheckItem> items,

@@ -117,6 +117,27 @@ Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items)
   return out;
 }
 
+Result<CheckOutcome> parse_delayed_outcome(const redis::Reply& reply, std::size_t items) {
+  const std::size_t decisions = kDecisionFields * (items + 1);
+  if (auto ok = expect_integers(reply, decisions + 1, "multi_delay"); !ok) return std::unexpected(ok.error());
+  CheckOutcome out;
+  out.decision = decision_at(reply, 0);
+  out.items.reserve(items);
+  for (std::size_t i = 0; i < items; ++i) out.items.push_back(decision_at(reply, kDecisionFields * (i + 1)));
+  const Micros delay = reply.elements[decisions].integer;
+  if (delay < 0 || delay > algorithms::kMaxDelay || (delay > 0 && !out.decision.allowed)) {
+    return make_error(ErrorCode::protocol, fmt::format("multi_delay reply: delay {} of a {}", delay,
+                                                       out.decision.allowed ? "admission" : "denial"));
+  }
+  out.decision.delay = delay;
+  for (auto& d : out.items) d.delay = delay;
+  return out;
+}
+
+Result<CheckOutcome> parse_check_outcome(const redis::Reply& reply, std::span<const CheckItem> items) {
+  return may_delay(items) ? parse_delayed_outcome(reply, items.size()) : parse_outcome(reply, items.size());
+}
+
 std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
                                                            std::span<const BatchEntry> entries) {
   std::vector<std::vector<Result<CheckOutcome>>> out(entries.size());

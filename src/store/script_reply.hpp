@@ -43,6 +43,14 @@ Result<Decision> to_decision(const redis::Reply* fields);
 // A check's reply ("multi" or a single-key script) for `items` items.
 Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items);
 
+// A "multi_delay" reply for `items` items: "multi"'s, then the check's delay, which every
+// decision of an admission carries (Decision::delay).
+Result<CheckOutcome> parse_delayed_outcome(const redis::Reply& reply, std::size_t items);
+
+// The reply of ScriptArgv::check(items): parse_delayed_outcome when may_delay(items), else
+// parse_outcome.
+Result<CheckOutcome> parse_check_outcome(const redis::Reply& reply, std::span<const CheckItem> items);
+
 // A batch script reply → for each entry, one outcome per repetition, each parsed as
 // parse_outcome does. An error reply (or a malformed one) gives every check that error.
 std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,

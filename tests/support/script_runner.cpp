@@ -236,6 +236,20 @@ std::vector<std::string> multi_args(std::span<const algorithms::Limit> limits,
   return argv_of(argv, items.size());
 }
 
+std::vector<std::string> multi_delay_args(std::span<const algorithms::Limit> limits,
+                                          std::span<const std::int64_t> costs,
+                                          std::span<const std::int64_t> max_delays,
+                                          std::optional<std::int64_t> now) {
+  auto items = items_of(limits, costs);
+  for (std::size_t i = 0; i < items.size(); ++i) items[i].max_delay = max_delays[i];
+  store::detail::ScriptArgv argv;
+  argv.check(items, now);
+  if (argv.script() == nullptr || argv.script()->name != "multi_delay") {
+    throw std::runtime_error("multi_delay_args: some max_delay must be > 0");
+  }
+  return argv_of(argv, items.size());
+}
+
 std::vector<std::string> refund_args(std::span<const algorithms::Limit> limits, std::span<const std::int64_t> costs,
                                      std::span<const std::int64_t> reset_after, std::int64_t at,
                                      std::optional<std::int64_t> now) {

@@ -82,6 +82,11 @@ std::vector<std::string> single_args(const algorithms::Limit& limit, std::int64_
 std::vector<std::string> multi_args(std::span<const algorithms::Limit> limits,
                                     std::span<const std::int64_t> costs,
                                     std::optional<std::int64_t> now);
+// ARGV of "multi_delay" (now, then per key algorithm, capacity, period, cost, max_delay).
+std::vector<std::string> multi_delay_args(std::span<const algorithms::Limit> limits,
+                                          std::span<const std::int64_t> costs,
+                                          std::span<const std::int64_t> max_delays,
+                                          std::optional<std::int64_t> now);
 // ARGV of "refund" (at, now, then per key algorithm, capacity, period, cost, reset_after).
 std::vector<std::string> refund_args(std::span<const algorithms::Limit> limits, std::span<const std::int64_t> costs,
                                      std::span<const std::int64_t> reset_after, std::int64_t at,

@@ -31,6 +31,9 @@ inline constexpr Micros kMaxWindow = Micros{1} << 45;
 // window is longer, so durations converted to microseconds are bounded by it too.
 inline constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
 
+// The longest a request may wait for its turn instead of being denied (a max_delay).
+inline constexpr Micros kMaxDelay = Micros{3600} * kMicrosPerSecond;
+
 // Token bucket: capacity C tokens, one token every `period` microseconds (GCRA emission
 // interval T; a refill rate r tokens/s is T = round(1e6 / r)); C·T at most 2^51 µs.
 // Windows: `capacity` requests per window of `period` microseconds.

@@ -7,6 +7,11 @@
 // nothing from the others. Shadow rules are checked in a separate batch that never blocks.
 // When the store fails, each rule's failure policy answers for its own items (allow, deny,
 // local), still all-or-nothing: a rule denying by policy keeps local rules from consuming.
+// Rules with `on_limit: delay` give their items a max_delay: a request they would deny now but
+// admit within it is admitted with Verdict::decision.delay, the one wait for the whole
+// request over every rule of the batch (store::CheckItem::max_delay); a batch with any window
+// limit, a check spanning Redis Cluster slots, a failure policy's answer and shadow rules
+// never delay.
 //
 // Thread-safe. The Limiter must outlive every check in flight (callbacks capture it).
 

@@ -46,6 +46,13 @@ struct IdentitySpec {
 // request path joins the rule name in the key).
 enum class BucketScope : std::uint8_t { shared, per_endpoint };
 
+// What a rule does with a request over its limit: deny it, or (token bucket limits only) let
+// it wait for its turn, at most `max_delay`: the request reserves its place now and is passed
+// on when that place comes (Decision::delay; see algorithms::step_all for the exactness).
+enum class OnLimit : std::uint8_t { reject, delay };
+
+std::string_view to_string(OnLimit on_limit) noexcept;
+
 struct Rule {
   std::string name;  // which HTTP requests it applies to: http/rule_match.hpp
   IdentitySpec identity;
@@ -56,6 +63,8 @@ struct Rule {
   BucketScope bucket = BucketScope::shared;
   bool shadow = false;  // evaluated, counted and logged; never rejects
   FailureMode on_store_error = FailureMode::allow;
+  OnLimit on_limit = OnLimit::reject;
+  Micros max_delay = 0;  // on_limit delay: in (0, algorithms::kMaxDelay]; reject: 0
 };
 
 // Tiered policies (free, pro, enterprise...). A request's tier comes from `header` only when

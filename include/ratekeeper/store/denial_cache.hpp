@@ -10,6 +10,7 @@
 // passes. A refund across Redis Cluster slots only gives back units consumed by a check
 // that was admitted by that key, so it never shortens a recorded denial.
 //
+// Checks that may wait for their turn (may_delay) pass through untouched.
 // Only checks without an explicit `now` are cached (the store's own time); a check is answered
 // locally only when every one of its items has a live denial (the per-item decisions of the
 // other items would be unknown). The answer reports the recorded denial with retry_after and

@@ -6,7 +6,9 @@
 // retry_after_us, reset_after_us}. "multi": KEYS = k1..kN, ARGV = {now_us, then per key:
 // algorithm (enum algorithms::Algorithm), capacity, period_us, cost}; reply: the combined
 // decision, then one per key, 5 integers each, as algorithms::step_all. "multi_at": as
-// "multi", its reply followed by the instant (µs) it decided at. "refund": KEYS = k1..kN,
+// "multi", its reply followed by the instant (µs) it decided at. "multi_delay": as "multi"
+// with a fifth argument per key, its max_delay_us, its reply followed by the delay (µs) of
+// the check (algorithms::step_all with max_delays). "refund": KEYS = k1..kN,
 // ARGV = {at_us, now_us, then per key: algorithm, capacity, period_us, cost, reset_after_us},
 // gives back what a "multi_at" decided at `at_us` consumed (lua/refund.lua); reply per key:
 // refunded 1/0, then a peek's 5 integers. "batch": see lua/batch.lua.

@@ -4,12 +4,14 @@
 // there). Scripts are loaded per node on NOSCRIPT (EVAL once), e.g. on a promoted replica.
 //
 // Atomicity: the keys of one identity share a hash tag, hence a slot, and a check whose keys
-// are all in one slot is one script call: all-or-nothing, exactly as RedisStore.
+// are all in one slot is one script call: all-or-nothing, exactly as RedisStore (a check
+// that may wait for its turn, CheckItem::max_delay, included: "multi_delay").
 //
 // A check spanning several slots (several identities, e.g. a per-IP and a per-user rule on
 // one request) is split into one atomic call per slot ("multi_at": "multi" that also
 // reports the instant it decided at, the node's TIME unless `now` is given), sent
-// concurrently. When every slot admits, the check is admitted. When some slot denies, each
+// concurrently; such a check never waits for its turn (its max_delays count as 0: one send
+// time for all slots cannot be agreed atomically). When every slot admits, the check is admitted. When some slot denies, each
 // slot that admitted a positive cost is sent a refund ("refund", lua/refund.lua) within the
 // check's deadline, and only then is the combined denial answered; the items of refunded
 // slots report a peek taken right after the refund. The refund gives back what that call's

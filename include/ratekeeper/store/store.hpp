@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,12 +21,25 @@ struct CheckItem {
   std::string key;  // full key, see limiter/keys.hpp
   Limit limit;
   std::int64_t cost = 1;
+  // How long the request may wait for its turn instead of being denied (token buckets only,
+  // in [0, algorithms::kMaxDelay]); 0: denied when it does not fit now. A check with any
+  // max_delay > 0 is decided as algorithms::step_all with max_delays: one send time for the
+  // whole check, Decision::delay.
+  Micros max_delay = 0;
 
   friend bool operator==(const CheckItem&, const CheckItem&) = default;
 };
 
+// Whether some item of a check may wait for its turn (max_delay > 0).
+inline bool may_delay(std::span<const CheckItem> items) noexcept {
+  for (const auto& item : items) {
+    if (item.max_delay > 0) return true;
+  }
+  return false;
+}
+
 struct CheckOutcome {
-  Decision decision;            // combined (algorithms::combine)
+  Decision decision;            // combined (algorithms::combine); `delay`: the check's send delay
   std::vector<Decision> items;  // one per CheckItem, in order
 };
 

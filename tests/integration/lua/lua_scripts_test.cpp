@@ -350,6 +350,64 @@ RC_GTEST_PROP(LuaScripts, MultiDecidesAsStepAll, ()) {
   }
 }
 
+// "multi_delay" against step_all with max_delays: the same decisions, the same delay, the
+// same states and key lifetimes, over mostly token buckets (some window limits: never a delay)
+// whose max_delays are 0, within a few horizons, or the largest.
+RC_GTEST_PROP(LuaScripts, MultiDelayDecidesAsStepAllWithMaxDelays, ()) {
+  const int n = *rc::gen::inRange(1, 4);
+  std::vector<Limit> limits;
+  std::vector<std::string> keys;
+  std::vector<Micros> max_delays;
+  const std::string tag = fresh_key("multi_delay");
+  Micros horizon = 1;
+  for (int i = 0; i < n; ++i) {
+    const Algorithm a = *rc::gen::weightedOneOf<Algorithm>(
+        {{6, rc::gen::just(Algorithm::token_bucket)}, {1, gen_algorithm()}});
+    limits.push_back(*gen_limit(a));
+    keys.push_back(tag + ":" + std::to_string(i));
+    horizon = std::max(horizon, limits.back().horizon());
+  }
+  for (int i = 0; i < n; ++i) {
+    max_delays.push_back(*rc::gen::weightedOneOf<Micros>(
+        {{2, rc::gen::just<Micros>(0)},
+         {4, rc::gen::inRange<Micros>(1, std::min(algorithms::kMaxDelay, 2 * horizon) + 1)},
+         {1, rc::gen::just(algorithms::kMaxDelay)}}));
+  }
+  if (std::all_of(max_delays.begin(), max_delays.end(), [](Micros m) { return m == 0; })) max_delays[0] = 1;
+  std::vector<State> states(n);
+  Micros now = *gen_start();
+  const int steps = *rc::gen::inRange(1, 30);
+  bool delayed = false;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::int64_t> costs;
+    for (const Limit& l : limits) {
+      costs.push_back(*rc::gen::weightedOneOf<std::int64_t>(
+          {{4, rc::gen::inRange<std::int64_t>(1, std::min<std::int64_t>(l.capacity, 2) + 1)},
+           {1, rc::gen::inRange<std::int64_t>(0, l.capacity + 1)}}));
+    }
+    auto expected = algorithms::step_all(limits, states, now, costs, max_delays);
+    RC_ASSERT(expected.has_value());
+    const Observed o = run_observed("multi_delay", keys, testing::multi_delay_args(limits, costs, max_delays, now));
+    RC_ASSERT(o.reply.size() == 5u * (n + 1) + 1);
+    const Micros delay = o.reply.back();
+    RC_ASSERT(delay == expected->decision.delay);
+    auto told = [&](std::size_t offset) {
+      Decision d = testing::decision_at(o.reply, offset);
+      d.delay = delay;
+      return d;
+    };
+    RC_ASSERT(told(0) == expected->decision);
+    for (int i = 0; i < n; ++i) {
+        RC_ASSERT(told(5 * (i + 1)) == expected->items[i]);
+      check_lifetime(o, i, now, expected->expires_at[i], expected->decision.allowed && costs[i] > 0);
+      states[i] = expected->expires_at[i] == 0 ? State{} : expected->states[i];
+    }
+    delayed = delayed || delay > 0;
+    now = next_now(now, horizon);
+  }
+  RC_CLASSIFY(delayed, "some check delayed");
+}
+
 TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   std::set<std::string> names;
   for (const auto& s : store::lua_scripts()) {
@@ -359,7 +417,7 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   }
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
                                           "sliding_window_counter", "fixed_window", "multi", "batch", "multi_at",
-                                          "refund"}));
+                                          "multi_delay", "refund"}));
 }
 
 // PTTL right after a first admitted request, for each key type, equals the C++ expires_at −

@@ -540,6 +540,68 @@ TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
   EXPECT_EQ(store.stats().batched_checks, static_cast<std::uint64_t>(kHot + kCold + kMulti));
 }
 
+// Checks that may wait for their turn, issued on a loop thread while it is busy along with
+// plain checks: the plain ones are coalesced as ever, each waiting one goes out alone
+// ("multi_delay") and gets its exact wait: identical waiting checks of a hot key are never
+// folded into the batch script, which knows no max_delay.
+TEST(RedisStore, ChecksThatMayWaitAreNeverCoalesced) {
+  auto loop = std::make_shared<EventLoop>(1);
+  RedisStoreOptions o;
+  o.connection.endpoint = redis::Endpoint{shared_server().host(), shared_server().port(), {}};
+  o.connection.command_timeout = 2 * kMicrosPerSecond;
+  o.loop = loop;
+  RedisStore store(o);
+  ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+
+  constexpr Micros kT = 10'000;
+  const Limit hot = limit(Algorithm::token_bucket, 5, kT);
+  const Limit cold = limit(Algorithm::fixed_window, 1, 3'600'000'000);
+  const std::string hot_key = unique_key("waiting");
+  std::mutex mu;
+  std::vector<Micros> delays;
+  int denied = 0, cold_admitted = 0, errors = 0;
+  std::atomic<int> answered{0};
+  // Five plain checks (one batch), then each waiting check followed by a plain one (alone).
+  constexpr int kLeading = 5, kWaiting = 15, kCold = kLeading + kWaiting;
+  const Micros now = 1'000'000'000'000;
+  loop->post(0, [&] {
+    for (int i = 0; i < kCold + kWaiting; ++i) {
+      const bool waiting = i >= kLeading && (i - kLeading) % 2 == 0;
+      std::vector<CheckItem> items;
+      if (waiting) {
+        items = {{hot_key, hot, 1, 9 * kT}};
+      } else {
+        items = {{unique_key("cold"), cold, 1}};
+      }
+      store.check(std::move(items), now, [&, waiting](Result<CheckOutcome> r) {
+        std::lock_guard lock(mu);
+        if (!r) {
+          ++errors;
+        } else if (!waiting) {
+          cold_admitted += r->decision.allowed;
+        } else if (r->decision.allowed) {
+          delays.push_back(r->decision.delay);
+        } else {
+          ++denied;
+        }
+        answered.fetch_add(1);
+      });
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == kCold + kWaiting; }));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(errors, 0);
+  EXPECT_EQ(cold_admitted, kCold);
+  // 5 at once, then one every T up to 9·T: 14 admitted, the 15th would wait 10·T.
+  std::sort(delays.begin(), delays.end());
+  std::vector<Micros> expected;
+  for (Micros k = 0; k < 14; ++k) expected.push_back(std::max<Micros>(0, k - 4) * kT);
+  EXPECT_EQ(delays, expected);
+  EXPECT_EQ(denied, 1);
+  EXPECT_EQ(store.stats().batches, 1u);  // the five leading plain checks, coalesced
+  EXPECT_EQ(store.stats().batched_checks, static_cast<std::uint64_t>(kLeading));
+}
+
 // Identical checks of one key coalesced into one batch call (the closed form of a repeated
 // token bucket check, the per-check replies of the other algorithms) answer exactly what the
 // same checks answer sent one call at a time: decision, remaining, retry_after and

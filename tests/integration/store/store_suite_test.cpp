@@ -19,6 +19,7 @@
 
 #include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
+#include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "support/redis_cluster.hpp"
@@ -243,6 +244,111 @@ TEST_P(StoreSuite, ConcurrentChecksAreExact) {
   EXPECT_EQ(denied, kHot - 100);
   std::sort(remaining.begin(), remaining.end());
   for (std::size_t i = 0; i < remaining.size(); ++i) EXPECT_EQ(remaining[i], static_cast<std::int64_t>(i));
+}
+
+// A burst of concurrent checks that may wait (max_delay), all at one explicit `now`, on a
+// token bucket of capacity C, one token every T: the first C pass at once, the k-th after
+// (k + 1 − C)·T, up to max_delay = 2C·T; the 3C + 5 − 3C checks beyond are denied. Every
+// prefix window of the send times (check time + delay) conforms to the bucket.
+void expect_delayed_burst_is_scheduled_exactly(Store& store, const std::string& key) {
+  constexpr std::int64_t kC = 10;
+  constexpr Micros kT = 100'000;
+  const Limit limit = *Limit::make(Algorithm::token_bucket, kC, kT);
+  const Micros max_delay = 2 * kC * kT;
+  std::mutex mu;
+  std::vector<Micros> delays;
+  std::vector<Micros> denied_retry;
+  int errors = 0;
+  std::atomic<int> answered{0};
+  constexpr int kChecks = 3 * kC + 5;
+  for (int i = 0; i < kChecks; ++i) {
+    store.check({CheckItem{key, limit, 1, max_delay}}, kT0, [&](Result<CheckOutcome> r) {
+      std::lock_guard lock(mu);
+      if (!r) {
+        ++errors;
+      } else if (r->decision.allowed) {
+        delays.push_back(r->decision.delay);
+        EXPECT_EQ(r->items.at(0).delay, r->decision.delay);
+      } else {
+        EXPECT_EQ(r->decision.delay, 0);
+        denied_retry.push_back(r->decision.retry_after);
+      }
+      answered.fetch_add(1);
+    });
+  }
+  const auto end = std::chrono::steady_clock::now() + 20s;
+  while (answered.load() < kChecks && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(1ms);
+  std::lock_guard lock(mu);
+  ASSERT_EQ(answered.load(), kChecks);
+  EXPECT_EQ(errors, 0);
+  std::sort(delays.begin(), delays.end());
+  std::vector<Micros> expected;
+  for (std::int64_t k = 0; k < 3 * kC; ++k) expected.push_back(std::max<std::int64_t>(0, k + 1 - kC) * kT);
+  EXPECT_EQ(delays, expected);
+  // Denied: the next place is 2C·T + T away, beyond max_delay; nothing consumed by them.
+  EXPECT_EQ(denied_retry, std::vector<Micros>(kChecks - 3 * kC, max_delay + kT));
+  for (std::size_t i = 0; i < delays.size(); ++i) {
+    for (std::size_t j = i; j < delays.size(); ++j) {
+      EXPECT_LE(static_cast<std::int64_t>(j - i + 1 - kC) * kT, delays[j] - delays[i]);
+    }
+  }
+}
+
+TEST_P(StoreSuite, DelayedChecksOfABurstAreScheduledExactly) {
+  expect_delayed_burst_is_scheduled_exactly(*store_, key("burst"));
+  if (GetParam() == Topology::standalone) {
+    MemoryStore memory;
+    expect_delayed_burst_is_scheduled_exactly(memory, key("burst"));
+  }
+}
+
+// A delayed admission from Redis is the one MemoryStore makes at the same instants, over two
+// limits of one identity (one send time for both).
+TEST_P(StoreSuite, DelayedChecksDecideAsMemoryStore) {
+  MemoryStore memory;
+  const Limit fast = *Limit::make(Algorithm::token_bucket, 3, 50'000);
+  const Limit slow = *Limit::make(Algorithm::token_bucket, 5, 400'000);
+  const auto a = key("user", "delay:fast");
+  const auto b = key("user", "delay:slow");
+  for (Micros dt : {0, 0, 0, 0, 0, 1, 10'000, 10'000, 60'000, 500'000, 500'000, 500'001, 2'000'000}) {
+    const std::vector<CheckItem> items{{a, fast, 1, 300'000}, {b, slow, 1, 0}};
+    auto redis = store_->check_sync(items, kT0 + dt);
+    auto mem = memory.check_sync(items, kT0 + dt);
+    ASSERT_TRUE(redis) << redis.error().message;
+    ASSERT_TRUE(mem) << mem.error().message;
+    EXPECT_EQ(redis->decision, mem->decision) << "at +" << dt;
+    EXPECT_EQ(redis->items, mem->items) << "at +" << dt;
+  }
+}
+
+// A check of two identities (two hash tags) waits for its turn as one atomic call on a
+// standalone or Sentinel-managed server. On Redis Cluster its keys span slots, the check is
+// split into one call per slot, and one send time cannot be agreed atomically across them:
+// it never waits (denied as without max_delay, nothing kept), while either key alone, in one
+// slot, does.
+TEST_P(StoreSuite, ChecksOfTwoIdentitiesWaitUnlessTheySpanClusterSlots) {
+  const std::string a = key("delay-a");
+  std::string b;
+  for (int i = 0; b.empty() || redis::key_slot(b) == redis::key_slot(a); ++i) b = key(fmt::format("delay-b-{}", i));
+  const Limit limit = *Limit::make(Algorithm::token_bucket, 1, kMicrosPerSecond);
+  const std::vector<CheckItem> both{{a, limit, 1, 10 * kMicrosPerSecond}, {b, limit, 1, 10 * kMicrosPerSecond}};
+  auto first = store_->check_sync(both, kT0);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  EXPECT_EQ(first->decision.delay, 0);
+
+  auto second = store_->check_sync(both, kT0);
+  ASSERT_TRUE(second) << second.error().message;
+  const bool across_slots = GetParam() == Topology::cluster;
+  EXPECT_EQ(second->decision.allowed, !across_slots);
+  EXPECT_EQ(second->decision.delay, across_slots ? 0 : kMicrosPerSecond);
+  EXPECT_EQ(second->decision.retry_after, across_slots ? kMicrosPerSecond : 0);
+
+  // Alone, in one slot: the next place, after what the check of both kept (nothing, denied).
+  auto alone = store_->check_sync({{a, limit, 1, 10 * kMicrosPerSecond}}, kT0);
+  ASSERT_TRUE(alone) << alone.error().message;
+  EXPECT_TRUE(alone->decision.allowed);
+  EXPECT_EQ(alone->decision.delay, across_slots ? kMicrosPerSecond : 2 * kMicrosPerSecond);
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,

@@ -157,6 +157,46 @@ TEST_F(MiddlewareTest, DenialIs429WithExactBodyAndRetryAfterRoundedUp) {
   EXPECT_TRUE(send(r).admitted);
 }
 
+// A delay rule: admitted requests over the limit carry the wait before they are passed on;
+// the headers describe the bucket after the reservation, without Retry-After; beyond
+// max_delay, the 429 of a reject rule.
+TEST_F(MiddlewareTest, DelayRuleAdmitsWithTheWaitInTheResult) {
+  const auto c = parse_config(R"(
+logging: {decisions: {enabled: false}}
+rules:
+  - name: queued
+    match: {path: /queued}
+    limits: [{capacity: 2, rate: 1/500ms}]
+    on_limit: delay
+    max_delay: 1s
+)",
+                              "delay.yaml");
+  limiter::Limiter l(c.limiter, store);
+  Middleware m(l, c.middleware);
+  Request r;
+  r.path = "/queued";
+  for (int i = 0; i < 2; ++i) {
+    auto res = m.handle_sync(r.view());
+    EXPECT_TRUE(res.admitted);
+    EXPECT_EQ(res.delay, 0);
+  }
+  for (Micros expected : {500 * kMicrosPerMilli, 1000 * kMicrosPerMilli}) {
+    auto res = m.handle_sync(r.view());
+    EXPECT_TRUE(res.admitted);
+    EXPECT_EQ(res.status, 200);
+    EXPECT_EQ(res.delay, expected);
+    EXPECT_TRUE(res.body.empty());
+    EXPECT_EQ(header(res, "Retry-After"), "<absent>");
+    // Nothing left; full again once the reservations have refilled: in 1.5 s, then 2 s.
+    EXPECT_EQ(header(res, "RateLimit"), "\"queued\";r=0;t=2");
+  }
+  auto denied = m.handle_sync(r.view());
+  EXPECT_FALSE(denied.admitted);
+  EXPECT_EQ(denied.status, 429);
+  EXPECT_EQ(denied.delay, 0);
+  EXPECT_EQ(header(denied, "Retry-After"), "2");  // 1.5 s until it would pass at once
+}
+
 TEST_F(MiddlewareTest, PerIpLimitMatchesTheSeedBucket) {
   int admitted = 0;
   for (int i = 0; i < 120; ++i) admitted += send(Request{}).admitted ? 1 : 0;

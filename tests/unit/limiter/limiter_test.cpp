@@ -396,6 +396,77 @@ TEST_F(LimiterTest, ConstructorRejectsInvalidRules) {
                std::invalid_argument);
 }
 
+Rule delay_rule(std::string name, Policy limits, Micros max_delay) {
+  Rule r = ip_rule(std::move(name), std::move(limits));
+  r.on_limit = OnLimit::delay;
+  r.max_delay = max_delay;
+  return r;
+}
+
+// A request over a delay rule's limit is admitted with the wait its place needs, up to
+// max_delay; with a reject rule applying too, the whole request waits (one send time) and
+// is admitted only while the reject rule has room.
+TEST_F(LimiterTest, DelayRuleAdmitsWithTheWaitOfItsPlaceUpToMaxDelay) {
+  Limiter l(config({delay_rule("slow", {{"", bucket(2, 1)}}, 2 * kMicrosPerSecond),
+                    ip_rule("plain", {{"", bucket(3, 1)}})}),
+            store, &clock);
+  auto slow = [&] { return l.evaluate_sync({app(l, "slow", "ip:192.0.2.7")}); };
+  auto both = [&] { return l.evaluate_sync({app(l, "slow", "ip:192.0.2.8"), app(l, "plain", "ip:192.0.2.8")}); };
+  for (Micros expected : {Micros{0}, Micros{0}, kMicrosPerSecond, 2 * kMicrosPerSecond}) {
+    auto ev = slow();
+    ASSERT_TRUE(ev);
+    EXPECT_TRUE(ev->allowed);
+    EXPECT_EQ(ev->decision.delay, expected);
+    EXPECT_EQ(ev->rules.at(0).decision.delay, expected);
+  }
+  auto beyond = slow();
+  ASSERT_TRUE(beyond);
+  EXPECT_FALSE(beyond->allowed);
+  EXPECT_EQ(beyond->decision.delay, 0);
+  EXPECT_EQ(beyond->decision.retry_after, 3 * kMicrosPerSecond);
+
+  // slow needs 0, 0, 1 s; plain (3 a second) has room for three, stepped at each send time.
+  for (Micros expected : {Micros{0}, Micros{0}, kMicrosPerSecond}) {
+    auto ev = both();
+    ASSERT_TRUE(ev);
+    EXPECT_TRUE(ev->allowed);
+    EXPECT_EQ(ev->decision.delay, expected);
+  }
+  const auto plain_key = *make_key("ratelimit", "ip:192.0.2.8", "plain");
+  EXPECT_EQ(remaining(plain_key, bucket(3, 1)), 0);  // the third is owed from its send time
+  // Now plain (a reject rule) needs a wait: nobody may wait for it, so the request is denied.
+  auto denied = both();
+  ASSERT_TRUE(denied);
+  EXPECT_FALSE(denied->allowed);
+  EXPECT_FALSE(denied->rules.at(1).decision.allowed);
+}
+
+TEST(ValidateTest, DelayNeedsAMaxDelayAndTokenBucketLimits) {
+  LimiterConfig c;
+  c.rules.push_back(delay_rule("ok", {{"", bucket(5, 1)}}, kMicrosPerSecond));
+  c.rules.push_back(delay_rule("no_max", {{"", bucket(5, 1)}}, 0));
+  c.rules.push_back(delay_rule("too_long", {{"", bucket(5, 1)}}, algorithms::kMaxDelay + 1));
+  c.rules.push_back(delay_rule("window", {{"a", bucket(5, 1)}, {"b", *Limit::window(Algorithm::fixed_window, 5, kMicrosPerSecond)}},
+                               kMicrosPerSecond));
+  Rule reject_with_max = ip_rule("reject", {{"", bucket(5, 1)}});
+  reject_with_max.max_delay = kMicrosPerSecond;
+  c.rules.push_back(reject_with_max);
+  Rule tiered = delay_rule("tiered", {}, kMicrosPerSecond);
+  tiered.tiered = true;
+  c.rules.push_back(tiered);
+  c.tiers.levels["hourly"] = {{"", *Limit::window(Algorithm::sliding_window_counter, 100, 3600 * kMicrosPerSecond)}};
+  const auto issues = validate(c);
+  std::vector<std::string> fields;
+  for (const auto& issue : issues) fields.push_back(issue.field);
+  EXPECT_EQ(fields, (std::vector<std::string>{"rules[1].max_delay", "rules[2].max_delay", "rules[3].on_limit",
+                                               "rules[4].max_delay", "rules[5].on_limit"}));
+  ASSERT_EQ(issues.size(), 5u);
+  EXPECT_NE(issues[0].reason.find("required with on_limit: delay"), std::string::npos);
+  EXPECT_NE(issues[2].reason.find("('b') is fixed_window"), std::string::npos);
+  EXPECT_NE(issues[3].reason.find("only with on_limit: delay"), std::string::npos);
+  EXPECT_NE(issues[4].reason.find("tier 'hourly'"), std::string::npos);
+}
+
 class FailurePolicyTest : public LimiterTest {
  protected:
   FailingStore failing;

@@ -192,6 +192,35 @@ TEST(ConfigTest, BadRateIsNamedWithItsPath) {
                "rules[2].limits[0].algorithm", "unknown algorithm");
 }
 
+TEST(ConfigTest, OnLimitAndMaxDelayAreReadPerRule) {
+  const auto c = parse_config(kRules + "  - {name: c, limits: [{rate: 5/s}], on_limit: delay, max_delay: 1500ms}\n"
+                                       "  - {name: d, limits: [{rate: 5/s}], on_limit: reject}\n",
+                              "test.yaml");
+  ASSERT_EQ(c.limiter.rules.size(), 4u);
+  EXPECT_EQ(c.limiter.rules[0].on_limit, limiter::OnLimit::reject);  // the default
+  EXPECT_EQ(c.limiter.rules[0].max_delay, 0);
+  EXPECT_EQ(c.limiter.rules[2].on_limit, limiter::OnLimit::delay);
+  EXPECT_EQ(c.limiter.rules[2].max_delay, 1'500'000);
+  EXPECT_EQ(c.limiter.rules[3].on_limit, limiter::OnLimit::reject);
+}
+
+TEST(ConfigTest, BadOnLimitOrMaxDelayIsNamedWithItsPath) {
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], on_limit: delay}\n", "rules[2].max_delay",
+               "required with on_limit: delay");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], on_limit: queue, max_delay: 1s}\n",
+               "rules[2].on_limit", "must be reject or delay, got 'queue'");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], on_limit: delay, max_delay: soon}\n",
+               "rules[2].max_delay", "duration");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], on_limit: delay, max_delay: 2h}\n",
+               "rules[2].max_delay", "at most");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], max_delay: 1s}\n", "rules[2].max_delay",
+               "only with on_limit: delay");
+  expect_error(kRules +
+                   "  - {name: c, limits: [{algorithm: fixed_window, limit: 10, window: 1m}], on_limit: delay, "
+                   "max_delay: 1s}\n",
+               "rules[2].on_limit", "delay needs token_bucket limits");
+}
+
 TEST(ConfigTest, MissingFieldIsNamedWithItsPath) {
   expect_error("rules:\n  - limits: [{rate: 1/s}]\n", "rules[0].name", "required field missing");
   expect_error("rules:\n  - name: a\n", "rules[0].limits", "required field missing");

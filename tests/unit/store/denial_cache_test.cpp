@@ -79,6 +79,24 @@ TEST(DenialCache, KnownDenialIsAnsweredWithoutTheStore) {
   EXPECT_FALSE(local->items[0].allowed);
 }
 
+// A check that may wait for its turn is admitted (later) where a plain one is denied: the
+// store decides it, even with a live denial of its key.
+TEST(DenialCache, ChecksThatMayWaitAlwaysReachTheStore) {
+  Fixture f;
+  const Limit l = limit(2, 60 * kMicrosPerSecond);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(f.cache->check_sync({{"k", l, 1}})->decision.allowed);
+  ASSERT_FALSE(f.cache->check_sync({{"k", l, 1}})->decision.allowed);
+  ASSERT_EQ(f.cache->stats().recorded, 1u);
+  const int asked = f.counting->calls.load();
+
+  auto waited = f.cache->check_sync({{"k", l, 1, 60 * kMicrosPerSecond}});
+  ASSERT_TRUE(waited);
+  EXPECT_TRUE(waited->decision.allowed);
+  EXPECT_EQ(waited->decision.delay, 60 * kMicrosPerSecond);
+  EXPECT_EQ(f.counting->calls.load(), asked + 1);
+  EXPECT_EQ(f.cache->stats().hits, 0u);
+}
+
 TEST(DenialCache, OnlyTheSameLimitAndAnEqualOrLargerCostIsAnsweredLocally) {
   Fixture f;
   const Limit l = limit(4, 60 * kMicrosPerSecond);

@@ -85,5 +85,36 @@ TEST(ScriptReply, RepeatedCheckReplyThatCannotBeTheScriptsIsAProtocolError) {
   }
 }
 
+// "multi_delay": "multi"'s reply, then the delay, carried by every decision of an admission.
+TEST(ScriptReply, DelayedCheckReplyCarriesItsDelay) {
+  const Limit l = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);
+  const std::vector<CheckItem> items{{"a", l, 1, 1'000'000}, {"b", l, 1, 0}};
+  const auto ok = parse_check_outcome(
+      integers({1, 10, 0, 0, 1'300'000, 1, 10, 0, 0, 1'300'000, 1, 10, 5, 0, 600'000, 300'000}), items);
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_TRUE(ok->decision.allowed);
+  EXPECT_EQ(ok->decision.delay, 300'000);
+  ASSERT_EQ(ok->items.size(), 2u);
+  EXPECT_EQ(ok->items[0].delay, 300'000);
+  EXPECT_EQ(ok->items[1].delay, 300'000);
+  EXPECT_EQ(ok->items[1].remaining, 5);
+
+  // A denial with a delay, a negative delay, one beyond kMaxDelay, a missing delay: not the script's.
+  for (const auto& bad : {std::vector<std::int64_t>{0, 10, 0, 5, 9, 0, 10, 0, 5, 9, 1, 10, 5, 0, 6, 1},
+                          std::vector<std::int64_t>{1, 10, 0, 0, 9, 1, 10, 0, 0, 9, 1, 10, 5, 0, 6, -1},
+                          std::vector<std::int64_t>{1, 10, 0, 0, 9, 1, 10, 0, 0, 9, 1, 10, 5, 0, 6,
+                                                    algorithms::kMaxDelay + 1},
+                          std::vector<std::int64_t>{1, 10, 0, 0, 9, 1, 10, 0, 0, 9, 1, 10, 5, 0, 6}}) {
+    const auto r = parse_check_outcome(integers(bad), items);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::protocol);
+  }
+  // A check that may not wait is read as "multi"'s reply, without a delay.
+  const std::vector<CheckItem> plain{{"a", l, 1}, {"b", l, 1}};
+  const auto multi = parse_check_outcome(integers({1, 10, 0, 0, 9, 1, 10, 0, 0, 9, 1, 10, 5, 0, 6}), plain);
+  ASSERT_TRUE(multi);
+  EXPECT_EQ(multi->decision.delay, 0);
+}
+
 }  // namespace
 }  // namespace ratekeeper::store::detail
