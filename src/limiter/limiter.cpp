@@ -178,6 +178,7 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   r.limit = d.limit;
   r.remaining = d.remaining;
   r.retry_after_ms = (d.retry_after + kMicrosPerMilli - 1) / kMicrosPerMilli;
+  r.delay_ms = (d.delay + kMicrosPerMilli - 1) / kMicrosPerMilli;
   r.latency_us = latency;
   if (log_->record(r) == DecisionLog::Written::suppressed) metrics_->record_log_suppressed(1);
 }
