@@ -164,6 +164,7 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   }
   metrics_->record_decision(pr.index, o);
   if (d.allowed && d.limit > 0 && d.remaining * 10 < d.limit) metrics_->record_near_limit(pr.index);
+  if (d.allowed && d.delay > 0) metrics_->record_delayed(pr.index, d.delay);
 
   DecisionRecord r;
   r.rule = pr.rule->name;

@@ -451,6 +451,8 @@ TEST_F(LimiterTest, DecisionLogRecordsTheWaitOfADelayedAdmission) {
   EXPECT_FALSE(nlohmann::json::parse(log_lines[0]).contains("delay_ms"));  // at once
   EXPECT_EQ(nlohmann::json::parse(log_lines[1])["delay_ms"], 1000);
   EXPECT_EQ(nlohmann::json::parse(log_lines[1])["allowed"], true);
+  EXPECT_EQ(l.metrics().delayed(0), 1u);
+  EXPECT_EQ(l.metrics().decisions(0, Outcome::allowed), 2u);
 }
 
 TEST(ValidateTest, DelayNeedsAMaxDelayAndTokenBucketLimits) {
