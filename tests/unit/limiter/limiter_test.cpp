@@ -441,8 +441,8 @@ TEST_F(LimiterTest, DelayRuleAdmitsWithTheWaitOfItsPlaceUpToMaxDelay) {
   EXPECT_FALSE(denied->rules.at(1).decision.allowed);
 }
 
-// An admission that waits is logged with its wait (rounded up to the millisecond).
-TEST_F(LimiterTest, DecisionLogRecordsTheWaitOfADelayedAdmission) {
+// An admission that waits is logged with its wait (rounded up to the millisecond) and counted.
+TEST_F(LimiterTest, DelayedAdmissionIsLoggedAndCountedWithItsWait) {
   auto c = config({delay_rule("slow", {{"", bucket(1, 1)}}, 2 * kMicrosPerSecond)});
   c.decision_log.allow_sample_rate = 1;
   Limiter l(std::move(c), store, &clock);
