@@ -89,6 +89,7 @@ std::string DecisionLog::format(const DecisionRecord& r, Micros at, std::uint64_
       {"latency_us", r.latency_us},
   };
   if (!r.tier.empty()) j["tier"] = r.tier;
+  if (r.delay_ms > 0) j["delay_ms"] = r.delay_ms;
   if (r.shadow) j["shadow"] = true;
   if (r.by_failure_policy) j["by_failure_policy"] = true;
   if (suppressed > 0) j["suppressed"] = suppressed;

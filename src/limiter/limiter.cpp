@@ -164,6 +164,7 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   }
   metrics_->record_decision(pr.index, o);
   if (d.allowed && d.limit > 0 && d.remaining * 10 < d.limit) metrics_->record_near_limit(pr.index);
+  if (d.allowed && d.delay > 0) metrics_->record_delayed(pr.index, d.delay);
 
   DecisionRecord r;
   r.rule = pr.rule->name;
@@ -178,6 +179,7 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   r.limit = d.limit;
   r.remaining = d.remaining;
   r.retry_after_ms = (d.retry_after + kMicrosPerMilli - 1) / kMicrosPerMilli;
+  r.delay_ms = (d.delay + kMicrosPerMilli - 1) / kMicrosPerMilli;
   r.latency_us = latency;
   if (log_->record(r) == DecisionLog::Written::suppressed) metrics_->record_log_suppressed(1);
 }

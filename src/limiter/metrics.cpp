@@ -23,6 +23,8 @@ std::string_view to_string(Outcome outcome) noexcept {
 struct Metrics::RuleRow {
   std::array<std::atomic<std::uint64_t>, kOutcomeCount> decisions{};
   std::atomic<std::uint64_t> near_limit{0};
+  std::atomic<std::uint64_t> delayed{0};
+  std::atomic<std::int64_t> delay_us{0};  // sum of the waits of `delayed`
 };
 
 namespace {
@@ -67,6 +69,12 @@ void Metrics::record_near_limit(std::size_t rule) noexcept {
   rows_[rule].near_limit.fetch_add(1, kRelaxed);
 }
 
+void Metrics::record_delayed(std::size_t rule, Micros delay) noexcept {
+  if (rule >= rule_names_.size()) return;
+  rows_[rule].delayed.fetch_add(1, kRelaxed);
+  rows_[rule].delay_us.fetch_add(delay, kRelaxed);
+}
+
 void Metrics::record_store_latency(Micros latency) noexcept {
   if (latency < 0) latency = 0;
   std::size_t i = 0;
@@ -93,6 +101,11 @@ std::uint64_t Metrics::decisions(std::size_t rule, Outcome outcome) const noexce
 std::uint64_t Metrics::near_limit(std::size_t rule) const noexcept {
   if (rule >= rule_names_.size()) return 0;
   return rows_[rule].near_limit.load(kRelaxed);
+}
+
+std::uint64_t Metrics::delayed(std::size_t rule) const noexcept {
+  if (rule >= rule_names_.size()) return 0;
+  return rows_[rule].delayed.load(kRelaxed);
 }
 
 std::uint64_t Metrics::store_errors(ErrorCode code) const noexcept {
@@ -126,6 +139,22 @@ std::string Metrics::render(const store::StoreHealth& health, std::string_view s
   for (std::size_t r = 0; r < rule_names_.size(); ++r) {
     fmt::format_to(it, "ratekeeper_near_limit_total{{rule=\"{}\"}} {}\n",
                    escape_label(rule_names_[r]), rows_[r].near_limit.load(kRelaxed));
+  }
+
+  fmt::format_to(it,
+                 "# HELP ratekeeper_delayed_total Allowed decisions that wait for their turn "
+                 "(on_limit: delay).\n"
+                 "# TYPE ratekeeper_delayed_total counter\n");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    fmt::format_to(it, "ratekeeper_delayed_total{{rule=\"{}\"}} {}\n", escape_label(rule_names_[r]),
+                   rows_[r].delayed.load(kRelaxed));
+  }
+  fmt::format_to(it,
+                 "# HELP ratekeeper_delay_seconds_total Sum of the waits of the delayed decisions.\n"
+                 "# TYPE ratekeeper_delay_seconds_total counter\n");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    fmt::format_to(it, "ratekeeper_delay_seconds_total{{rule=\"{}\"}} {}\n", escape_label(rule_names_[r]),
+                   static_cast<double>(rows_[r].delay_us.load(kRelaxed)) / kMicrosPerSecond);
   }
 
   fmt::format_to(it,

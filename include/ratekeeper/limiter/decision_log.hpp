@@ -51,6 +51,7 @@ struct DecisionRecord {
   std::int64_t remaining = 0;
   std::int64_t retry_after_ms = 0;
   std::int64_t latency_us = 0;
+  std::int64_t delay_ms = 0;  // admitted to wait this long (on_limit: delay); logged when > 0
 };
 
 class DecisionLog {

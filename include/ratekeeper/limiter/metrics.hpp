@@ -41,12 +41,15 @@ class Metrics {
   void record_decision(std::size_t rule, Outcome outcome) noexcept;
   // An allowed decision whose remaining units are below 10% of the limit.
   void record_near_limit(std::size_t rule) noexcept;
+  // An allowed decision that waits `delay` > 0 before the request is passed on (on_limit: delay).
+  void record_delayed(std::size_t rule, Micros delay) noexcept;
   void record_store_latency(Micros latency) noexcept;
   void record_store_error(ErrorCode code) noexcept;
   void record_log_suppressed(std::uint64_t lines) noexcept;
 
   std::uint64_t decisions(std::size_t rule, Outcome outcome) const noexcept;
   std::uint64_t near_limit(std::size_t rule) const noexcept;
+  std::uint64_t delayed(std::size_t rule) const noexcept;
   std::uint64_t store_errors(ErrorCode code) const noexcept;
   std::uint64_t store_latency_count() const noexcept;
 

@@ -624,6 +624,12 @@ TEST(LuaScripts, InvalidArgumentsAreErrors) {
             std::string::npos);
   EXPECT_NE(error("multi", {key}, {"0", "7", "5", "1000", "1"}).find("algorithm"), std::string::npos);
   EXPECT_NE(error("multi", {key}, {"0", "0", "5", "1000"}).find("expected"), std::string::npos);
+  EXPECT_NE(error("multi_delay", {key}, {"0", "0", "5", "1000", "1", "-1"}).find("max_delay"), std::string::npos);
+  EXPECT_NE(error("multi_delay", {key}, {"0", "0", "5", "1000", "1", "3600000001"}).find("max_delay"),
+            std::string::npos);
+  EXPECT_NE(error("multi_delay", {key}, {"0", "0", "5", "1000", "1", "0.5"}).find("integer"), std::string::npos);
+  EXPECT_NE(error("multi_delay", {key}, {"0", "0", "5", "1000", "1"}).find("max_delay_us per key"),
+            std::string::npos);
   EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
 }
 

@@ -441,6 +441,20 @@ TEST_F(LimiterTest, DelayRuleAdmitsWithTheWaitOfItsPlaceUpToMaxDelay) {
   EXPECT_FALSE(denied->rules.at(1).decision.allowed);
 }
 
+// An admission that waits is logged with its wait (rounded up to the millisecond) and counted.
+TEST_F(LimiterTest, DelayedAdmissionIsLoggedAndCountedWithItsWait) {
+  auto c = config({delay_rule("slow", {{"", bucket(1, 1)}}, 2 * kMicrosPerSecond)});
+  c.decision_log.allow_sample_rate = 1;
+  Limiter l(std::move(c), store, &clock);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(l.evaluate_sync({app(l, "slow", "ip:192.0.2.7")}));
+  ASSERT_EQ(log_lines.size(), 2u);
+  EXPECT_FALSE(nlohmann::json::parse(log_lines[0]).contains("delay_ms"));  // at once
+  EXPECT_EQ(nlohmann::json::parse(log_lines[1])["delay_ms"], 1000);
+  EXPECT_EQ(nlohmann::json::parse(log_lines[1])["allowed"], true);
+  EXPECT_EQ(l.metrics().delayed(0), 1u);
+  EXPECT_EQ(l.metrics().decisions(0, Outcome::allowed), 2u);
+}
+
 TEST(ValidateTest, DelayNeedsAMaxDelayAndTokenBucketLimits) {
   LimiterConfig c;
   c.rules.push_back(delay_rule("ok", {{"", bucket(5, 1)}}, kMicrosPerSecond));

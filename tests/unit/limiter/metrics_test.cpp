@@ -36,6 +36,8 @@ TEST(MetricsTest, RenderedCountersMatchRecordedValues) {
   m.record_decision(1, Outcome::denied);
   m.record_decision(1, Outcome::failure_policy);
   m.record_near_limit(0);
+  m.record_delayed(1, 250'000);
+  m.record_delayed(1, 1'500'000);
   m.record_store_error(ErrorCode::timeout);
   m.record_store_error(ErrorCode::timeout);
   const auto text = m.render({true, "ok"}, "memory");
@@ -45,6 +47,9 @@ TEST(MetricsTest, RenderedCountersMatchRecordedValues) {
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="failure_policy"})"),
             1);
   EXPECT_EQ(sample(text, R"(ratekeeper_near_limit_total{rule="api"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_delayed_total{rule="api"})"), 0);
+  EXPECT_EQ(sample(text, R"(ratekeeper_delayed_total{rule="login"})"), 2);
+  EXPECT_DOUBLE_EQ(sample(text, R"(ratekeeper_delay_seconds_total{rule="login"})"), 1.75);
   EXPECT_EQ(sample(text, R"(ratekeeper_store_errors_total{kind="timeout"})"), 2);
   EXPECT_EQ(sample(text, R"(ratekeeper_store_errors_total{kind="unavailable"})"), 0);
   EXPECT_EQ(sample(text, R"(ratekeeper_store_ready{kind="memory"})"), 1);
