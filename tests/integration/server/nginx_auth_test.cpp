@@ -50,9 +50,10 @@ rules:
     std::string documented = doc_block("docs/nginx.md", "nginx");
     replace_once(documented, "server 127.0.0.1:8000;",
                  fmt::format("server 127.0.0.1:{};", upstream_port));
-    replace_once(documented, "server 127.0.0.1:9091;",
+    replace_once(documented, "server 127.0.0.1:9090;",
                  fmt::format("server 127.0.0.1:{};", ratekeeper_->port()));
     replace_once(documented, "listen 80;", fmt::format("listen 127.0.0.1:{};", port_));
+    if (HasFatalFailure()) return;
     // The app: answers every request with its URI, so that a test sees what reached it.
     const std::string app = fmt::format(
         "server {{ listen 127.0.0.1:{}; default_type text/plain; return 200 'app $request_uri'; "
