@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <expected>
 #include <initializer_list>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "ratekeeper/core/contained.hpp"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/middleware.hpp"
@@ -184,6 +186,7 @@ Response evaluation_response(const limiter::Evaluation& ev, const http::HeaderOp
   json body{{"allowed", ev.allowed},
             {"status", status},
             {"retry_after_ms", ev.allowed ? 0 : to_ms(ev.decision.retry_after)},
+            {"delay_ms", ev.allowed ? to_ms(ev.decision.delay) : 0},
             {"by_failure_policy", ev.by_failure_policy},
             {"headers", std::move(headers)},
             {"limits", std::move(limits)}};
@@ -221,6 +224,14 @@ class Api::Routes {
     spdlog::debug("{} {} from {}", request.method, request.target, request.peer_address);
     const std::string_view path = request.path();
     const std::string_view method = request.method;
+    if (options_.demo_routes) return demo(request, path, method, std::move(respond));
+    own(std::move(request), std::move(respond));
+  }
+
+ private:
+  // The seed's demo API, then the own endpoints.
+  void demo(Request& request, std::string_view path, std::string_view method,
+            Responder respond) {
     if (path == "/api/data") {
       if (method != "GET") return respond(not_allowed("GET"));
       return limited(request, Endpoint::data, {}, std::move(respond));
@@ -245,6 +256,13 @@ class Api::Routes {
       std::string body = request.body;
       return limited(request, Endpoint::login, std::move(body), std::move(respond));
     }
+    own(std::move(request), std::move(respond));
+  }
+
+  // /healthz, /readyz, /metrics, /v1/check, /v1/auth.
+  void own(Request request, Responder respond) {
+    const std::string_view path = request.path();
+    const std::string_view method = request.method;
     if (path == "/healthz") {
       if (method != "GET" && method != "HEAD") return respond(not_allowed("GET, HEAD"));
       return respond(json_response(200, R"({"status":"ok"})"));
@@ -269,7 +287,25 @@ class Api::Routes {
     respond(error_response(404, "Not found"));
   }
 
- private:
+  // Answers at once, or, for an admission that must wait (on_limit: delay), when its time
+  // comes: the caller passes the request on as soon as it has the answer, never early.
+  void answer(Micros delay, Responder& respond, Response r) {
+    if (delay <= 0) return respond(std::move(r));
+    EventLoop& loop = hold_loop();
+    const std::size_t index = loop.on_loop_thread() ? loop.current_index() : 0;
+    loop.post(
+        index,
+        [respond = std::move(respond), r = std::move(r)]() mutable { respond(std::move(r)); },
+        delay);
+  }
+
+  EventLoop& hold_loop() {
+    std::call_once(own_loop_once_, [this] {
+      if (!options_.loop) options_.loop = std::make_shared<EventLoop>(1);
+    });
+    return *options_.loop;
+  }
+
   static Response not_allowed(std::string_view allow) {
     auto r = error_response(405, "Method not allowed");
     r.headers.emplace_back("Allow", std::string(allow));
@@ -279,7 +315,7 @@ class Api::Routes {
   // Runs the middleware, then the endpoint when admitted. `arg` is what the endpoint needs
   // from the request (the middleware's callback may run after the request is gone).
   void limited(const Request& request, Endpoint endpoint, std::string arg, Responder respond) {
-    middleware_.handle(request, [endpoint, arg = std::move(arg), respond = std::move(respond)](
+    middleware_.handle(request, [this, endpoint, arg = std::move(arg), respond = std::move(respond)](
                                     http::MiddlewareResult result) mutable {
       if (!result.admitted) {
         return respond(Response{result.status, std::move(result.content_type),
@@ -287,7 +323,7 @@ class Api::Routes {
       }
       Response r = serve(endpoint, arg);
       for (auto& h : result.headers) r.headers.push_back(std::move(h));
-      respond(std::move(r));
+      answer(result.delay, respond, std::move(r));
     });
   }
 
@@ -391,7 +427,7 @@ class Api::Routes {
     const limiter::FailureMode policy = rule->on_store_error;
     limiter_.check(
         rule_name, identity_it->get_ref<const std::string&>(), cost->value_or(1),
-        [policy, respond = std::move(respond)](Result<limiter::Verdict> verdict) {
+        [this, policy, respond = std::move(respond)](Result<limiter::Verdict> verdict) mutable {
           if (!verdict) {
             if (verdict.error().code == ErrorCode::invalid_argument) {
               return respond(json_response(400, http::bad_request_body(verdict.error().message)));
@@ -405,7 +441,7 @@ class Api::Routes {
                 "Retry-After",
                 std::to_string(http::retry_after_seconds(verdict->decision.retry_after)));
           }
-          respond(std::move(r));
+          answer(allowed ? verdict->decision.delay : 0, respond, std::move(r));
         },
         *tier);
   }
@@ -499,14 +535,16 @@ class Api::Routes {
   // One evaluation of the limiter, answered with the decision, headers and limits.
   void evaluate(std::vector<limiter::Application> apps, Responder respond) {
     limiter_.evaluate(
-        std::move(apps), [this, respond = std::move(respond)](Result<limiter::Evaluation> ev) {
+        std::move(apps),
+        [this, respond = std::move(respond)](Result<limiter::Evaluation> ev) mutable {
           if (!ev) {
             if (ev.error().code == ErrorCode::invalid_argument) {
               return respond(bad_request(ev.error().message));
             }
             return respond(error_response(503, "Store unavailable: " + ev.error().message));
           }
-          respond(evaluation_response(*ev, middleware_.options().headers));
+          answer(ev->allowed ? ev->decision.delay : 0, respond,
+                 evaluation_response(*ev, middleware_.options().headers));
         });
   }
 
@@ -532,7 +570,8 @@ class Api::Routes {
     original.peer_address = forwarded_peer(subrequest);
     original.peer_port = subrequest.peer_port;
     original.headers = std::move(subrequest.headers);
-    middleware_.handle(original, [respond = std::move(respond)](http::MiddlewareResult result) {
+    middleware_.handle(original, [this, respond = std::move(respond)](
+                                     http::MiddlewareResult result) mutable {
       Response r{result.status, std::move(result.content_type), std::move(result.headers),
                  std::move(result.body)};
       r.headers.emplace_back("X-RateLimit-Status", std::to_string(result.status));
@@ -542,7 +581,7 @@ class Api::Routes {
       } else if (result.status == 429 || result.status == 400) {
         r.status = 403;
       }
-      respond(std::move(r));
+      answer(result.admitted ? result.delay : 0, respond, std::move(r));
     });
   }
 
@@ -561,6 +600,7 @@ class Api::Routes {
   limiter::Limiter& limiter_;
   http::Middleware& middleware_;
   ApiOptions options_;
+  std::once_flag own_loop_once_;
 };
 
 // The HTTP server's own counters, in Prometheus text.

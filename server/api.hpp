@@ -15,6 +15,9 @@
 
 #include "ratekeeper/http/server.hpp"
 
+namespace ratekeeper {
+class EventLoop;
+}
 namespace ratekeeper::limiter {
 class Limiter;
 }
@@ -26,6 +29,11 @@ namespace ratekeeper::server {
 
 struct ApiOptions {
   bool metrics_enabled = true;
+  // The seed's demo API (/api/..., /auth/login); off where the routes are an admin listener.
+  bool demo_routes = true;
+  // Holds the answers of admissions that must wait (rules with `on_limit: delay`) until their
+  // time: the caller then passes the request on at once. Null: a loop of the Api's own.
+  std::shared_ptr<EventLoop> loop;
   // More Prometheus text appended to /metrics (e.g. the HTTP server's own counters).
   std::function<std::string()> extra_metrics;
 };

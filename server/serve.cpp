@@ -114,11 +114,17 @@ int serve(const ServeArgs& args) {
     if (config.upstream) {
       proxy = std::make_unique<http::Proxy>(options, *config.upstream, middleware);
     }
-    ApiOptions api_options{config.metrics_enabled, [&server, &proxy] {
-                             std::string text = http_server_metrics(server);
-                             if (proxy) text += http::proxy_metrics(*proxy);
-                             return text;
-                           }};
+    ApiOptions api_options{
+        .metrics_enabled = config.metrics_enabled,
+        .demo_routes = !proxy,  // with an upstream the routes are the admin listener
+        .loop = loop,
+        .extra_metrics =
+            [&server, &proxy] {
+              std::string text = http_server_metrics(server);
+              if (proxy) text += http::proxy_metrics(*proxy);
+              return text;
+            },
+    };
     Api routes(limiter, middleware, std::move(api_options));
     api = &routes;
 

@@ -36,9 +36,10 @@ class RatekeeperMiddleware(BaseHTTPMiddleware):
                 "method": request.method,
                 "path": request.url.path + (("?" + request.url.query) if request.url.query else ""),
                 "headers": {k: v for k, v in request.headers.items()},
-                "client_ip": request.client.host if request.client else "",
             }
         }
+        if request.client and request.client.host:
+            payload["request"]["client_ip"] = request.client.host
         req = urllib.request.Request(
             self.endpoint,
             data=json.dumps(payload).encode(),

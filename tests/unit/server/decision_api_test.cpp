@@ -6,6 +6,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
+#include <chrono>
+#include <future>
 #include <optional>
 #include <set>
 #include <string>
@@ -325,6 +327,86 @@ TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
   const auto verdict = json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
   EXPECT_EQ(keys(verdict), required("Verdict"));
   EXPECT_EQ(keys(json::parse(check({{"checks", 1}}).body)), required("BadRequest"));
+}
+
+// A rule with on_limit: delay, decided by the routes over a memory store whose clock stands
+// still: every admission after the first must wait for its place (5 per second: 200 ms).
+class HeldAnswerTest : public ::testing::Test {
+ protected:
+  HeldAnswerTest()
+      : config_(parse_config(R"(
+logging: {decisions: {enabled: false}}
+rules:
+  - name: paced
+    match: {path: /paced}
+    on_limit: delay
+    max_delay: 500ms
+    limits: [{capacity: 1, refill_rate: 5}]
+)")),
+        store_({.max_keys = 100, .shards = 1, .clock = &clock_}),
+        limiter_(config_.limiter, store_),
+        middleware_(limiter_, config_.middleware) {}
+
+  struct Answer {
+    http::Response response;
+    std::chrono::steady_clock::duration took;
+  };
+
+  // POST /v1/check for GET /paced; waits for the answer, inline or held.
+  static Answer ask(Api& api) {
+    std::promise<http::Response> promise;
+    auto future = promise.get_future();
+    const auto start = std::chrono::steady_clock::now();
+    const json body{{"request", {{"method", "GET"}, {"path", "/paced"}}}};
+    api.handle(http::Request{"POST", "/v1/check", {{"Content-Type", "application/json"}},
+                             body.dump(), "192.0.2.1", 0},
+               [&promise](http::Response r) { promise.set_value(std::move(r)); });
+    EXPECT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    return {future.get(), std::chrono::steady_clock::now() - start};
+  }
+
+  ManualClock clock_{1'700'000'000 * kMicrosPerSecond};
+  Config config_;
+  store::MemoryStore store_;
+  limiter::Limiter limiter_;
+  http::Middleware middleware_;
+};
+
+TEST_F(HeldAnswerTest, AnAdmissionThatMustWaitIsAnsweredWhenItsTimeComes) {
+  Api api(limiter_, middleware_);
+  const auto first = ask(api);
+  EXPECT_EQ(first.response.status, 200);
+  EXPECT_EQ(json::parse(first.response.body)["delay_ms"], 0);
+
+  // Its place is 200 ms ahead: the answer is held that long, and says so.
+  const auto second = ask(api);
+  EXPECT_EQ(second.response.status, 200);
+  EXPECT_EQ(json::parse(second.response.body)["delay_ms"], 200);
+  EXPECT_GE(second.took, std::chrono::milliseconds(190));
+
+  const auto third = ask(api);
+  EXPECT_EQ(json::parse(third.response.body)["delay_ms"], 400);
+  EXPECT_GE(third.took, std::chrono::milliseconds(390));
+
+  // 600 ms ahead is beyond max_delay: denied at once, nothing reserved.
+  const auto fourth = ask(api);
+  EXPECT_EQ(fourth.response.status, 429);
+  EXPECT_EQ(json::parse(fourth.response.body)["delay_ms"], 0);
+}
+
+TEST_F(HeldAnswerTest, WithoutTheDemoRoutesOnlyTheOwnEndpointsAnswer) {
+  Api admin(limiter_, middleware_, {.demo_routes = false});
+  std::optional<http::Response> answer;
+  admin.handle(http::Request{"GET", "/api/data", {}, {}, "192.0.2.1", 0},
+               [&answer](http::Response r) { answer = std::move(r); });
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->status, 404);
+  answer.reset();
+  admin.handle(http::Request{"GET", "/healthz", {}, {}, "192.0.2.1", 0},
+               [&answer](http::Response r) { answer = std::move(r); });
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(ask(admin).response.status, 200);  // /v1/check
 }
 
 }  // namespace
