@@ -54,6 +54,9 @@ constexpr auto kLingerTime = std::chrono::seconds(2);
 // The upstream's response header may be larger than a client's request header (cookies).
 constexpr std::size_t kMinResponseHeaderLimit = std::size_t{64} * 1024;
 
+// What an idle client connection's read buffer may keep of its capacity.
+constexpr std::size_t kIdleBuffer = std::size_t{16} * 1024;
+
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 struct UpstreamConnection {
@@ -560,6 +563,11 @@ class ProxySession final : public Connection {
     res_.reset();
     limiter_fields_.clear();
     body_started_ = false;
+    // A keep-alive connection waiting for its next request holds no body buffers: many idle
+    // clients cost little.
+    if (!up_body_.empty()) std::vector<char>().swap(up_body_);
+    if (!down_body_.empty()) std::vector<char>().swap(down_body_);
+    if (client_buf_.capacity() > kIdleBuffer) client_buf_.shrink_to_fit();
     if (client_keep_) return read_request();
     graceful_close();
   }
