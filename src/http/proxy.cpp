@@ -174,7 +174,7 @@ struct Proxy::Impl : ServerCore {
 
 class ProxySession final : public Connection {
  public:
-  ProxySession(std::shared_ptr<Proxy::Impl> proxy, tcp::socket&& socket)
+  ProxySession(const std::shared_ptr<Proxy::Impl>& proxy, tcp::socket&& socket)
       : Connection(proxy),
         proxy_(*proxy),
         client_(std::move(socket)),
@@ -303,7 +303,8 @@ class ProxySession final : public Connection {
 
   void forward() {
     retried_ = false;
-    if ((up_ = pool_.take())) {
+    up_ = pool_.take();
+    if (up_) {
       reused_ = true;
       proxy_.count(proxy_.reused);
       return send_head();
@@ -321,7 +322,7 @@ class ProxySession final : public Connection {
     }
     resolver_.async_resolve(
         proxy_.upstream.host, std::to_string(proxy_.upstream.port),
-        [self = self<ProxySession>()](beast::error_code ec, tcp::resolver::results_type results) {
+        [self = self<ProxySession>()](beast::error_code ec, const tcp::resolver::results_type& results) {
           if (self->closed_) return;
           if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable);
           self->up_->stream.async_connect(
@@ -471,12 +472,10 @@ class ProxySession final : public Connection {
         response_framing_ = Framing::length;
         head_length = *length;
       }
-    } else if (res_->chunked()) {
-      response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
-    } else if (length) {
+    } else if (length) {  // never with chunked: the parser refuses both
       response_framing_ = Framing::length;
       head_length = *length;
-    } else {
+    } else {  // chunked, or until the upstream closes
       response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
     }
     upstream_reusable_ = res_->keep_alive() && (res_->chunked() || length || !body_expected_);
@@ -581,12 +580,12 @@ class ProxySession final : public Connection {
   }
 
   void answer_error(const JsonError& error, bool keep) {
-    answer_local(error.status, "application/json", std::string(error.body), {}, keep);
+    answer_local(error.status, "application/json", error.body, {}, keep);
   }
 
   // A response of the proxy's own; the connection goes on when `keep` and the request has
   // been read whole.
-  void answer_local(int status, std::string_view content_type, std::string body,
+  void answer_local(int status, std::string_view content_type, std::string_view body,
                     HeaderList fields, bool keep) {
     if (response_begun_) return close();  // nothing else can be said any more
     client_keep_ = keep && keep_alive_ && !draining_ && req_ && req_->is_header_done() &&
