@@ -274,6 +274,9 @@ class ProxySession final : public Connection {
     });
     if (!returned) {
       proxy_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+      // A decision delivered inline before the throw is under way: nothing more can be said.
+      if (decided_ == req_id_) return close();
+      decided_ = req_id_;  // a decision delivered later is ignored
       answer_error(kInternal, false);
     }
   }
