@@ -55,9 +55,7 @@ bool is_normal_path(std::string_view path, bool lowercase) noexcept {
       const auto v = static_cast<unsigned char>(hex_value(h) * 16 + hex_value(l));
       if (is_unreserved(v) || is_control(v)) return false;
       i += 2;
-    } else if (is_control(u)) {
-      return false;
-    } else if (lowercase && c >= 'A' && c <= 'Z') {
+    } else if (is_control(u) || (lowercase && c >= 'A' && c <= 'Z')) {
       return false;
     }
   }

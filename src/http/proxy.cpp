@@ -54,6 +54,9 @@ constexpr auto kLingerTime = std::chrono::seconds(2);
 // The upstream's response header may be larger than a client's request header (cookies).
 constexpr std::size_t kMinResponseHeaderLimit = std::size_t{64} * 1024;
 
+// What an idle client connection's read buffer may keep of its capacity.
+constexpr std::size_t kIdleBuffer = std::size_t{16} * 1024;
+
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 struct UpstreamConnection {
@@ -171,7 +174,7 @@ struct Proxy::Impl : ServerCore {
 
 class ProxySession final : public Connection {
  public:
-  ProxySession(std::shared_ptr<Proxy::Impl> proxy, tcp::socket&& socket)
+  ProxySession(const std::shared_ptr<Proxy::Impl>& proxy, tcp::socket&& socket)
       : Connection(proxy),
         proxy_(*proxy),
         client_(std::move(socket)),
@@ -271,6 +274,9 @@ class ProxySession final : public Connection {
     });
     if (!returned) {
       proxy_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+      // A decision delivered inline before the throw is under way: nothing more can be said.
+      if (decided_ == req_id_) return close();
+      decided_ = req_id_;  // a decision delivered later is ignored
       answer_error(kInternal, false);
     }
   }
@@ -300,7 +306,8 @@ class ProxySession final : public Connection {
 
   void forward() {
     retried_ = false;
-    if ((up_ = pool_.take())) {
+    up_ = pool_.take();
+    if (up_) {
       reused_ = true;
       proxy_.count(proxy_.reused);
       return send_head();
@@ -318,7 +325,7 @@ class ProxySession final : public Connection {
     }
     resolver_.async_resolve(
         proxy_.upstream.host, std::to_string(proxy_.upstream.port),
-        [self = self<ProxySession>()](beast::error_code ec, tcp::resolver::results_type results) {
+        [self = self<ProxySession>()](beast::error_code ec, const tcp::resolver::results_type& results) {
           if (self->closed_) return;
           if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable);
           self->up_->stream.async_connect(
@@ -468,12 +475,10 @@ class ProxySession final : public Connection {
         response_framing_ = Framing::length;
         head_length = *length;
       }
-    } else if (res_->chunked()) {
-      response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
-    } else if (length) {
+    } else if (length) {  // never with chunked: the parser refuses both
       response_framing_ = Framing::length;
       head_length = *length;
-    } else {
+    } else {  // chunked, or until the upstream closes
       response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
     }
     upstream_reusable_ = res_->keep_alive() && (res_->chunked() || length || !body_expected_);
@@ -560,6 +565,11 @@ class ProxySession final : public Connection {
     res_.reset();
     limiter_fields_.clear();
     body_started_ = false;
+    // A keep-alive connection waiting for its next request holds no body buffers: many idle
+    // clients cost little.
+    if (!up_body_.empty()) std::vector<char>().swap(up_body_);
+    if (!down_body_.empty()) std::vector<char>().swap(down_body_);
+    if (client_buf_.capacity() > kIdleBuffer) client_buf_.shrink_to_fit();
     if (client_keep_) return read_request();
     graceful_close();
   }
@@ -573,12 +583,12 @@ class ProxySession final : public Connection {
   }
 
   void answer_error(const JsonError& error, bool keep) {
-    answer_local(error.status, "application/json", std::string(error.body), {}, keep);
+    answer_local(error.status, "application/json", error.body, {}, keep);
   }
 
   // A response of the proxy's own; the connection goes on when `keep` and the request has
   // been read whole.
-  void answer_local(int status, std::string_view content_type, std::string body,
+  void answer_local(int status, std::string_view content_type, std::string_view body,
                     HeaderList fields, bool keep) {
     if (response_begun_) return close();  // nothing else can be said any more
     client_keep_ = keep && keep_alive_ && !draining_ && req_ && req_->is_header_done() &&

@@ -48,7 +48,7 @@ struct Server::Impl : ServerCore {
 
 class Session final : public Connection {
  public:
-  Session(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
+  Session(const std::shared_ptr<Server::Impl>& server, tcp::socket&& socket)
       : Connection(server), server_(*server), stream_(std::move(socket)) {
     peer_of(stream_.socket(), peer_address_, peer_port_);
     beast::error_code ec;

@@ -181,6 +181,14 @@ void TestUpstream::serve(int fd) {
     if (path.starts_with("/sleep/")) {
       std::this_thread::sleep_for(std::chrono::milliseconds(number_after(path, "/sleep/")));
     }
+    if (path.starts_with("/status/")) {
+      const auto status = number_after(path, "/status/");
+      if (send(fmt::format("HTTP/1.1 {} X\r\n{}{}\r\n", status,
+                           status == 304 ? "Content-Length: 50\r\n" : "", connection)) && keep) {
+        continue;
+      }
+      break;
+    }
     if (path == "/garbage") {
       send("this is no HTTP response\r\n\r\n");
       break;

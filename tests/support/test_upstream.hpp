@@ -4,6 +4,7 @@
 //   /stream/N     N bytes of pattern (see pattern_byte), with Content-Length
 //   /chunked/N    the same N bytes, chunked (64 KiB chunks)
 //   /sleep/MS     waits MS milliseconds, then as the default
+//   /status/N     status N without body (a 304 with the Content-Length of the resource)
 //   /garbage      bytes that are no HTTP response, then closes
 //   /close-in-header   half a response header, then closes
 //   /close-in-body     a header announcing 1 MB, 1000 bytes, then closes

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -371,6 +372,23 @@ TEST_F(ProxyTest, HeadAndExpectContinue) {
   EXPECT_NE(r.head.find("X-Body-Bytes: 3"), std::string::npos) << r.head;
   EXPECT_FALSE(upstream_.requests().back().header("Expect").has_value());
   ::close(fd);
+}
+
+// 204 and 304 have no body, whatever their fields say: nothing is awaited, the connections
+// stay in step.
+TEST_F(ProxyTest, NoContentAndNotModifiedHaveNoBody) {
+  start();
+  const int fd = connect_to(port_);
+  for (const int status : {204, 304, 204}) {
+    ASSERT_TRUE(send_all(fd, fmt::format("GET /status/{} HTTP/1.1\r\nHost: x\r\n\r\n", status)));
+    const auto r = read_counted(fd, true);
+    EXPECT_TRUE(r.head.starts_with(fmt::format("HTTP/1.1 {} ", status))) << r.head;
+    EXPECT_EQ(r.body_bytes, 0u);
+  }
+  ASSERT_TRUE(send_all(fd, "GET /stream/3 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(read_counted(fd).body_bytes, 3u);
+  ::close(fd);
+  EXPECT_EQ(upstream_.connections(), 1u);
 }
 
 TEST_F(ProxyTest, UnreachableUpstreamIs502) {
