@@ -448,7 +448,14 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   rule.name = r.string(node["name"], Reader::field(path, "name"));
   if (const auto m = node["match"]) {
     const auto mp = Reader::field(path, "match");
-    r.expect_map(m, mp, {"methods", "path", "path_prefix"});
+    r.expect_map(m, mp, {"methods", "path", "path_prefix", "unmatched"});
+    if (m["unmatched"]) {
+      match.unmatched = r.boolean(m["unmatched"], Reader::field(mp, "unmatched"));
+      if (match.unmatched && (m["path"] || m["path_prefix"])) {
+        r.fail(Reader::field(mp, "unmatched"),
+               "a rule for the requests no other rule matches takes no path or path_prefix");
+      }
+    }
     if (m["methods"]) {
       const auto methods_path = Reader::field(mp, "methods");
       if (m["methods"].IsScalar()) {

@@ -19,6 +19,7 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
       throw std::invalid_argument("a request match names an unknown rule: " + match.rule);
     }
     routes_.push_back(Route{&match, rule});
+    has_defaults_ = has_defaults_ || match.unmatched;
   }
 }
 
@@ -121,11 +122,17 @@ Result<std::vector<limiter::Application>> Middleware::applications(const Request
   const auto normal = normal_path(request, storage);
   if (!normal) return std::unexpected(normal.error());
   const std::string_view path = *normal;
-  for (const auto& route : routes_) {
-    if (!route.match->matches(request.method, path)) continue;
-    auto app = resolve_at(*route.rule, request, path);
-    if (!app) return std::unexpected(app.error());
-    out.push_back(std::move(*app));
+  // The rules selecting the request; if there are none, the default ones (`unmatched`).
+  for (const bool defaults : {false, true}) {
+    for (const auto& route : routes_) {
+      if (route.match->unmatched != defaults || !route.match->matches(request.method, path)) {
+        continue;
+      }
+      auto app = resolve_at(*route.rule, request, path);
+      if (!app) return std::unexpected(app.error());
+      out.push_back(std::move(*app));
+    }
+    if (!out.empty() || !has_defaults_) break;
   }
   return out;
 }

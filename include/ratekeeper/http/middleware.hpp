@@ -74,6 +74,7 @@ class Middleware {
     const limiter::Rule* rule;  // in the limiter
   };
   std::vector<Route> routes_;
+  bool has_defaults_ = false;  // some route is `unmatched`
   RequestMetrics metrics_;
 };
 

@@ -16,6 +16,9 @@ struct RuleMatch {
   std::vector<std::string> methods;  // upper case, e.g. "GET", "POST"
   std::string path;
   std::string path_prefix;
+  // Applies only to requests no other rule's match selects (a default rule): e.g. every
+  // path of an application behind the proxy that has no rule of its own.
+  bool unmatched = false;
 
   bool matches(std::string_view method, std::string_view request_path) const noexcept;
 };

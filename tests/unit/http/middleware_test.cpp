@@ -428,6 +428,50 @@ rules:
   EXPECT_EQ(names("GET", "/api/data?x=1"), (std::vector<std::string>{"exact", "prefix"}));
 }
 
+TEST(RuleMatchTest, DefaultRulesApplyOnlyToRequestsNoOtherRuleMatches) {
+  store::MemoryStore store;
+  auto c = parse_config(R"(
+rules:
+  - {name: orders, match: {path_prefix: /orders}, limits: [{capacity: 10, refill_rate: 1}]}
+  - {name: reads, match: {unmatched: true, methods: [GET]}, limits: [{capacity: 10, refill_rate: 1}]}
+  - {name: fallback, match: {unmatched: true}, limits: [{capacity: 10, refill_rate: 1}]}
+  - {name: shadowed, match: {path: /orders/x}, shadow: true, limits: [{capacity: 10, refill_rate: 1}]}
+)");
+  limiter::Limiter limiter(c.limiter, store);
+  Middleware m(limiter, c.middleware);
+  auto names = [&](std::string method, std::string path) {
+    http::Request request;
+    request.method = std::move(method);
+    request.target = std::move(path);
+    request.peer_address = "192.0.2.7";
+    std::vector<std::string> out;
+    const auto apps = m.applications(request);
+    EXPECT_TRUE(apps);
+    if (apps) {
+      for (const auto& app : *apps) out.push_back(app.rule->name);
+    }
+    return out;
+  };
+  EXPECT_EQ(names("GET", "/orders/1"), (std::vector<std::string>{"orders"}));
+  EXPECT_EQ(names("GET", "/orders/x"), (std::vector<std::string>{"orders", "shadowed"}));
+  EXPECT_EQ(names("GET", "/users"), (std::vector<std::string>{"reads", "fallback"}));
+  EXPECT_EQ(names("POST", "/users"), (std::vector<std::string>{"fallback"}));
+  // The normalised path decides: //orders is /orders.
+  EXPECT_EQ(names("DELETE", "//orders/2"), (std::vector<std::string>{"orders"}));
+}
+
+TEST(RuleMatchTest, ADefaultRuleTakesNoPath) {
+  try {
+    parse_config(
+        "rules: [{name: a, match: {unmatched: true, path: /x}, limits: [{capacity: 1, "
+        "refill_rate: 1}]}]\n",
+        "t.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const server::ConfigError& e) {
+    EXPECT_EQ(e.field(), "rules[0].match.unmatched");
+  }
+}
+
 TEST(RuleMatchTest, AMatchNamingAnUnknownRuleIsRefused) {
   store::MemoryStore store;
   auto c = parse_config("rules: [{name: a, limits: [{capacity: 1, refill_rate: 1}]}]\n");
