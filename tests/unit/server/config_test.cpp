@@ -649,6 +649,16 @@ TEST(ConfigTest, MalformedTextThatNeverEndsAsDocumentsIsRejected) {
   expect_error(",", "", "several YAML documents");
 }
 
+TEST(ConfigTest, ShippedProxyExampleLoads) {
+  const auto c = load_config(std::string(RATEKEEPER_SOURCE_DIR) + "/config/proxy.yaml");
+  ASSERT_TRUE(c.upstream.has_value());
+  EXPECT_EQ(c.upstream->port, 8000);
+  EXPECT_EQ(c.admin.port, 9090);
+  ASSERT_EQ(c.limiter.rules.size(), 4U);
+  EXPECT_EQ(c.limiter.rules[2].on_limit, limiter::OnLimit::delay);
+  EXPECT_TRUE(c.middleware.matches[3].unmatched);
+}
+
 TEST(ConfigTest, UpstreamAndAdminSectionsFillTheProxyOptions) {
   const auto c = parse_config(R"(
 listen: 127.0.0.1:8080
