@@ -194,9 +194,10 @@ class ProxySession final : public Connection {
     net::dispatch(client_.get_executor(), [self = self<ProxySession>()] { self->read_request(); });
   }
 
+  // Marked here, on the caller's thread (see Connection::shutdown()).
   void shutdown() override {
+    draining_.store(true);
     net::post(client_.get_executor(), [self = self<ProxySession>()] {
-      self->draining_ = true;
       const bool receiving = self->req_ && self->req_->got_some();
       if (!self->busy_ && !receiving) self->close();
     });
@@ -707,7 +708,7 @@ class ProxySession final : public Connection {
   bool request_body_ = false;    // the request has a body to relay
   bool response_begun_ = false;  // the response's head has gone to the client
   bool busy_ = false;
-  bool draining_ = false;
+  std::atomic<bool> draining_{false};  // set by shutdown(), from any thread
   bool closed_ = false;
 };
 

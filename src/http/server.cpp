@@ -61,10 +61,12 @@ class Session final : public Connection {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
   }
 
-  // Graceful drain: finish what was received, read nothing more, close when idle.
+  // Graceful drain: finish what was received, read nothing more, close when idle. Marked
+  // here, on the caller's thread: a response written after this returns says Connection:
+  // close even when it was queued on the session's thread ahead of the rest of the drain.
   void shutdown() override {
+    draining_.store(true);
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      self->draining_ = true;
       // Idle: nothing queued and no request partly received.
       const bool receiving = self->reading_ && self->parser_ && self->parser_->got_some();
       if (self->queue_.empty() && !receiving) self->close();
@@ -282,7 +284,7 @@ class Session final : public Connection {
   bool reading_ = false;
   bool writing_ = false;
   bool read_closed_ = false;  // no more requests on this connection
-  bool draining_ = false;
+  std::atomic<bool> draining_{false};  // set by shutdown(), from any thread
   bool closed_ = false;
   bool close_after_write_ = false;
   bool linger_ = false;  // the close after the next write lingers (see linger())

@@ -147,8 +147,9 @@ void ServerCore::on_stop() {
       if (auto c = weak.lock()) live.push_back(std::move(c));
     }
   }
-  // Connections learn of the drain before the acceptor closes: whoever sees a connection
-  // refused can rely on every response built afterwards saying Connection: close.
+  // Connections learn of the drain before the acceptor closes (shutdown() marks each before
+  // returning): whoever sees a connection refused can rely on every response written
+  // afterwards saying Connection: close.
   for (auto& c : live) c->shutdown();
   live.clear();
   error_code ec;

@@ -42,7 +42,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // On the connection's thread, once registered.
   virtual void start() = 0;
   // From any thread. Graceful drain: finish what was received, read nothing more, close
-  // when idle.
+  // when idle. The connection is marked draining before this returns (the rest runs on its
+  // thread): every response it writes afterwards says Connection: close.
   virtual void shutdown() = 0;
   // From any thread: close now, whatever is in flight (the server is going away).
   virtual void abort() = 0;
