@@ -375,9 +375,8 @@ class ProxySession final : public Connection {
 
   void send_head() {
     const Request& request = req_->request();
-    head_ = request_head(request.method, request.target,
-                         upstream_request_fields(request.headers, peer_address_),
-                         request_framing_, request_length_);
+    write_upstream_request_head(head_, request.method, request.target, request.headers,
+                                peer_address_, request_framing_, request_length_);
     up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
     net::async_write(up_->stream, net::buffer(head_), bind(&ProxySession::on_head_sent));
   }
@@ -516,9 +515,8 @@ class ProxySession final : public Connection {
     client_keep_ = keep_alive_ && !draining_ && response_framing_ != Framing::close &&
                    req_->is_done();
     response_length_ = head_length;
-    head_ = response_head(version_, status, res_->reason(),
-                          client_response_fields(res_->fields(), limiter_fields_),
-                          response_framing_, head_length, client_keep_);
+    write_client_response_head(head_, version_, status, res_->reason(), res_->fields(),
+                               limiter_fields_, response_framing_, head_length, client_keep_);
     response_begun_ = true;
     // The body bytes read along with the header go out with it, in one write.
     beast::error_code body_ec;
