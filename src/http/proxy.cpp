@@ -142,6 +142,19 @@ constexpr JsonError kHeaderTooLarge{431, R"({"error":"Request header fields too 
 constexpr JsonError kNotImplemented{501, R"({"error":"Method not implemented by the proxy"})"};
 constexpr JsonError kInternal{500, R"({"error":"Internal server error"})"};
 
+// Parses body bytes already in `buffer` into the place the parser's stream_body() gave,
+// without reading: as far as they go, that place is full, or an error (in ec; need_more and
+// need_buffer are none).
+template <class Parser>
+void parse_buffered(Parser& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
+  while (buffer.size() != 0 && !parser.is_done()) {
+    const std::size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec || used == 0) break;
+  }
+  if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) ec = {};
+}
+
 std::string_view reason_of(int status) {
   const auto r = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
   return {r.data(), r.size()};
@@ -377,8 +390,47 @@ class ProxySession final : public Connection {
     const Request& request = req_->request();
     write_upstream_request_head(head_, request.method, request.target, request.headers,
                                 peer_address_, request_framing_, request_length_);
+    // The body bytes read along with the header go out with it, in one write (not when the
+    // client waits for 100 Continue).
+    std::size_t n = 0;
+    beast::error_code body_ec;
+    if (request_body_ && !expect_continue_ && !req_->is_done() && client_buf_.size() != 0) {
+      const std::size_t room = request_room();
+      req_->stream_body(up_body_.room(room), room);
+      parse_buffered(*req_, client_buf_, body_ec);
+      n = body_ec ? 0 : req_->streamed();  // a malformed chunk: the head only, then 400
+    }
+    const bool chunked = request_framing_ == Framing::chunked;
+    std::array<net::const_buffer, 5> buffers{};  // empty ones write nothing
+    std::size_t i = 0;
+    buffers[i++] = net::buffer(head_);
+    if (n > 0) {
+      hold(n);
+      if (chunked) {
+        chunk_head_ = chunk_prefix(n);
+        buffers[i++] = net::buffer(chunk_head_);
+        buffers[i++] = net::buffer(up_body_.data(), n);
+        buffers[i++] = net::buffer(kChunkSuffix);
+      } else {
+        buffers[i++] = net::buffer(up_body_.data(), n);
+      }
+    }
+    if (!body_ec && chunked && req_->is_done()) {
+      buffers[i++] = net::buffer(kLastChunk);
+      request_framing_ = Framing::none;  // written: relay_request_body() does not again
+    }
     up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
-    net::async_write(up_->stream, net::buffer(head_), bind(&ProxySession::on_head_sent));
+    net::async_write(up_->stream, buffers,
+                     [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
+                         beast::error_code ec, std::size_t written) {
+                       self->release_held();
+                       self->on_head_sent(ec, written >= head, bad_body);
+                     });
+  }
+
+  std::size_t request_room() const {
+    return piece_size(proxy_.upstream.buffer_size, request_framing_ == Framing::length,
+                      request_length_);
   }
 
   // An idle connection the upstream closed meanwhile fails at once: an idempotent request
@@ -391,13 +443,21 @@ class ProxySession final : public Connection {
     return true;
   }
 
-  void on_head_sent(beast::error_code ec, std::size_t) {
+  // `head_sent`: the head went whole (the write may have failed in the body after it);
+  // `bad_body`: the body bytes sent with it ended in a malformed chunk.
+  void on_head_sent(beast::error_code ec, bool head_sent, bool bad_body) {
     if (closed_) return;
-    if (ec) {
+    if (ec && !head_sent) {
       if (retry()) return;
       return upstream_failed(kUnreachable, proxy_.upstream_unreachable);
     }
     proxy_.count(proxy_.forwarded);
+    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    if (bad_body) {
+      // The upstream's request is cut short, the client told why.
+      drop_upstream();
+      return answer_error(kBadRequest, false);
+    }
     if (!request_body_) return read_response_header();
     if (expect_continue_) {
       expect_continue_ = false;
@@ -427,8 +487,7 @@ class ProxySession final : public Connection {
                        });
       return;
     }
-    const std::size_t room = piece_size(proxy_.upstream.buffer_size,
-                                        request_framing_ == Framing::length, request_length_);
+    const std::size_t room = request_room();
     // Beast reads at most the room a buffer has (512 bytes at least): as much as the body's.
     client_buf_.reserve(proxy_.upstream.buffer_size);
     req_->stream_body(up_body_.room(room), room);
@@ -524,23 +583,10 @@ class ProxySession final : public Connection {
     if (body_expected_ && !res_->is_done() && up_->buffer.size() != 0) {
       const std::size_t room = response_room();
       res_->stream_body(down_body_.room(room), room);
-      parse_buffered(body_ec);
+      parse_buffered(*res_, up_->buffer, body_ec);
       n = res_->streamed();
     }
     write_to_client(true, n, bool(body_ec));
-  }
-
-  // Parses the response's body bytes already in the upstream connection's buffer into the
-  // place stream_body() gave, without reading: as far as they go, that place is full, or an
-  // error (in ec; need_more and need_buffer are none).
-  void parse_buffered(beast::error_code& ec) {
-    auto& buffer = up_->buffer;
-    while (buffer.size() != 0 && !res_->is_done()) {
-      const std::size_t used = res_->put(buffer.data(), ec);
-      buffer.consume(used);
-      if (ec || used == 0) break;
-    }
-    if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) ec = {};
   }
 
   // One gather write to the client: the response's head (with_head), then n bytes of body
