@@ -6,7 +6,9 @@
 #   2. ratekeeper proxy without rules,
 #   3. nginx as reverse proxy with limit_req (its local zone, all admitted), keep-alive
 #      connections to the upstream as ratekeeper keeps them.
-# Prints req/s, p50/p99 latency, the proxy's CPU time per request, and the ratios of (1) to (3).
+# Prints req/s, p50/p99 latency, the proxy's CPU time per request, redis-server's CPU time per
+# request (INFO cpu, used_cpu_user + used_cpu_sys, over the measured run), and the ratios of
+# (1) to (3).
 #
 #   bench/proxy_wrk.sh [path/to/ratekeeper]
 #   WRK_THREADS=1 WRK_CONNECTIONS=32 WRK_DURATION=10s bench/proxy_wrk.sh
@@ -120,14 +122,21 @@ $4
 YAML
 }
 
-# wrk against port $1 (process $2 for CPU time); sets rps, p50, p99, cpu_us.
+redis_cpu() {  # seconds of CPU redis-server has used
+  redis-cli -p "$redis_port" info cpu 2>/dev/null |
+    awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'
+}
+
+# wrk against port $1 (process $2 for CPU time); sets rps, p50, p99, cpu_us, redis_us.
 measure() {
-  local port=$1 pid=$2 t0 t1 requests ticks
+  local port=$1 pid=$2 t0 t1 r0 r1 requests ticks
   wrk -t"$wrk_threads" -c"$wrk_connections" -d2s "http://127.0.0.1:$port/api/data" >/dev/null
   t0=$(cpu_ticks "$pid")
+  r0=$(redis_cpu)
   wrk -t"$wrk_threads" -c"$wrk_connections" -d"$wrk_duration" --latency \
     "http://127.0.0.1:$port/api/data" >"$work/wrk.txt"
   t1=$(cpu_ticks "$pid")
+  r1=$(redis_cpu)
   if grep -q "Non-2xx\|Socket errors" "$work/wrk.txt"; then
     echo "unexpected errors or non-2xx responses:" >&2
     cat "$work/wrk.txt" >&2
@@ -140,6 +149,7 @@ measure() {
   ticks=$(getconf CLK_TCK)
   cpu_us=$(awk -v a="$t0" -v b="$t1" -v n="$requests" -v hz="$ticks" \
     'BEGIN {printf "%.1f", (b - a) / hz * 1e6 / n}')
+  redis_us=$(awk -v a="$r0" -v b="$r1" -v n="$requests" 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')
 }
 # CPU ticks of a process and its children (nginx: master + worker).
 cpu_ticks() {
@@ -169,25 +179,25 @@ stop_ratekeeper() {
   wait "$rk_pid" || true
 }
 
-row() { printf '%-40s %10s %10s %10s %12s\n' "$@"; }
+row() { printf '%-40s %10s %10s %10s %12s %14s\n' "$@"; }
 echo "wrk -t$wrk_threads -c$wrk_connections -d$wrk_duration, one worker each, upstream nginx return 200, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-row "" "req/s" "p50" "p99" "CPU us/req"
+row "" "req/s" "p50" "p99" "CPU us/req" "redis us/req"
 
 run_ratekeeper "rules: [{name: all, limits: [{capacity: 1000000000, refill_rate: 1000000}]}]"
 measure "$rk_port" "$rk_pid"
 stop_ratekeeper
 limited_rps=$rps limited_p99=$p99
-row "ratekeeper proxy, Redis limits" "$rps" "$p50" "$p99" "$cpu_us"
+row "ratekeeper proxy, Redis limits" "$rps" "$p50" "$p99" "$cpu_us" "$redis_us"
 
 run_ratekeeper "rules: []"
 measure "$rk_port" "$rk_pid"
 stop_ratekeeper
-row "ratekeeper proxy, no rules" "$rps" "$p50" "$p99" "$cpu_us"
+row "ratekeeper proxy, no rules" "$rps" "$p50" "$p99" "$cpu_us" "$redis_us"
 
 nginx_pid=$(cat "$work/nginx/logs/nginx.pid")
 measure "$nginx_port" "$nginx_pid"
 nginx_rps=$rps nginx_p99=$p99
-row "nginx proxy + limit_req" "$rps" "$p50" "$p99" "$cpu_us"
+row "nginx proxy + limit_req" "$rps" "$p50" "$p99" "$cpu_us" "$redis_us"
 
 awk -v a="$limited_rps" -v b="$nginx_rps" -v pa="$(to_ms "$limited_p99")" -v pb="$(to_ms "$nginx_p99")" 'BEGIN {
   printf "ratekeeper (Redis limits) / nginx+limit_req: throughput %.3f, p99 %.2f\n", a / b, pa / pb }'

@@ -74,6 +74,10 @@ void request_side(std::string_view input) {
                                                  : http::Framing::none;
   const std::string head = http::request_head(request.method, *target, fields, framing,
                                               parser.content_length().value_or(0));
+  std::string written;
+  http::write_upstream_request_head(written, request.method, *target, request.headers, kPeer,
+                                    framing, parser.content_length().value_or(0));
+  fuzz::require(written == head);
   // The head the upstream receives is one well-formed request header, the one meant.
   http::RequestParser again(1 << 20, std::numeric_limits<std::uint64_t>::max(), true);
   boost::beast::error_code ec;
@@ -95,6 +99,10 @@ void response_side(std::string_view input) {
   const auto fields = http::client_response_fields(parser.fields(), limiter);
   const std::string head = http::response_head(11, parser.status(), parser.reason(), fields,
                                                http::Framing::chunked, 0, true);
+  std::string written;
+  http::write_client_response_head(written, 11, parser.status(), parser.reason(), parser.fields(),
+                                   limiter, http::Framing::chunked, 0, true);
+  fuzz::require(written == head);
   http::ResponseParser again(1 << 20);
   boost::beast::error_code ec;
   again.put(boost::asio::const_buffer(head.data(), head.size()), ec);

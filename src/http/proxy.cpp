@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -26,6 +27,7 @@
 #include <cerrno>
 #include <charconv>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "proxy_message.hpp"
@@ -58,6 +60,34 @@ constexpr std::size_t kMinResponseHeaderLimit = std::size_t{64} * 1024;
 constexpr std::size_t kIdleBuffer = std::size_t{16} * 1024;
 
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// A body buffer: allocated on first use, at the size asked for (a body known to be shorter
+// than buffer_size gets no more than its length), not zero-filled, kept until release().
+class BodyBuffer {
+ public:
+  // At least n bytes of room (n > 0).
+  char* room(std::size_t n) {
+    if (size_ < n) {
+      data_ = std::make_unique_for_overwrite<char[]>(n);
+      size_ = n;
+    }
+    return data_.get();
+  }
+  char* data() const noexcept { return data_.get(); }
+  void release() noexcept {
+    data_.reset();
+    size_ = 0;
+  }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+};
+
+// The room a piece of body needs: the buffer size, or less when the body's length is known.
+std::size_t piece_size(std::size_t buffer_size, bool length_known, std::uint64_t length) {
+  return length_known && length < buffer_size ? std::max<std::size_t>(length, 1) : buffer_size;
+}
 
 struct UpstreamConnection {
   explicit UpstreamConnection(const net::any_io_executor& executor) : stream(executor) {}
@@ -111,6 +141,19 @@ constexpr JsonError kBadRequest{400, R"({"error":"Bad request"})"};
 constexpr JsonError kHeaderTooLarge{431, R"({"error":"Request header fields too large"})"};
 constexpr JsonError kNotImplemented{501, R"({"error":"Method not implemented by the proxy"})"};
 constexpr JsonError kInternal{500, R"({"error":"Internal server error"})"};
+
+// Parses body bytes already in `buffer` into the place the parser's stream_body() gave,
+// without reading: as far as they go, that place is full, or an error (in ec; need_more and
+// need_buffer are none).
+template <class Parser>
+void parse_buffered(Parser& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
+  while (buffer.size() != 0 && !parser.is_done()) {
+    const std::size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec || used == 0) break;
+  }
+  if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) ec = {};
+}
 
 std::string_view reason_of(int status) {
   const auto r = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
@@ -346,11 +389,49 @@ class ProxySession final : public Connection {
 
   void send_head() {
     const Request& request = req_->request();
-    head_ = request_head(request.method, request.target,
-                         upstream_request_fields(request.headers, peer_address_),
-                         request_framing_, request_length_);
+    write_upstream_request_head(head_, request.method, request.target, request.headers,
+                                peer_address_, request_framing_, request_length_);
+    // The body bytes read along with the header go out with it, in one write (not when the
+    // client waits for 100 Continue).
+    std::size_t n = 0;
+    beast::error_code body_ec;
+    if (request_body_ && !expect_continue_ && !req_->is_done() && client_buf_.size() != 0) {
+      const std::size_t room = request_room();
+      req_->stream_body(up_body_.room(room), room);
+      parse_buffered(*req_, client_buf_, body_ec);
+      n = body_ec ? 0 : req_->streamed();  // a malformed chunk: the head only, then 400
+    }
+    const bool chunked = request_framing_ == Framing::chunked;
+    std::array<net::const_buffer, 5> buffers{};  // empty ones write nothing
+    std::size_t i = 0;
+    buffers[i++] = net::buffer(head_);
+    if (n > 0) {
+      hold(n);
+      if (chunked) {
+        chunk_head_ = chunk_prefix(n);
+        buffers[i++] = net::buffer(chunk_head_);
+        buffers[i++] = net::buffer(up_body_.data(), n);
+        buffers[i++] = net::buffer(kChunkSuffix);
+      } else {
+        buffers[i++] = net::buffer(up_body_.data(), n);
+      }
+    }
+    if (!body_ec && chunked && req_->is_done()) {
+      buffers[i++] = net::buffer(kLastChunk);
+      request_framing_ = Framing::none;  // written: relay_request_body() does not again
+    }
     up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
-    net::async_write(up_->stream, net::buffer(head_), bind(&ProxySession::on_head_sent));
+    net::async_write(up_->stream, buffers,
+                     [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
+                         beast::error_code ec, std::size_t written) {
+                       self->release_held();
+                       self->on_head_sent(ec, written >= head, bad_body);
+                     });
+  }
+
+  std::size_t request_room() const {
+    return piece_size(proxy_.upstream.buffer_size, request_framing_ == Framing::length,
+                      request_length_);
   }
 
   // An idle connection the upstream closed meanwhile fails at once: an idempotent request
@@ -363,13 +444,21 @@ class ProxySession final : public Connection {
     return true;
   }
 
-  void on_head_sent(beast::error_code ec, std::size_t) {
+  // `head_sent`: the head went whole (the write may have failed in the body after it);
+  // `bad_body`: the body bytes sent with it ended in a malformed chunk.
+  void on_head_sent(beast::error_code ec, bool head_sent, bool bad_body) {
     if (closed_) return;
-    if (ec) {
+    if (ec && !head_sent) {
       if (retry()) return;
       return upstream_failed(kUnreachable, proxy_.upstream_unreachable);
     }
     proxy_.count(proxy_.forwarded);
+    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    if (bad_body) {
+      // The upstream's request is cut short, the client told why.
+      drop_upstream();
+      return answer_error(kBadRequest, false);
+    }
     if (!request_body_) return read_response_header();
     if (expect_continue_) {
       expect_continue_ = false;
@@ -399,10 +488,10 @@ class ProxySession final : public Connection {
                        });
       return;
     }
-    up_body_.resize(proxy_.upstream.buffer_size);
+    const std::size_t room = request_room();
     // Beast reads at most the room a buffer has (512 bytes at least): as much as the body's.
     client_buf_.reserve(proxy_.upstream.buffer_size);
-    req_->stream_body(up_body_.data(), up_body_.size());
+    req_->stream_body(up_body_.room(room), room);
     client_.expires_after(to_duration(proxy_.options.read_timeout));
     bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
   }
@@ -485,24 +574,69 @@ class ProxySession final : public Connection {
     upstream_reusable_ = res_->keep_alive() && (res_->chunked() || length || !body_expected_);
     client_keep_ = keep_alive_ && !draining_ && response_framing_ != Framing::close &&
                    req_->is_done();
-    head_ = response_head(version_, status, res_->reason(),
-                          client_response_fields(res_->fields(), limiter_fields_),
-                          response_framing_, head_length, client_keep_);
+    response_length_ = head_length;
+    write_client_response_head(head_, version_, status, res_->reason(), res_->fields(),
+                               limiter_fields_, response_framing_, head_length, client_keep_);
     response_begun_ = true;
+    // The body bytes read along with the header go out with it, in one write.
+    beast::error_code body_ec;
+    std::size_t n = 0;
+    if (body_expected_ && !res_->is_done() && up_->buffer.size() != 0) {
+      const std::size_t room = response_room();
+      res_->stream_body(down_body_.room(room), room);
+      parse_buffered(*res_, up_->buffer, body_ec);
+      n = res_->streamed();
+    }
+    write_to_client(true, n, bool(body_ec));
+  }
+
+  // One gather write to the client: the response's head (with_head), then n bytes of body
+  // from down_body_ (chunk-framed when the response is), then the last chunk when the
+  // upstream's body is complete. `failed`: the upstream's response broke off after these
+  // bytes; the connection closes once they are written.
+  void write_to_client(bool with_head, std::size_t n, bool failed) {
+    std::array<net::const_buffer, 5> buffers{};  // empty ones write nothing
+    std::size_t i = 0;
+    if (with_head) buffers[i++] = net::buffer(head_);
+    if (n > 0) {
+      hold(n);
+      if (response_framing_ == Framing::chunked) {
+        chunk_head_ = chunk_prefix(n);
+        buffers[i++] = net::buffer(chunk_head_);
+        buffers[i++] = net::buffer(down_body_.data(), n);
+        buffers[i++] = net::buffer(kChunkSuffix);
+      } else {
+        buffers[i++] = net::buffer(down_body_.data(), n);
+      }
+    }
+    if (!failed && response_framing_ == Framing::chunked && body_expected_ && res_->is_done()) {
+      buffers[i++] = net::buffer(kLastChunk);
+      response_framing_ = Framing::none;  // written: finish_response() does not again
+    }
     client_.expires_after(to_duration(proxy_.upstream.timeout));
-    net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
-                                                      beast::error_code e, std::size_t) {
+    net::async_write(client_, buffers, [self = self<ProxySession>(), failed](beast::error_code e,
+                                                                              std::size_t) {
+      self->release_held();
       if (self->closed_) return;
       if (e) return self->client_gone();
+      if (failed) {
+        self->proxy_.count(self->proxy_.upstream_aborted);
+        return self->close();
+      }
       self->relay_response_body();
     });
   }
 
+  std::size_t response_room() const {
+    return piece_size(proxy_.upstream.buffer_size, response_framing_ == Framing::length,
+                      response_length_);
+  }
+
   void relay_response_body() {
     if (!body_expected_ || res_->is_done()) return finish_response();
-    down_body_.resize(proxy_.upstream.buffer_size);
+    const std::size_t room = response_room();
     up_->buffer.reserve(proxy_.upstream.buffer_size);
-    res_->stream_body(down_body_.data(), down_body_.size());
+    res_->stream_body(down_body_.room(room), room);
     up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
     bhttp::async_read_some(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_body));
   }
@@ -520,25 +654,7 @@ class ProxySession final : public Connection {
       return close();
     }
     if (n == 0) return relay_response_body();
-    hold(n);
-    client_.expires_after(to_duration(proxy_.upstream.timeout));
-    auto done = [self = self<ProxySession>(), failed = bool(ec)](beast::error_code e, std::size_t) {
-      self->release_held();
-      if (self->closed_) return;
-      if (e) return self->client_gone();
-      if (failed) {
-        self->proxy_.count(self->proxy_.upstream_aborted);
-        return self->close();
-      }
-      self->relay_response_body();
-    };
-    if (response_framing_ != Framing::chunked) {
-      return net::async_write(client_, net::buffer(down_body_.data(), n), std::move(done));
-    }
-    chunk_head_ = chunk_prefix(n);
-    const std::array<net::const_buffer, 3> buffers{
-        net::buffer(chunk_head_), net::buffer(down_body_.data(), n), net::buffer(kChunkSuffix)};
-    net::async_write(client_, buffers, std::move(done));
+    write_to_client(false, n, bool(ec));
   }
 
   void finish_response() {
@@ -568,8 +684,8 @@ class ProxySession final : public Connection {
     body_started_ = false;
     // A keep-alive connection waiting for its next request holds no body buffers: many idle
     // clients cost little.
-    if (!up_body_.empty()) std::vector<char>().swap(up_body_);
-    if (!down_body_.empty()) std::vector<char>().swap(down_body_);
+    up_body_.release();
+    down_body_.release();
     if (client_buf_.capacity() > kIdleBuffer) client_buf_.shrink_to_fit();
     if (client_keep_) return read_request();
     graceful_close();
@@ -634,8 +750,8 @@ class ProxySession final : public Connection {
   }
 
   void read_discard() {
-    down_body_.resize(std::size_t{16} * 1024);
-    client_.async_read_some(net::buffer(down_body_), [self = self<ProxySession>()](
+    constexpr std::size_t kDiscard = std::size_t{16} * 1024;
+    client_.async_read_some(net::buffer(down_body_.room(kDiscard), kDiscard), [self = self<ProxySession>()](
                                                          beast::error_code ec, std::size_t n) {
       self->lingered_ += n;
       if (ec || self->closed_ || self->lingered_ >= kLingerBytes) return self->close();
@@ -680,8 +796,8 @@ class ProxySession final : public Connection {
   std::optional<RequestParser> req_;
   std::optional<ResponseParser> res_;
   std::unique_ptr<UpstreamConnection> up_;
-  std::vector<char> up_body_;    // client → upstream, one piece at a time
-  std::vector<char> down_body_;  // upstream → client
+  BodyBuffer up_body_;    // client → upstream, one piece at a time
+  BodyBuffer down_body_;  // upstream → client
   std::string head_;
   std::string chunk_head_;
   HeaderList limiter_fields_;
@@ -690,6 +806,7 @@ class ProxySession final : public Connection {
   std::size_t held_ = 0;
   std::size_t lingered_ = 0;
   std::uint64_t request_length_ = 0;
+  std::uint64_t response_length_ = 0;  // the body's, when response_framing_ is length
   std::uint64_t req_id_ = 0;
   std::uint64_t decided_ = std::numeric_limits<std::uint64_t>::max();
   Framing request_framing_ = Framing::none;

@@ -67,17 +67,19 @@ bool has_field(const HeaderList& fields, std::string_view name) noexcept {
 }
 
 bool safe(std::string_view s) noexcept {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+  for (const char c : s) {
+    if (c == '\r' || c == '\n' || c == '\0') return false;
+  }
+  return true;
+}
+
+void append_field(std::string& out, std::string_view n, std::string_view v) {
+  if (n.empty() || !safe(n) || !safe(v) || n.find(':') != std::string_view::npos) return;
+  out.append(n).append(": ").append(v).append("\r\n");
 }
 
 void append_fields(std::string& out, const HeaderList& fields) {
-  for (const auto& [n, v] : fields) {
-    if (n.empty() || !safe(n) || !safe(v) || n.find(':') != std::string::npos) continue;
-    out += n;
-    out += ": ";
-    out += v;
-    out += "\r\n";
-  }
+  for (const auto& [n, v] : fields) append_field(out, n, v);
 }
 
 void append_framing(std::string& out, Framing framing, std::uint64_t length) {
@@ -94,14 +96,17 @@ bool is_hop_by_hop(std::string_view name) noexcept {
   return one_of(name, kHopByHop);
 }
 
-HeaderList upstream_request_fields(const HeaderList& received, std::string_view peer_address) {
+namespace {
+
+// The fields of upstream_request_fields, one f(name, value) each, in order: the list and
+// the head are written from this one place.
+template <class F>
+void for_each_upstream_request_field(const HeaderList& received, std::string_view peer_address,
+                                     F&& f) {
   const bool has_connection = has_field(received, "connection");
-  HeaderList out;
-  out.reserve(received.size() + 3);
   std::string chain;
   const std::string* host = nullptr;
-  for (const auto& field : received) {
-    const auto& [n, v] = field;
+  for (const auto& [n, v] : received) {
     if (iequals(n, "x-forwarded-for")) {
       if (!chain.empty()) chain += ", ";
       chain += trim(v);
@@ -113,37 +118,93 @@ HeaderList upstream_request_fields(const HeaderList& received, std::string_view 
     }
     if (dropped(received, has_connection, n)) continue;
     if (host == nullptr && iequals(n, "host")) host = &v;
-    out.push_back(field);
+    f(std::string_view(n), std::string_view(v));
   }
   if (!chain.empty()) chain += ", ";
   chain += peer_address;
-  out.emplace_back("X-Forwarded-For", std::move(chain));
-  out.emplace_back("X-Forwarded-Proto", "http");
-  if (host != nullptr) out.emplace_back("X-Forwarded-Host", *host);
+  f(std::string_view("X-Forwarded-For"), std::string_view(chain));
+  f(std::string_view("X-Forwarded-Proto"), std::string_view("http"));
+  if (host != nullptr) f(std::string_view("X-Forwarded-Host"), std::string_view(*host));
+}
+
+// The fields of client_response_fields, one f(name, value) each, in order.
+template <class F>
+void for_each_client_response_field(const HeaderList& received, const HeaderList& limiter_fields,
+                                    F&& f) {
+  const bool has_connection = has_field(received, "connection");
+  for (const auto& [n, v] : received) {
+    if (dropped(received, has_connection, n)) continue;
+    if (has_field(limiter_fields, n)) continue;
+    f(std::string_view(n), std::string_view(v));
+  }
+  for (const auto& [n, v] : limiter_fields) f(std::string_view(n), std::string_view(v));
+}
+
+void append_request_line(std::string& out, std::string_view method, std::string_view target) {
+  out.append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
+}
+
+void append_status_line(std::string& out, int version, int status, std::string_view reason) {
+  if (!safe(reason)) reason = {};
+  fmt::format_to(std::back_inserter(out), "HTTP/1.{} {:03d} {}\r\n", version == 10 ? 0 : 1,
+                 status, reason);
+}
+
+void append_head_end(std::string& out, int version, bool keep_alive) {
+  if (version == 10 && keep_alive) out += "Connection: keep-alive\r\n";
+  if (version != 10 && !keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
+}
+
+}  // namespace
+
+HeaderList upstream_request_fields(const HeaderList& received, std::string_view peer_address) {
+  HeaderList out;
+  out.reserve(received.size() + 3);
+  for_each_upstream_request_field(received, peer_address, [&](std::string_view n, std::string_view v) {
+    out.emplace_back(std::string(n), std::string(v));
+  });
   return out;
 }
 
 HeaderList client_response_fields(const HeaderList& received, const HeaderList& limiter_fields) {
-  const bool has_connection = has_field(received, "connection");
   HeaderList out;
   out.reserve(received.size() + limiter_fields.size());
-  for (const auto& field : received) {
-    if (dropped(received, has_connection, field.first)) continue;
-    if (has_field(limiter_fields, field.first)) continue;
-    out.push_back(field);
-  }
-  out.insert(out.end(), limiter_fields.begin(), limiter_fields.end());
+  for_each_client_response_field(received, limiter_fields, [&](std::string_view n, std::string_view v) {
+    out.emplace_back(std::string(n), std::string(v));
+  });
   return out;
+}
+
+void write_upstream_request_head(std::string& out, std::string_view method, std::string_view target,
+                                 const HeaderList& received, std::string_view peer_address,
+                                 Framing framing, std::uint64_t length) {
+  out.clear();
+  append_request_line(out, method, target);
+  for_each_upstream_request_field(received, peer_address, [&](std::string_view n, std::string_view v) {
+    append_field(out, n, v);
+  });
+  append_framing(out, framing, length);
+  out += "\r\n";
+}
+
+void write_client_response_head(std::string& out, int version, int status, std::string_view reason,
+                                const HeaderList& received, const HeaderList& limiter_fields,
+                                Framing framing, std::uint64_t length, bool keep_alive) {
+  out.clear();
+  append_status_line(out, version, status, reason);
+  for_each_client_response_field(received, limiter_fields, [&](std::string_view n, std::string_view v) {
+    append_field(out, n, v);
+  });
+  append_framing(out, framing, length);
+  append_head_end(out, version, keep_alive);
 }
 
 std::string request_head(std::string_view method, std::string_view target,
                          const HeaderList& fields, Framing framing, std::uint64_t length) {
   std::string out;
   out.reserve(256);
-  out += method;
-  out += ' ';
-  out += target;
-  out += " HTTP/1.1\r\n";
+  append_request_line(out, method, target);
   append_fields(out, fields);
   append_framing(out, framing, length);
   out += "\r\n";
@@ -155,14 +216,10 @@ std::string response_head(int version, int status, std::string_view reason,
                           bool keep_alive) {
   std::string out;
   out.reserve(256);
-  if (!safe(reason)) reason = {};
-  fmt::format_to(std::back_inserter(out), "HTTP/1.{} {:03d} {}\r\n", version == 10 ? 0 : 1,
-                 status, reason);
+  append_status_line(out, version, status, reason);
   append_fields(out, fields);
   append_framing(out, framing, length);
-  if (version == 10 && keep_alive) out += "Connection: keep-alive\r\n";
-  if (version != 10 && !keep_alive) out += "Connection: close\r\n";
-  out += "\r\n";
+  append_head_end(out, version, keep_alive);
   return out;
 }
 

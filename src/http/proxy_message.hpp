@@ -51,6 +51,17 @@ std::string response_head(int version, int status, std::string_view reason,
                           const HeaderList& fields, Framing framing, std::uint64_t length,
                           bool keep_alive);
 
+// request_head(method, target, upstream_request_fields(received, peer_address), framing,
+// length) and response_head(version, status, reason, client_response_fields(received,
+// limiter_fields), framing, length, keep_alive), written into `out` (replacing what it held,
+// keeping its capacity) without building the field lists in between: the proxy's request path.
+void write_upstream_request_head(std::string& out, std::string_view method, std::string_view target,
+                                 const HeaderList& received, std::string_view peer_address,
+                                 Framing framing, std::uint64_t length);
+void write_client_response_head(std::string& out, int version, int status, std::string_view reason,
+                                const HeaderList& received, const HeaderList& limiter_fields,
+                                Framing framing, std::uint64_t length, bool keep_alive);
+
 // Chunked framing of one piece of body: "<hex size>\r\n" before it, "\r\n" after it; the
 // last chunk is "0\r\n\r\n".
 std::string chunk_prefix(std::size_t size);

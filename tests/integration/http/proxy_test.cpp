@@ -477,6 +477,21 @@ TEST_F(ProxyTest, ClientAbortMidDownloadReleasesTheUpstreamConnection) {
   EXPECT_EQ(upstream_.open_connections(), 0u);
 }
 
+// A malformed chunk in a request body, arriving with the header: the client is told 400
+// and its connection closes; the upstream's request is cut short, not counted as its fault.
+TEST_F(ProxyTest, MalformedChunkInTheRequestBodyIs400) {
+  start();
+  HttpClient client(port_);
+  const auto r = client.raw(
+      "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\nzz\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body, R"({"error":"Bad request"})");
+  EXPECT_EQ(r.header("Connection"), "close");
+  EXPECT_EQ(stats().upstream_bad_response, 0u);
+  EXPECT_EQ(stats().client_aborted, 0u);
+}
+
 TEST_F(ProxyTest, SmugglingAndOversizedHeadersAreRefusedBeforeAnythingIsForwarded) {
   start();
   const char* smuggled[] = {

@@ -108,6 +108,41 @@ TEST(ProxyHeads, StateTheirOwnFramingAndLeaveOutFieldsThatWouldBreakThem) {
   EXPECT_EQ(chunk_prefix(255), "ff\r\n");
 }
 
+// The heads the proxy writes in place are the heads of the field lists, whatever was in
+// the string before.
+TEST(ProxyHeads, WrittenInPlaceEqualTheHeadsOfTheFieldLists) {
+  const HeaderList request = {{"Host", "app.example"},
+                              {"Connection", "keep-alive, X-Drop, Host"},
+                              {"X-Drop", "1"},
+                              {"Expect", "100-continue"},
+                              {"X-Forwarded-For", " 203.0.113.9 "},
+                              {"X-Forwarded-Host", "evil.example"},
+                              {"X-Bad", "a\r\nInjected: 1"},
+                              {"Accept", "*/*"}};
+  std::string out = "left over from before";
+  write_upstream_request_head(out, "POST", "/a?b", request, "192.0.2.7", Framing::length, 5);
+  EXPECT_EQ(out, request_head("POST", "/a?b", upstream_request_fields(request, "192.0.2.7"),
+                              Framing::length, 5));
+  EXPECT_NE(out.find("X-Forwarded-For: 203.0.113.9, 192.0.2.7\r\n"), std::string::npos);
+
+  const HeaderList response = {{"Connection", "X-Secret, RateLimit"},
+                               {"X-Secret", "1"},
+                               {"Content-Length", "10"},
+                               {"RateLimit", "\"upstream\";r=1;t=1"},
+                               {"Set-Cookie", "a=1"}};
+  const HeaderList limiter = {{"RateLimit", "\"api\";r=9;t=1"}};
+  for (const int version : {10, 11}) {
+    for (const bool keep : {false, true}) {
+      write_client_response_head(out, version, 200, "OK", response, limiter, Framing::chunked, 0,
+                                 keep);
+      EXPECT_EQ(out, response_head(version, 200, "OK", client_response_fields(response, limiter),
+                                   Framing::chunked, 0, keep));
+    }
+  }
+  write_client_response_head(out, 11, 404, "Not\nFound", {}, {}, Framing::length, 3, true);
+  EXPECT_EQ(out, "HTTP/1.1 404 \r\nContent-Length: 3\r\n\r\n");
+}
+
 TEST(ResponseParserTest, KeepsStatusAndFieldsAndStreamsTheBody) {
   ResponseParser parser(8192);
   const std::string bytes =
