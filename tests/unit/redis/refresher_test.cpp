@@ -43,8 +43,10 @@ struct Runs {
         }
         now = immediate;
         if (!now) pending.push_back(std::move(done));
+        // Under the lock: a waiter that sees the count may end the test and destroy `cv`
+        // as soon as the lock is free.
+        cv.notify_all();
       }
-      cv.notify_all();
       if (now) done("");
     };
   }
