@@ -36,14 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p
-  for p in $(seq "$1" $(($1 + 200))); do
-    if ! port_in_use "$p"; then echo "$p"; return; fi
-  done
-  return 1
-}
+. bench/ports.sh
 
 if [ -z "$store_url" ]; then
   redis_port=$(free_port 17000)

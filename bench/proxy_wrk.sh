@@ -33,14 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p
-  for p in $(seq "$1" $(($1 + 200))); do
-    if ! port_in_use "$p"; then echo "$p"; return; fi
-  done
-  return 1
-}
+. bench/ports.sh
 wait_port() {
   for _ in $(seq 1 100); do port_in_use "$1" && return; sleep 0.1; done
   echo "nothing listens on port $1" >&2
