@@ -25,3 +25,5 @@ set(parts_multi_delay prelude ${all_algorithms} multi multi_delay)
 set(call_multi_delay "return run_multi_delay()")
 set(parts_refund prelude ${all_algorithms} refund)
 set(call_refund "return run_refund()")
+# The library of Redis Functions holding every script: each part once, in this order.
+set(library_parts prelude ${all_algorithms} single multi batch multi_at multi_delay refund)

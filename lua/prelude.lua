@@ -93,73 +93,54 @@ local function expire(key, expires_at)
 end
 
 -- String keys (every algorithm but the sliding window log) are read and written through
--- the functions below. The batch script turns on a write-back cache: a key that several
--- checks of one call touch is read once and written once, by flush_strings at the end, with
--- the expiry of its last write. The values seen are the same as without the cache.
-local cache = nil  -- key -> {value, exists, dirty, option, ms}
+-- the functions below. The batch script turns on a read cache: every key of the call is
+-- read at once (one MGET) and each write also updates the cached value, so that the checks
+-- of one call see each other's writes. A key holding another type reads as absent (MGET does
+-- not tell it apart): a write replaces it. Values are strings: integers are written with str
+-- (a number given to redis.call is formatted with "%.17g", exact but several times slower).
+local cache = nil  -- key -> value (false: absent); the cache is on when set
 
--- A string key's value (false when it is absent or holds another type), and whether the
--- key exists at all.
+-- A string key's value (false when it is absent or holds another type), and whether it
+-- exists.
 local function read_string(key)
-  local e = cache and cache[key]
-  if e then return e.value, e.exists end
-  local value = redis.pcall('GET', key)
-  local exists = true
-  if type(value) == 'table' then
-    value = false
-  else
-    exists = value ~= false
+  if cache then
+    local value = cache[key]
+    if value ~= nil then return value, value ~= false end
   end
-  if cache then cache[key] = {value = value, exists = exists} end
-  return value, exists
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then return false, false end
+  if cache then cache[key] = value end
+  return value, value ~= false
 end
 
 -- SET key value option [ms], option one of PX, PXAT (with ms) or KEEPTTL.
 local function write_string(key, value, option, ms)
-  if not cache then
-    if ms then redis.call('SET', key, value, option, ms) else redis.call('SET', key, value, option) end
-    return
-  end
-  local e = cache[key] or {}
-  cache[key] = e
-  if option ~= 'KEEPTTL' or not e.option or e.option == 'KEEPTTL' then
-    e.option, e.ms = option, ms
-  end  -- else KEEPTTL after a cached PX/PXAT keeps that expiry, as Redis would
-  e.value, e.exists, e.dirty = value, true, true
+  if ms then redis.call('SET', key, value, option, ms) else redis.call('SET', key, value, option) end
+  if cache then cache[key] = value end
 end
 
 local function delete_string(key)
-  if not cache then
-    redis.call('DEL', key)
+  redis.call('DEL', key)
+  if cache then cache[key] = false end
+end
+
+-- Forgets the cached value of `key`: the sliding window log reads and writes the key itself.
+local function forget_string(key)
+  if cache then cache[key] = nil end
+end
+
+-- Turns the read cache on, with the values of `keys` read in MGETs; off with `keys` nil.
+local function cache_strings(keys)
+  if keys == nil then
+    cache = nil
     return
   end
-  local e = cache[key] or {}
-  cache[key] = e
-  e.value, e.exists, e.dirty, e.option, e.ms = false, false, true, nil, nil
-end
-
--- Writes what the cache holds for `key` (every key when nil) and forgets it.
-local function flush_strings(key)
-  if not cache then return end
-  local entries = cache
-  if key ~= nil then
-    if not cache[key] then return end
-    entries = {[key] = cache[key]}
-  end
-  local saved = cache
-  cache = nil  -- write_string and delete_string write through
-  for k, e in pairs(entries) do
-    if e.dirty then
-      if e.exists then write_string(k, e.value, e.option, e.ms) else delete_string(k) end
-    end
-    saved[k] = nil
-  end
-  cache = saved
-end
-
--- Turns the write-back cache on (the batch script).
-local function cache_strings()
   cache = {}
+  for first = 1, #keys, 1024 do  -- unpack's arguments stay far below Lua's stack limit
+    local last = math.min(#keys, first + 1023)
+    local values = redis.call('MGET', unpack(keys, first, last))
+    for i = first, last do cache[keys[i]] = values[i - first + 1] end
+  end
 end
 
 -- A step returns the decision {allowed (1/0), limit, remaining, retry_after, reset_after}

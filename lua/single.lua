@@ -7,6 +7,10 @@ local function run_single(step, algorithm)
   end
   local capacity, period, cost = limit_args(algorithm, ARGV[1], ARGV[2], ARGV[3])
   local now = resolve_now(ARGV[4])
+  if algorithm == TOKEN_BUCKET then
+    local allowed, remaining, retry_after, reset_after = token_bucket_now(KEYS[1], capacity, period, cost, now)
+    return {allowed, capacity, remaining, retry_after, reset_after}
+  end
   local decision, store = step(KEYS[1], capacity, period, cost, now)
   if store then store() end
   return decision

@@ -13,7 +13,7 @@ local function log_member(at, k)
 end
 
 local function sliding_window_log(key, limit, window, cost, now)
-  flush_strings(key)  -- a string write of this call still pending goes first
+  forget_string(key)  -- a zset: not cached
   -- The window is (now − W, now]: an entry stamped ts stops counting at ts + W.
   if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', str(now - window))) == 'table' then
     redis.call('DEL', key)  -- another algorithm's key: absent for this one

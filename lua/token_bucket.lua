@@ -13,9 +13,14 @@ local function gcra(stored, capacity, interval, cost, now)
   return false, cdiv(math.max(0, tau - (tat - now)), interval), new_tat - now - tau, tat - now, stored
 end
 
+-- The `tat` a key's value holds: 0 when absent or not a count of µs.
+local function tat_value(value)
+  return value and string.match(value, '^%d+$') and tonumber(value) or 0
+end
+
 local function read_tat(key)
   local value, exists = read_string(key)
-  return value and string.match(value, '^%d+$') and tonumber(value) or 0, exists
+  return tat_value(value), exists
 end
 
 -- Stores `t` after steps that consumed (when `consumed`), or forgets a bucket full again.
@@ -26,6 +31,20 @@ local function store_tat(key, t, consumed, exists, now)
   elseif expires_at == 0 and exists then
     return function() delete_string(key) end
   end
+end
+
+-- The same step, its store done at once: the decision as 4 values (allowed 1/0, remaining,
+-- retry_after, reset_after), without a table or a closure (the hot path of the batch and
+-- single-key scripts).
+local function token_bucket_now(key, capacity, interval, cost, now)
+  local value = read_string(key)
+  local allowed, remaining, retry_after, reset_after, t = gcra(tat_value(value), capacity, interval, cost, now)
+  if allowed and cost > 0 then
+    write_string(key, str(t), expiry(t))
+  elseif value and t <= now then
+    delete_string(key)  -- full again
+  end
+  return allowed and 1 or 0, remaining, retry_after, reset_after
 end
 
 local function token_bucket(key, capacity, interval, cost, now)

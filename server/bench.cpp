@@ -52,6 +52,7 @@ struct BenchOptions {
   std::int64_t ready_timeout_ms = 5000;
   std::uint64_t seed = 1;
   int max_batch = 64;  // redis:// only: checks coalesced into one script call at most
+  bool no_functions = false;  // Redis stores: EVALSHA only
   bool json = false;
 
   // Whether each limit option was given on the command line.
@@ -250,6 +251,7 @@ int run_bench(const BenchOptions& o) {
   so.command_timeout = o.timeout_ms * kMicrosPerMilli;
   so.io_threads = o.threads;
   so.max_batch = static_cast<std::size_t>(o.max_batch);
+  so.redis_functions = !o.no_functions;
   so.max_keys = static_cast<std::size_t>(std::max<std::int64_t>(o.keys + 1, 1'000'000));
   auto opened = store::open_store(so);
   if (!opened) return fail(fmt::format("--store: {}", opened.error().message));
@@ -423,6 +425,8 @@ void register_bench_command(CLI::App& app) {
                   "redis:// only: checks coalesced into one script call at most (1: one call per check)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  sub->add_flag("--no-functions", o->no_functions,
+                "Redis stores: call the scripts with EVALSHA, not as Redis Functions (FCALL)");
   sub->add_flag("--json", o->json, "Print one JSON line instead of text");
   sub->callback([o] {
     const int rc = run_bench(*o);

@@ -357,7 +357,7 @@ FailureMode failure_mode(const Reader& r, const YAML::Node& node, const std::str
 void read_store(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
   r.expect_map(node, path,
                {"url", "connect_timeout", "command_timeout", "breaker", "reconnect", "instances",
-                "io_threads", "max_keys", "denied_cache_keys"});
+                "io_threads", "max_keys", "denied_cache_keys", "functions"});
   auto& s = c.store;
   c.store_configured = true;
   if (node["url"]) s.url = r.string(node["url"], Reader::field(path, "url"));
@@ -395,6 +395,7 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
     s.io_threads =
         static_cast<int>(r.integer(node["io_threads"], Reader::field(path, "io_threads"), 1, 256));
   }
+  if (node["functions"]) s.redis_functions = r.boolean(node["functions"], Reader::field(path, "functions"));
   if (node["max_keys"]) {
     s.max_keys = static_cast<std::size_t>(
         r.integer(node["max_keys"], Reader::field(path, "max_keys"), 1, std::int64_t{1} << 40));

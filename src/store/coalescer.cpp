@@ -150,7 +150,6 @@ void Coalescer::finished() {
 void Coalescer::send_one(Check* check) {
   check->call.argv.check(check->items, check->now);
   check->call.deadline = check->deadline;
-  check->call.evaluated = false;
   check->call.done = [this, check](Result<redis::Reply> reply) { on_reply(check, std::move(reply)); };
   client_.send(check->call);
 }
@@ -168,7 +167,6 @@ void Coalescer::on_reply(Check* check, Result<redis::Reply> reply) {
 }
 
 void Coalescer::send_batch(Batch* batch) {
-  batch->call.evaluated = false;
   batch->call.done = [this, batch](Result<redis::Reply> reply) { on_batch_reply(batch, std::move(reply)); };
   client_.send(batch->call);
 }

@@ -47,6 +47,7 @@ RedisClusterStoreOptions redis_cluster_store_options(const StoreOptions& options
   c.io_threads = std::max(1, options.io_threads);
   c.loop = options.loop;
   out.health = detail::reply_health_options(options);
+  out.functions = options.redis_functions;
   out.clock = options.clock;
   return out;
 }
@@ -60,7 +61,7 @@ RedisClusterStore::RedisClusterStore(RedisClusterStoreOptions options)
           [this](std::uint16_t slot, std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
             cluster_->command(slot, argv, std::move(cb), timeout);
           },
-          health_.get(), clock_)),
+          health_.get(), clock_, options_.functions)),
       cluster_(std::make_unique<redis::Cluster>(options_.cluster)) {}
 
 RedisClusterStore::~RedisClusterStore() {
@@ -247,7 +248,7 @@ StoreHealth RedisClusterStore::health() const {
 RedisClusterStore::Stats RedisClusterStore::stats() const noexcept {
   return Stats{health_->noscript_reloads(), cross_slot_checks_.load(std::memory_order_relaxed),
                cross_slot_partial_.load(std::memory_order_relaxed), refunds_sent_.load(std::memory_order_relaxed),
-               refunds_failed_.load(std::memory_order_relaxed)};
+               refunds_failed_.load(std::memory_order_relaxed), health_->library_loads()};
 }
 
 }  // namespace ratekeeper::store

@@ -23,6 +23,7 @@ RedisSentinelStoreOptions redis_sentinel_store_options(const StoreOptions& optio
   s.loop = options.loop;
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
   out.health = detail::reply_health_options(options);
+  out.functions = options.redis_functions;
   out.clock = options.clock;
   return out;
 }
@@ -35,7 +36,7 @@ RedisSentinelStore::RedisSentinelStore(RedisSentinelStoreOptions options)
           [this](std::uint16_t, std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
             sentinel_->command(argv, std::move(cb), timeout);
           },
-          health_.get(), clock_)),
+          health_.get(), clock_, options_.functions)),
       // No event loop of its own to post to: checks that waited go out when a call completes.
       coalescer_(std::make_unique<detail::Coalescer>(*client_, detail::Coalescer::Post{},
                                                      detail::Coalescer::Options{options_.max_batch, 1})),

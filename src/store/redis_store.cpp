@@ -27,6 +27,7 @@ RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::
   out.loop = options.loop;
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
   out.health = detail::reply_health_options(options);
+  out.functions = options.redis_functions;
   out.clock = options.clock;
   return out;
 }
@@ -45,7 +46,7 @@ RedisStore::RedisStore(RedisStoreOptions options)
         [connection](std::uint16_t, std::span<const std::string_view> argv, Micros timeout, redis::ReplyCallback cb) {
           connection->command(argv, std::move(cb), timeout);
         },
-        health_.get(), clock_);
+        health_.get(), clock_, options_.functions);
     lane->coalescer = std::make_unique<detail::Coalescer>(
         *lane->client, [loop = loop_.get(), i](std::function<void()> fn) { loop->post(i, std::move(fn)); },
         detail::Coalescer::Options{options_.max_batch, options_.max_in_flight});
@@ -85,6 +86,13 @@ StoreHealth RedisStore::health() const {
 }
 
 std::uint64_t RedisStore::noscript_reloads() const noexcept { return health_->noscript_reloads(); }
+std::uint64_t RedisStore::library_loads() const noexcept { return health_->library_loads(); }
+bool RedisStore::using_functions() const noexcept {
+  for (const auto& lane : lanes_) {
+    if (!lane->client->functions()) return false;
+  }
+  return true;
+}
 
 redis::Connection& RedisStore::connection(std::size_t index) { return *lanes_.at(index)->connection; }
 

@@ -90,19 +90,50 @@ void ScriptArgv::refund(std::span<const CheckItem> items, std::span<const Micros
 }
 
 void ScriptArgv::batch(std::span<const BatchEntry> entries, std::optional<Micros> now) {
+  // Each distinct limit (algorithm, capacity, period, cost) once; per item its number.
+  limits_.clear();
+  limit_numbers_.clear();
   std::size_t keys = 0;
-  for (const auto& e : entries) keys += e.items->size();
-  start("batch", 3 + 2 * entries.size() + 4 * keys, 3 + keys + 2 * entries.size() + 4 * keys);
+  std::size_t singles = 0;
+  for (const auto& e : entries) {
+    keys += e.items->size();
+    if (e.items->size() == 1 && e.repeats == 1) ++singles;
+    for (const auto& item : *e.items) {
+      std::size_t i = 0;
+      while (i < limits_.size() &&
+             !(limits_[i]->limit == item.limit && limits_[i]->cost == item.cost)) {
+        ++i;
+      }
+      if (i == limits_.size()) limits_.push_back(&item);
+      limit_numbers_.push_back(static_cast<std::uint32_t>(i + 1));
+    }
+  }
+  const std::size_t general = entries.size() - singles;
+  const std::size_t numbers = 3 + 4 * limits_.size() + singles + 3 * general + (keys - singles);
+  start("batch", numbers, 1 + keys + numbers - 1);
   number(static_cast<std::int64_t>(keys));
   for (const auto& e : entries) {
     for (const auto& item : *e.items) argv_.push_back(item.key);
   }
   number(now ? *now : -1);
-  number(static_cast<std::int64_t>(entries.size()));
+  number(static_cast<std::int64_t>(limits_.size()));
+  for (const CheckItem* l : limits_) {
+    number(static_cast<std::int64_t>(l->limit.algorithm));
+    number(l->limit.capacity);
+    number(l->limit.period);
+    number(l->cost);
+  }
+  std::size_t at = 0;
   for (const auto& e : entries) {
-    number(static_cast<std::int64_t>(e.items->size()));
+    const std::size_t n = e.items->size();
+    if (n == 1 && e.repeats == 1) {
+      number(limit_numbers_[at++]);
+      continue;
+    }
+    number(0);
+    number(static_cast<std::int64_t>(n));
     number(static_cast<std::int64_t>(e.repeats));
-    items(*e.items, {});
+    for (std::size_t k = 0; k < n; ++k) number(limit_numbers_[at++]);
   }
 }
 
@@ -113,10 +144,22 @@ void ScriptArgv::call(std::string_view script, std::span<const std::string> keys
   for (const auto& a : args) argv_.push_back(a);
 }
 
-std::span<const std::string_view> ScriptArgv::argv(bool eval) noexcept {
+std::span<const std::string_view> ScriptArgv::argv(Invocation how) noexcept {
   if (script_ != nullptr) {
-    argv_[0] = eval ? std::string_view("EVAL") : std::string_view("EVALSHA");
-    argv_[1] = eval ? script_->source : script_->sha;
+    switch (how) {
+      case Invocation::fcall:
+        argv_[0] = "FCALL";
+        argv_[1] = script_->function;
+        break;
+      case Invocation::evalsha:
+        argv_[0] = "EVALSHA";
+        argv_[1] = script_->sha;
+        break;
+      case Invocation::eval:
+        argv_[0] = "EVAL";
+        argv_[1] = script_->source;
+        break;
+    }
   }
   return argv_;
 }

@@ -5,8 +5,8 @@
 // and its "refund". The calling conventions are those documented in lua_scripts.hpp and
 // lua/*.lua; this is the one place that encodes them. Internal to the store layer.
 //
-// The argument vector starts EVALSHA sha (or EVAL source, after NOSCRIPT: switching costs
-// nothing, the rest is encoded once). Its views point into the checked items (which must
+// The argument vector starts FCALL function, EVALSHA sha or EVAL source (Invocation: switching
+// costs nothing, the rest is encoded once). Its views point into the checked items (which must
 // outlive the call and not move) and into this object's own buffer. Building again reuses
 // the buffers. Not thread-safe (one call at a time).
 
@@ -23,6 +23,10 @@
 
 namespace ratekeeper::store::detail {
 
+// How a script is called: as its function in the library (FCALL), by its SHA1 (EVALSHA), or
+// with its source (EVAL, which also loads it).
+enum class Invocation : std::uint8_t { fcall, evalsha, eval };
+
 // One entry of a batch script call: a check, or `repeats` identical checks issued one after
 // the other.
 struct BatchEntry {
@@ -36,8 +40,8 @@ class ScriptArgv {
   // cost, now) or "multi" (ARGV now, then algorithm, capacity, period, cost per key); a check
   // that may wait for its turn (may_delay): "multi_delay" (per key also max_delay).
   void check(std::span<const CheckItem> items, std::optional<Micros> now);
-  // Several checks at one `now`, in order (lua/batch.lua: ARGV now, entries, then per entry
-  // n, repeats, and per key algorithm, capacity, period, cost).
+  // Several checks at one `now`, in order (lua/batch.lua: ARGV now, the distinct limits,
+  // then per entry its limit number, or 0, n, repeats and n limit numbers).
   void batch(std::span<const BatchEntry> entries, std::optional<Micros> now);
   // "multi_at": as "multi" over `items`, answering the instant it decided at too.
   void multi_at(std::span<const CheckItem> items, std::optional<Micros> now);
@@ -54,8 +58,8 @@ class ScriptArgv {
 
   // The script the last build is for; nullptr when it is not embedded (nothing to send).
   const LuaScript* script() const noexcept { return script_; }
-  // EVALSHA sha (or EVAL source) numkeys keys... args...
-  std::span<const std::string_view> argv(bool eval) noexcept;
+  // FCALL function, EVALSHA sha or EVAL source, then numkeys keys... args...
+  std::span<const std::string_view> argv(Invocation how) noexcept;
   // numkeys keys... args...: what follows the script.
   std::span<const std::string_view> args() const noexcept {
     return std::span<const std::string_view>(argv_).subspan(2);
@@ -72,6 +76,8 @@ class ScriptArgv {
   const LuaScript* script_ = nullptr;
   std::string numbers_;
   std::vector<std::string_view> argv_;
+  std::vector<const CheckItem*> limits_;        // batch: the distinct limits
+  std::vector<std::uint32_t> limit_numbers_;  // batch: per item, its limit's number (1-based)
 };
 
 }  // namespace ratekeeper::store::detail

@@ -7,28 +7,109 @@
 
 namespace ratekeeper::store::detail {
 
-ScriptClient::ScriptClient(ScriptSender send, ScriptHealth* health, const Clock* clock)
-    : send_(std::move(send)), health_(health), clock_(&clock_or_system(clock)) {}
+ScriptClient::ScriptClient(ScriptSender send, ScriptHealth* health, const Clock* clock, bool functions)
+    : send_(std::move(send)), health_(health), clock_(&clock_or_system(clock)), functions_(functions) {}
 
-void ScriptClient::send(ScriptCall& call, bool eval) const {
+namespace {
+
+bool error_starts_with(const Result<redis::Reply>& reply, std::string_view prefix) noexcept {
+  return reply && reply->is_error() && reply->str.starts_with(prefix);
+}
+
+// FCALL of a function the server does not have.
+bool is_no_function(const Result<redis::Reply>& reply) noexcept {
+  return error_starts_with(reply, "ERR Function not found");
+}
+
+// The server will not run functions for us: no such command (Redis before 7, renamed), or
+// an ACL that refuses it.
+bool refuses_command(const Result<redis::Reply>& reply) noexcept {
+  return reply && reply->is_error() &&
+         (reply->error_code() == "NOPERM" || reply->str.starts_with("ERR unknown command") ||
+          reply->str.starts_with("ERR unknown subcommand"));
+}
+
+// Out of memory under maxmemory: Redis refuses FCALL (and FUNCTION LOAD) of a function that
+// may write before it runs, while a script (EVALSHA) is refused only the writes it makes.
+bool is_oom(const Result<redis::Reply>& reply) noexcept {
+  return reply && reply->is_error() && reply->error_code() == "OOM";
+}
+
+}  // namespace
+
+void ScriptClient::send(ScriptCall& call) const {
   if (call.argv.script() == nullptr) {
     auto done = std::move(call.done);
     done(make_error(ErrorCode::protocol, "the lua script of this call is not embedded"));
     return;
   }
-  call.evaluated = call.evaluated || eval;
+  call.loaded = false;
+  dispatch(call, functions() ? Invocation::fcall : Invocation::evalsha);
+}
+
+void ScriptClient::dispatch(ScriptCall& call, Invocation how) const {
+  call.sent = how;
   const Micros left = std::max<Micros>(1, call.deadline - clock_->steady());
-  send_(call.slot, call.argv.argv(eval), left, [this, &call](Result<redis::Reply> reply) {
-    if (!call.evaluated && is_noscript(reply)) {
-      if (health_ != nullptr) health_->reloaded();
-      send(call, true);
+  send_(call.slot, call.argv.argv(how), left, [this, &call](Result<redis::Reply> reply) {
+    switch (call.sent) {
+      case Invocation::fcall:
+        if (is_no_function(reply) && !call.loaded) {
+          load_library(call);
+          return;
+        }
+        if (refuses_command(reply)) {
+          refused(reply->str);
+          dispatch(call, Invocation::evalsha);
+          return;
+        }
+        // This call as a script: a denial or a peek, which writes nothing, is still answered.
+        if (is_oom(reply)) {
+          dispatch(call, Invocation::evalsha);
+          return;
+        }
+        break;
+      case Invocation::evalsha:
+        if (is_noscript(reply)) {
+          if (health_ != nullptr) health_->reloaded();
+          dispatch(call, Invocation::eval);
+          return;
+        }
+        break;
+      case Invocation::eval: break;
+    }
+    finish(call, std::move(reply));
+  });
+}
+
+void ScriptClient::load_library(ScriptCall& call) const {
+  call.loaded = true;
+  static const std::string_view kLoad[] = {"FUNCTION", "LOAD", lua_library().source};
+  const Micros left = std::max<Micros>(1, call.deadline - clock_->steady());
+  send_(call.slot, kLoad, left, [this, &call](Result<redis::Reply> reply) {
+    if (!reply) {  // no answer in time, connection lost: the call's answer
+      finish(call, std::move(reply));
       return;
     }
-    if (health_ != nullptr) health_->answered(reply);
-    // `done` may end the call's owner, and so the call.
-    auto done = std::move(call.done);
-    done(std::move(reply));
+    // Loaded, or loaded meanwhile by another call.
+    if (!reply->is_error() || reply->str.find("already exists") != std::string::npos) {
+      if (health_ != nullptr) health_->library_loaded();
+      dispatch(call, Invocation::fcall);
+      return;
+    }
+    if (!is_oom(reply)) refused(reply->str);
+    dispatch(call, Invocation::evalsha);
   });
+}
+
+void ScriptClient::refused(std::string_view why) const {
+  if (functions_.exchange(false, std::memory_order_relaxed) && health_ != nullptr) health_->functions_refused(why);
+}
+
+void ScriptClient::finish(ScriptCall& call, Result<redis::Reply> reply) const {
+  if (health_ != nullptr) health_->answered(reply);
+  // `done` may end the call's owner, and so the call.
+  auto done = std::move(call.done);
+  done(std::move(reply));
 }
 
 namespace {

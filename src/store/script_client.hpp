@@ -1,13 +1,23 @@
 #pragma once
-// The one client of the embedded scripts: sends a script call (script_argv.hpp) as EVALSHA
-// and, when the server does not know the script (a restart, a promoted replica, SCRIPT
-// FLUSH), once again as EVAL with the source, which also loads it there; a second NOSCRIPT
-// is the call's answer. Every final reply is noted in the store's ScriptHealth, every
-// fallback counted there. Deadlines are absolute on the steady reading of the store's clock.
+// The one client of the embedded scripts: sends a script call (script_argv.hpp) as FCALL of
+// its function in the library (store/lua_scripts.hpp). When the server does not have the
+// library (first use, a restart without persistence, FUNCTION FLUSH) it is loaded there
+// (FUNCTION LOAD, routed as the call) and the call sent once more; a second "Function not
+// found" is the call's answer. Where functions cannot be used (Redis before 7, an ACL that
+// refuses FCALL or FUNCTION, a managed service that renamed them: any error reply to FUNCTION
+// LOAD but OOM, or NOPERM / unknown command to FCALL), the client falls back to scripts for good:
+// EVALSHA and, when the server does not know the script (a restart, a promoted replica,
+// SCRIPT FLUSH), once again as EVAL with the source, which also loads it there; a second
+// NOSCRIPT is the call's answer. Under maxmemory, Redis refuses an FCALL that may write
+// (OOM) before it runs, where a script is refused only its writes: such a call is sent once
+// more as a script, so that denials and peeks are still answered. Every final reply is noted in the store's ScriptHealth,
+// every reload and fallback counted there. Deadlines are absolute on the steady reading of
+// the store's clock.
 // Internal to the store layer; used by the Coalescer (RedisStore, RedisSentinelStore) and
 // RedisClusterStore. Thread-safe: the client is immutable, each ScriptCall belongs to one
 // call at a time.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -36,28 +46,39 @@ struct ScriptCall {
   ScriptArgv argv;
   Micros deadline = 0;     // steady clock
   std::uint16_t slot = 0;  // see ScriptSender
-  bool evaluated = false;  // sent as EVAL already: a NOSCRIPT now is the answer
+  // Set by the client: how the call was last sent, and whether the library was loaded for it
+  // (a "Function not found" now is the answer).
+  Invocation sent = Invocation::fcall;
+  bool loaded = false;
   redis::ReplyCallback done;
 };
 
 class ScriptClient {
  public:
-  // `health` may be null; `clock` nullptr: the system clock.
-  ScriptClient(ScriptSender send, ScriptHealth* health, const Clock* clock);
+  // `health` may be null; `clock` nullptr: the system clock. `functions` false: scripts
+  // only (EVALSHA), never FCALL.
+  ScriptClient(ScriptSender send, ScriptHealth* health, const Clock* clock, bool functions = true);
 
   // Sends `call` (built: call.argv) and gives its final reply to call.done, exactly once,
   // possibly on this stack. A script that is not embedded is answered with a protocol error.
-  void send(ScriptCall& call) const { send(call, false); }
+  void send(ScriptCall& call) const;
+
+  // Whether calls go out as FCALL (false: functions are off, or were refused).
+  bool functions() const noexcept { return functions_.load(std::memory_order_relaxed); }
 
   // The steady reading of the store's clock.
   Micros steady() const noexcept { return clock_->steady(); }
 
  private:
-  void send(ScriptCall& call, bool eval) const;
+  void dispatch(ScriptCall& call, Invocation how) const;
+  void load_library(ScriptCall& call) const;
+  void refused(std::string_view why) const;  // functions cannot be used: scripts from now on
+  void finish(ScriptCall& call, Result<redis::Reply> reply) const;
 
   ScriptSender send_;
   ScriptHealth* health_;
   const Clock* clock_;
+  mutable std::atomic<bool> functions_;
 };
 
 // One check as its own script call, parsed: `items` as ScriptArgv::check encodes them.

@@ -1,6 +1,7 @@
 #include "script_health.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
@@ -79,6 +80,12 @@ std::optional<std::string> ScriptHealth::failing() const {
   std::lock_guard lock(mu_);
   return fmt::format("redis answered a script call with an error within the last {} ms: {}",
                      options_.error_window / kMicrosPerMilli, last_error_);
+}
+
+void ScriptHealth::functions_refused(std::string_view why) {
+  functions_refusals_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("redis: functions cannot be used ({}): scripts (EVALSHA) from now on",
+               bounded_text(why, kMaxErrorBytes));
 }
 
 }  // namespace ratekeeper::store::detail

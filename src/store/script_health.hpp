@@ -38,11 +38,19 @@ class ScriptHealth {
 
   // A NOSCRIPT reply, about to be answered with EVAL.
   void reloaded() noexcept { noscript_reloads_.fetch_add(1, std::memory_order_relaxed); }
+  // The library of functions loaded on a server that did not have it (FUNCTION LOAD).
+  void library_loaded() noexcept { library_loads_.fetch_add(1, std::memory_order_relaxed); }
+  // Functions refused by the server (`why`: its error reply): scripts from now on. Logged.
+  void functions_refused(std::string_view why);
   // The final reply of one script call (after the EVAL, if any), however many checks it answers.
   void answered(const Result<redis::Reply>& reply);
 
   std::uint64_t noscript_reloads() const noexcept {
     return noscript_reloads_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t library_loads() const noexcept { return library_loads_.load(std::memory_order_relaxed); }
+  std::uint64_t functions_refusals() const noexcept {
+    return functions_refusals_.load(std::memory_order_relaxed);
   }
   // Why the store is not ready (the last error reply, its text bounded), or nothing.
   std::optional<std::string> failing() const;
@@ -51,6 +59,8 @@ class ScriptHealth {
   ReplyHealthOptions options_;
   const Clock* clock_;
   std::atomic<std::uint64_t> noscript_reloads_{0};
+  std::atomic<std::uint64_t> library_loads_{0};
+  std::atomic<std::uint64_t> functions_refusals_{0};
   std::atomic<bool> failed_{false};      // an error reply was ever recorded
   std::atomic<Micros> last_failure_{0};  // when, on the steady clock
   mutable std::mutex mu_;                // guards last_error_

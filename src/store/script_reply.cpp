@@ -2,64 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
+#include "ratekeeper/algorithms/step.hpp"
+
 namespace ratekeeper::store::detail {
 namespace {
 
 constexpr std::size_t kDecisionFields = 5;
 constexpr std::size_t kRefundFields = 1 + kDecisionFields;
-
-// The closed-form reply of a repeated one-key token bucket entry (token_bucket_repeated in
-// lua/token_bucket.lua): {admitted, first decision if admitted > 0, denial if admitted <
-// repeats}. The k-th admitted check (k = 1, 2, ...) has remaining lower by (k − 1)·cost and
-// reset_after longer by (k − 1)·cost·interval than the first: GCRA's tat advances by
-// cost·interval per admission.
-bool is_compact(const BatchEntry& e) noexcept {
-  return e.repeats > 1 && e.items->size() == 1 && (*e.items)[0].limit.algorithm == algorithms::Algorithm::token_bucket;
-}
-
-std::vector<Result<CheckOutcome>> parse_compact(const redis::Reply& reply, const BatchEntry& e) {
-  const CheckItem& item = (*e.items)[0];
-  std::vector<Result<CheckOutcome>> out;
-  auto malformed = [&] {
-    out.assign(e.repeats, make_error(ErrorCode::protocol, fmt::format("batch script reply: token bucket entry: {}",
-                                                                      reply.to_string())));
-    return out;
-  };
-  if (!reply.is_array() || reply.elements.empty() || !reply.elements[0].is_integer()) return malformed();
-  const auto admitted = reply.elements[0].integer;
-  const auto repeats = static_cast<std::int64_t>(e.repeats);
-  const std::size_t expected = 1 + (admitted > 0 ? kDecisionFields : 0) + (admitted < repeats ? kDecisionFields : 0);
-  if (admitted < 0 || admitted > repeats || reply.elements.size() != expected) return malformed();
-  std::size_t at = 1;
-  if (admitted > 0) {
-    auto first = to_decision(reply.elements.data() + at);
-    if (!first) return malformed();
-    at += kDecisionFields;
-    // The last admitted check left first.remaining − (admitted − 1)·cost ≥ 0 units, and its
-    // reset_after is (admitted − 1)·cost·interval longer: a first decision that cannot be so
-    // (a reply that is not the script's) would make them overflow.
-    std::int64_t units = 0;
-    std::int64_t refill = 0;
-    std::int64_t last_reset = 0;
-    if (__builtin_mul_overflow(admitted - 1, item.cost, &units) || first->remaining < units ||
-        __builtin_mul_overflow(units, item.limit.period, &refill) ||
-        __builtin_add_overflow(first->reset_after, refill, &last_reset)) {
-      return malformed();
-    }
-    for (std::int64_t k = 0; k < admitted; ++k) {
-      Decision d = *first;
-      d.remaining -= k * item.cost;
-      d.reset_after += k * item.cost * item.limit.period;
-      out.emplace_back(CheckOutcome{d, {d}});
-    }
-  }
-  if (admitted < repeats) {
-    auto denial = to_decision(reply.elements.data() + at);
-    if (!denial) return malformed();
-    out.resize(e.repeats, CheckOutcome{*denial, {*denial}});
-  }
-  return out;
-}
 
 Result<void> expect_integers(const redis::Reply& reply, std::size_t count, std::string_view script) {
   if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
@@ -138,6 +89,119 @@ Result<CheckOutcome> parse_check_outcome(const redis::Reply& reply, std::span<co
   return may_delay(items) ? parse_delayed_outcome(reply, items.size()) : parse_outcome(reply, items.size());
 }
 
+namespace {
+
+// Reads the flat batch reply (lua/batch.lua) from the front.
+class BatchReader {
+ public:
+  explicit BatchReader(const redis::Reply& reply) : fields_(reply.elements) {}
+
+  bool at_end() const noexcept { return at_ == fields_.size(); }
+
+  std::optional<std::int64_t> integer() {
+    if (at_ >= fields_.size() || !fields_[at_].is_integer()) return std::nullopt;
+    return fields_[at_++].integer;
+  }
+
+  // A decision of `item`: allowed, remaining, retry_after, reset_after.
+  std::optional<Decision> decision(const CheckItem& item) {
+    if (at_ + 4 > fields_.size()) return std::nullopt;
+    for (std::size_t i = at_; i < at_ + 4; ++i) {
+      if (!fields_[i].is_integer()) return std::nullopt;
+    }
+    const auto* f = fields_.data() + at_;
+    at_ += 4;
+    if (f[0].integer != 0 && f[0].integer != 1) return std::nullopt;
+    Decision d;
+    d.allowed = f[0].integer == 1;
+    d.limit = item.limit.capacity;
+    d.remaining = f[1].integer;
+    d.retry_after = f[2].integer;
+    d.reset_after = f[3].integer;
+    return d;
+  }
+
+ private:
+  const std::vector<redis::Reply>& fields_;
+  std::size_t at_ = 0;
+};
+
+// The closed form of a repeated one-key token bucket entry (token_bucket_repeated in
+// lua/token_bucket.lua): the number admitted, the first decision if admitted > 0, the denial
+// if admitted < repeats. The k-th admitted check (k = 1, 2, ...) has remaining lower by
+// (k − 1)·cost and reset_after longer by (k − 1)·cost·interval than the first: GCRA's tat
+// advances by cost·interval per admission.
+bool read_closed_form(BatchReader& in, const BatchEntry& e, std::vector<Result<CheckOutcome>>& out) {
+  const CheckItem& item = (*e.items)[0];
+  const auto admitted = in.integer();
+  const auto repeats = static_cast<std::int64_t>(e.repeats);
+  if (!admitted || *admitted < 0 || *admitted > repeats) return false;
+  if (*admitted > 0) {
+    const auto first = in.decision(item);
+    if (!first || !first->allowed) return false;
+    // The last admitted check left first.remaining − (admitted − 1)·cost ≥ 0 units, and its
+    // reset_after is (admitted − 1)·cost·interval longer: a first decision that cannot be so
+    // (a reply that is not the script's) would make them overflow.
+    std::int64_t units = 0;
+    std::int64_t refill = 0;
+    std::int64_t last_reset = 0;
+    if (__builtin_mul_overflow(*admitted - 1, item.cost, &units) || first->remaining < units ||
+        __builtin_mul_overflow(units, item.limit.period, &refill) ||
+        __builtin_add_overflow(first->reset_after, refill, &last_reset)) {
+      return false;
+    }
+    for (std::int64_t k = 0; k < *admitted; ++k) {
+      Decision d = *first;
+      d.remaining -= k * item.cost;
+      d.reset_after += k * item.cost * item.limit.period;
+      out.emplace_back(CheckOutcome{d, {d}});
+    }
+  }
+  if (*admitted < repeats) {
+    const auto denial = in.decision(item);
+    if (!denial || denial->allowed) return false;
+    out.resize(e.repeats, CheckOutcome{*denial, {*denial}});
+  }
+  return true;
+}
+
+// One check of `items`: a decision per item, combined as the script combines them.
+bool read_check(BatchReader& in, const std::vector<CheckItem>& items, std::vector<Result<CheckOutcome>>& out) {
+  CheckOutcome outcome;
+  outcome.items.reserve(items.size());
+  for (const auto& item : items) {
+    const auto d = in.decision(item);
+    if (!d) return false;
+    outcome.items.push_back(*d);
+  }
+  outcome.decision = items.size() == 1 ? outcome.items[0] : algorithms::combine(outcome.items);
+  out.emplace_back(std::move(outcome));
+  return true;
+}
+
+bool read_entry(BatchReader& in, const BatchEntry& e, std::vector<Result<CheckOutcome>>& out) {
+  const auto& items = *e.items;
+  if (items.size() == 1 && e.repeats == 1) return read_check(in, items, out);
+  if (items.size() == 1 && e.repeats > 1 && items[0].limit.algorithm == algorithms::Algorithm::token_bucket) {
+    return read_closed_form(in, e, out);
+  }
+  const auto answered = in.integer();
+  if (!answered || *answered < 1 || *answered > static_cast<std::int64_t>(e.repeats)) return false;
+  for (std::int64_t r = 0; r < *answered; ++r) {
+    if (!read_check(in, items, out)) return false;
+    // Replies stop at the first denial.
+    if (!out.back()->decision.allowed && r + 1 < *answered) return false;
+  }
+  // The checks after the first denial were denied alike (nothing changed in between).
+  if (out.size() < e.repeats) {
+    if (out.back()->decision.allowed) return false;
+    out.resize(e.repeats, out.back());
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
                                                            std::span<const BatchEntry> entries) {
   std::vector<std::vector<Result<CheckOutcome>>> out(entries.size());
@@ -146,34 +210,20 @@ std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& r
     return out;
   };
   if (reply.is_error()) return fail_all(Error{ErrorCode::reply, reply.str});
-  if (!reply.is_array() || reply.elements.size() != entries.size()) {
-    return fail_all(Error{ErrorCode::protocol, fmt::format("batch script reply: expected {} entries, got {}",
-                                                           entries.size(), reply.to_string())});
+  if (!reply.is_array()) {
+    return fail_all(Error{ErrorCode::protocol, fmt::format("batch script reply: {}", reply.to_string())});
   }
+  BatchReader in(reply);
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    const auto& replies = reply.elements[i];
-    const std::size_t repeats = entries[i].repeats;
-    const std::size_t items = entries[i].items->size();
-    if (is_compact(entries[i])) {
-      out[i] = parse_compact(replies, entries[i]);
-      continue;
+    out[i].reserve(entries[i].repeats);
+    if (!read_entry(in, entries[i], out[i])) {
+      return fail_all(Error{ErrorCode::protocol, fmt::format("batch script reply: entry {} of {} malformed: {}", i,
+                                                             entries.size(), reply.to_string())});
     }
-    if (!replies.is_array() || replies.elements.empty() || replies.elements.size() > repeats) {
-      out[i].assign(repeats, make_error(ErrorCode::protocol, fmt::format("batch script reply: entry {}: {}", i,
-                                                                         replies.to_string())));
-      continue;
-    }
-    out[i].reserve(repeats);
-    for (const auto& r : replies.elements) out[i].push_back(parse_outcome(r, items));
-    // The checks after the first denial were denied alike (nothing changed in between).
-    if (out[i].size() < repeats) {
-      const Result<CheckOutcome>& last = out[i].back();
-      if (last && last->decision.allowed) {
-        out[i].resize(repeats, make_error(ErrorCode::protocol, "batch script reply: fewer replies than checks"));
-      } else {
-        out[i].resize(repeats, last);
-      }
-    }
+  }
+  if (!in.at_end()) {
+    return fail_all(Error{ErrorCode::protocol,
+                          fmt::format("batch script reply: more than {} entries: {}", entries.size(), reply.to_string())});
   }
   return out;
 }

@@ -14,7 +14,12 @@
 // refunded 1/0, then a peek's 5 integers. "batch": see lua/batch.lua.
 //
 // This is the one registry of the scripts: each one's name, source, and the SHA1 Redis knows
-// it by (EVALSHA), computed at build time. Immutable; thread-safe.
+// it by (EVALSHA), computed at build time; and the same scripts as one library of Redis
+// Functions (Redis >= 7: FUNCTION LOAD once per server, then FCALL <function>), in which the
+// code every script shares is loaded once instead of run on every call. The library and its
+// functions are named after the SHA1 of its code ("ratekeeper_<16 hex>", functions
+// "ratekeeper_<16 hex>_<script>"), so that servers shared by two versions of ratekeeper hold
+// both. Immutable; thread-safe.
 
 #include <optional>
 #include <span>
@@ -25,10 +30,17 @@ namespace ratekeeper::store {
 struct LuaScript {
   std::string_view name;  // "token_bucket", ..., "multi"
   std::string_view source;
-  std::string_view sha;  // SHA1 of source, lowercase hex
+  std::string_view sha;       // SHA1 of source, lowercase hex
+  std::string_view function;  // its function in the library (FCALL)
+};
+
+struct LuaLibrary {
+  std::string_view name;    // "ratekeeper_<16 hex>"
+  std::string_view source;  // FUNCTION LOAD's argument ("#!lua name=...")
 };
 
 std::span<const LuaScript> lua_scripts();
+LuaLibrary lua_library();
 
 // The script named `name`, or nullptr.
 inline const LuaScript* find_lua_script(std::string_view name) noexcept {

@@ -41,6 +41,9 @@ struct StoreOptions {
   // Redis stores: health() reports not ready while a script call got an error reply within
   // this long (see ReplyHealthOptions).
   Micros error_window = 10 * kMicrosPerSecond;
+  // Redis stores: call the scripts as Redis Functions (FCALL), falling back to EVALSHA where
+  // the server refuses them; false: EVALSHA only. See RedisStoreOptions::functions.
+  bool redis_functions = true;
   // memory:// only.
   std::size_t max_keys = 1'000'000;
   // The store's one clock (nullptr: the system clock). memory://: its wall reading is the

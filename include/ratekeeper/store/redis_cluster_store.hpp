@@ -60,6 +60,9 @@ struct RedisClusterStoreOptions {
   redis::ClusterOptions cluster;
   bool reject_cross_slot = false;  // true: a check spanning slots is invalid_argument
   ReplyHealthOptions health;
+  // Call the scripts as Redis Functions (FCALL; the library loaded on first use), falling
+  // back to EVALSHA where the server refuses them; false: EVALSHA only.
+  bool functions = true;
   // Deadlines and health are measured on its steady reading (nullptr: the system clock).
   const Clock* clock = nullptr;
 };
@@ -86,6 +89,7 @@ class RedisClusterStore final : public Store {
     std::uint64_t cross_slot_partial = 0;  // of those: a refund was needed (some slots consumed, another denied)
     std::uint64_t refunds_sent = 0;        // refund calls sent, one per slot that consumed
     std::uint64_t refunds_failed = 0;      // refunds not confirmed: failed calls, and those the deadline left unsent
+    std::uint64_t library_loads = 0;       // FUNCTION LOADs of the library (first use, after a flush or restart)
   };
   Stats stats() const noexcept;
   redis::Cluster& cluster() noexcept { return *cluster_; }

@@ -26,6 +26,9 @@ struct RedisSentinelStoreOptions {
   redis::SentinelOptions sentinel;
   std::size_t max_batch = 64;  // checks coalesced into one script call at most; 1: never
   ReplyHealthOptions health;
+  // Call the scripts as Redis Functions (FCALL; the library loaded on first use), falling
+  // back to EVALSHA where the server refuses them; false: EVALSHA only.
+  bool functions = true;
   // Deadlines and health are measured on its steady reading (nullptr: the system clock).
   const Clock* clock = nullptr;
 };

@@ -46,6 +46,9 @@ struct RedisStoreOptions {
   // then go out together). Bounds nothing else: each check keeps its own deadline.
   std::size_t max_in_flight = 4;
   ReplyHealthOptions health;
+  // Call the scripts as Redis Functions (FCALL; the library loaded on first use), falling
+  // back to EVALSHA where the server refuses them; false: EVALSHA only.
+  bool functions = true;
   // Deadlines and health are measured on its steady reading (nullptr: the system clock).
   const Clock* clock = nullptr;
 };
@@ -68,6 +71,10 @@ class RedisStore final : public Store {
   StoreHealth health() const override;
 
   std::uint64_t noscript_reloads() const noexcept;
+  // FUNCTION LOADs of the library, and whether calls go out as FCALL now (false: functions
+  // are off, or the server refused them).
+  std::uint64_t library_loads() const noexcept;
+  bool using_functions() const noexcept;
   redis::Connection& connection(std::size_t index = 0);
 
   struct Stats {

@@ -2,6 +2,8 @@
 // same decisions as algorithms::step / step_all, the same state lifetimes as Step::expires_at,
 // and the storage each algorithm promises.
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -1239,60 +1241,98 @@ struct BatchEntry {
   std::size_t repeats = 1;
 };
 
-// The "batch" call of `entries` over `keys` at `now`: per entry, the replies it returned.
-std::vector<std::vector<std::vector<std::int64_t>>> run_batch(const std::vector<std::string>& keys,
-                                                             const std::vector<Limit>& limits,
-                                                             const std::vector<BatchEntry>& entries, Micros now) {
-  std::vector<std::string> batch_keys;
-  std::vector<std::string> args{std::to_string(now), std::to_string(entries.size())};
-  for (const auto& e : entries) {
-    args.push_back(std::to_string(e.keys.size()));
-    args.push_back(std::to_string(e.repeats));
-    for (std::size_t i = 0; i < e.keys.size(); ++i) {
-      const Limit& l = limits[e.keys[i]];
-      batch_keys.push_back(keys[e.keys[i]]);
-      args.push_back(std::to_string(static_cast<int>(l.algorithm)));
-      args.push_back(std::to_string(l.capacity));
-      args.push_back(std::to_string(l.period));
-      args.push_back(std::to_string(e.costs[i]));
+// A decision as the batch script replies it, 4 integers: allowed, remaining, retry_after,
+// reset_after; a check's reply: its keys' decisions, in order.
+using KeyDecisions = std::vector<std::int64_t>;
+
+// The arguments of a "batch" call of `entries` over `keys` at `now` (lua/batch.lua): the
+// distinct (limit, cost) pairs, then per entry its limit number, or 0, n, repeats and n numbers.
+std::vector<std::string> batch_args(const std::vector<Limit>& limits, const std::vector<BatchEntry>& entries,
+                                    Micros now) {
+  std::vector<std::pair<Limit, std::int64_t>> distinct;
+  auto number = [&](const Limit& l, std::int64_t cost) {
+    for (std::size_t i = 0; i < distinct.size(); ++i) {
+      if (distinct[i].first == l && distinct[i].second == cost) return i + 1;
     }
-  }
-  const RedisReply r = runner().run("batch", batch_keys, args);
-  if (r.type != RedisReply::Type::array) throw std::runtime_error("batch: " + r.text);
-  std::vector<std::vector<std::vector<std::int64_t>>> out;
-  for (std::size_t e = 0; e < r.elements.size(); ++e) {
-    const auto& entry = r.elements[e];
-    out.emplace_back();
-    const Limit& l = limits[entries[e].keys[0]];
-    if (entries[e].keys.size() == 1 && entries[e].repeats > 1 && l.algorithm == Algorithm::token_bucket) {
-      // Closed form: {admitted, first decision, denial}; the k-th admitted one has remaining
-      // lower by k·cost and reset_after longer by k·cost·interval than the first.
-      const auto flat = testing::integers(entry);
-      const std::int64_t admitted = flat.at(0);
-      for (std::int64_t k = 0; k < admitted; ++k) {
-        std::vector<std::int64_t> d(flat.begin() + 1, flat.begin() + 6);
-        d[2] -= k * entries[e].costs[0];
-        d[4] += k * entries[e].costs[0] * l.period;
-        out.back().push_back(d);
-      }
-      if (admitted < static_cast<std::int64_t>(entries[e].repeats)) {
-        const std::size_t at = admitted > 0 ? 6 : 1;
-        out.back().emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(at),
-                                flat.begin() + static_cast<std::ptrdiff_t>(at + 5));
-      }
+    distinct.emplace_back(l, cost);
+    return distinct.size();
+  };
+  std::vector<std::string> numbers;
+  for (const auto& e : entries) {
+    if (e.keys.size() == 1 && e.repeats == 1) {
+      numbers.push_back(std::to_string(number(limits[e.keys[0]], e.costs[0])));
       continue;
     }
-    for (const auto& reply : entry.elements) out.back().push_back(testing::integers(reply));
+    numbers.insert(numbers.end(), {"0", std::to_string(e.keys.size()), std::to_string(e.repeats)});
+    for (std::size_t i = 0; i < e.keys.size(); ++i) numbers.push_back(std::to_string(number(limits[e.keys[i]], e.costs[i])));
   }
+  std::vector<std::string> args{std::to_string(now), std::to_string(distinct.size())};
+  for (const auto& [l, cost] : distinct) {
+    args.insert(args.end(), {std::to_string(static_cast<int>(l.algorithm)), std::to_string(l.capacity),
+                             std::to_string(l.period), std::to_string(cost)});
+  }
+  args.insert(args.end(), numbers.begin(), numbers.end());
+  return args;
+}
+
+// The "batch" call of `entries` over `keys` at `now`: per entry, the replies it returned.
+std::vector<std::vector<KeyDecisions>> run_batch(const std::vector<std::string>& keys, const std::vector<Limit>& limits,
+                                                 const std::vector<BatchEntry>& entries, Micros now) {
+  std::vector<std::string> batch_keys;
+  for (const auto& e : entries) {
+    for (std::size_t k : e.keys) batch_keys.push_back(keys[k]);
+  }
+  const RedisReply r = runner().run("batch", batch_keys, batch_args(limits, entries, now));
+  if (r.type != RedisReply::Type::array) throw std::runtime_error("batch: " + r.text);
+  const auto flat = testing::integers(r);
+  std::size_t at = 0;
+  auto take = [&](std::size_t n) {
+    if (at + n > flat.size()) throw std::runtime_error("batch: reply too short");
+    KeyDecisions d(flat.begin() + static_cast<std::ptrdiff_t>(at), flat.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+    return d;
+  };
+  std::vector<std::vector<KeyDecisions>> out;
+  for (const auto& e : entries) {
+    out.emplace_back();
+    const Limit& l = limits[e.keys[0]];
+    if (e.keys.size() == 1 && e.repeats == 1) {
+      out.back().push_back(take(4));
+    } else if (e.keys.size() == 1 && l.algorithm == Algorithm::token_bucket) {
+      // Closed form: {admitted, first decision, denial}; the k-th admitted one has remaining
+      // lower by k·cost and reset_after longer by k·cost·interval than the first.
+      const std::int64_t admitted = take(1).at(0);
+      if (admitted > 0) {
+        const KeyDecisions first = take(4);
+        for (std::int64_t k = 0; k < admitted; ++k) {
+          KeyDecisions d = first;
+          d[1] -= k * e.costs[0];
+          d[3] += k * e.costs[0] * l.period;
+          out.back().push_back(d);
+        }
+      }
+      if (admitted < static_cast<std::int64_t>(e.repeats)) out.back().push_back(take(4));
+    } else {
+      const std::int64_t answered = take(1).at(0);
+      for (std::int64_t c = 0; c < answered; ++c) out.back().push_back(take(4 * e.keys.size()));
+    }
+  }
+  if (at != flat.size()) throw std::runtime_error("batch: reply too long");
   return out;
 }
 
-// The same checks one script call each (single or multi), as RedisStore sends them alone.
-std::vector<std::int64_t> run_alone(const std::vector<std::string>& keys, const std::vector<Limit>& limits,
-                                    const BatchEntry& e, Micros now) {
+// The same checks one script call each (single or multi), as RedisStore sends them alone,
+// their keys' decisions as the batch script gives them (allowed, remaining, retry_after,
+// reset_after per key).
+KeyDecisions run_alone(const std::vector<std::string>& keys, const std::vector<Limit>& limits, const BatchEntry& e,
+                       Micros now) {
+  auto four = [](const std::vector<std::int64_t>& r, std::size_t at) {
+    return KeyDecisions{r.at(at), r.at(at + 2), r.at(at + 3), r.at(at + 4)};
+  };
   if (e.keys.size() == 1) {
-    return runner().run_integers(algorithms::to_string(limits[e.keys[0]].algorithm), {keys[e.keys[0]]},
-                                 testing::single_args(limits[e.keys[0]], e.costs[0], now));
+    return four(runner().run_integers(algorithms::to_string(limits[e.keys[0]].algorithm), {keys[e.keys[0]]},
+                                      testing::single_args(limits[e.keys[0]], e.costs[0], now)),
+                0);
   }
   std::vector<std::string> ks;
   std::vector<Limit> ls;
@@ -1300,7 +1340,21 @@ std::vector<std::int64_t> run_alone(const std::vector<std::string>& keys, const 
     ks.push_back(keys[k]);
     ls.push_back(limits[k]);
   }
-  return runner().run_integers("multi", ks, testing::multi_args(ls, e.costs, now));
+  const auto r = runner().run_integers("multi", ks, testing::multi_args(ls, e.costs, now));
+  KeyDecisions out;
+  for (std::size_t k = 0; k < e.keys.size(); ++k) {
+    const auto d = four(r, 5 * (k + 1));
+    out.insert(out.end(), d.begin(), d.end());
+  }
+  return out;
+}
+
+// Whether the check a batch reply stands for was admitted: all its keys.
+bool admitted(const KeyDecisions& d) {
+  for (std::size_t i = 0; i < d.size(); i += 4) {
+    if (d[i] != 1) return false;
+  }
+  return true;
 }
 
 TEST(LuaScripts, BatchDecidesAndStoresAsSeparateCallsInOrder) {
@@ -1332,7 +1386,7 @@ TEST(LuaScripts, BatchDecidesAndStoresAsSeparateCallsInOrder) {
         const auto& got = replies[e][std::min(r, replies[e].size() - 1)];
         EXPECT_EQ(got, expected) << "entry " << e << " repeat " << r;
         if (r + 1 < replies[e].size()) {
-          EXPECT_EQ(got[0], 1) << "a denial ends the entry's replies";
+          EXPECT_TRUE(admitted(got)) << "a denial ends the entry's replies";
         }
       }
     }
@@ -1362,23 +1416,35 @@ TEST(LuaScripts, BatchRepeatsStopAtTheFirstDenial) {
   ASSERT_EQ(replies[0].size(), 4u);  // three admitted, then the first denial
   for (std::size_t r = 0; r < 3; ++r) {
     EXPECT_EQ(replies[0][r][0], 1);
-    EXPECT_EQ(replies[0][r][2], static_cast<std::int64_t>(2 - r));  // remaining
+    EXPECT_EQ(replies[0][r][1], static_cast<std::int64_t>(2 - r));  // remaining
   }
   EXPECT_EQ(replies[0][3][0], 0);
-  EXPECT_GT(replies[0][3][3], 0);  // retry_after
+  EXPECT_GT(replies[0][3][2], 0);  // retry_after
 }
 
 TEST(LuaScripts, BatchArgumentsAreCheckedBeforeAnythingIsWritten) {
   const std::string key = fresh_key("batch-invalid");
   // A valid first entry, an invalid second one (cost above capacity): an error, nothing stored.
   const RedisReply r = runner().run("batch", {key, key},
-                                    {"1700000000000000", "2", "1", "1", "0", "5", "1000000", "1", "1", "1", "0",
-                                     "5", "1000000", "9"});
+                                    {"1700000000000000", "2", "0", "5", "1000000", "1", "0", "5", "1000000", "9", "1",
+                                     "2"});
   EXPECT_TRUE(r.is_error());
   EXPECT_NE(r.text.find("exceeds capacity"), std::string::npos) << r.text;
   EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
-  const RedisReply wrong = runner().run("batch", {key}, {"1700000000000000", "1", "2", "1", "0", "5", "1000000", "1"});
-  EXPECT_TRUE(wrong.is_error());
+  // Keys and entries that do not match, a limit number out of range, a key twice in a check.
+  for (const auto& [keys, args] : std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>{
+           {{key}, {"1700000000000000", "1", "0", "5", "1000000", "1", "1", "1"}},
+           {{key, key}, {"1700000000000000", "1", "0", "5", "1000000", "1", "1"}},
+           {{key}, {"1700000000000000", "1", "0", "5", "1000000", "1", "2"}},
+           {{key}, {"1700000000000000", "1", "0", "5", "1000000", "1", "x"}},
+           {{key}, {"1700000000000000", "1", "0", "5", "1000000", "1"}},
+           {{key}, {"1700000000000000", "2", "0", "5", "1000000", "1", "1"}},
+           {{key, key}, {"1700000000000000", "1", "0", "5", "1000000", "1", "0", "2", "1", "1", "1"}},
+           {{key}, {"1700000000000000", "1", "0", "5", "1000000", "1", "0", "2", "1", "1", "1"}}}) {
+    const RedisReply wrong = runner().run("batch", keys, args);
+    EXPECT_TRUE(wrong.is_error()) << fmt::format("{}", fmt::join(args, " "));
+  }
+  EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
 }
 
 
@@ -1386,14 +1452,16 @@ TEST(LuaScripts, BatchAnswersRepeatedTokenBucketChecksInClosedForm) {
   const std::string key = fresh_key("batch-closed-form");
   const Micros now = 1'700'000'000'000'000;
   // Seven checks of cost 2 on a full bucket of 5: two admitted, then denials.
-  const RedisReply r = runner().run("batch", {key}, {std::to_string(now), "1", "1", "7", "0", "5", "1000000", "2"});
+  const RedisReply r =
+      runner().run("batch", {key}, {std::to_string(now), "1", "0", "5", "1000000", "2", "0", "1", "7", "1"});
   ASSERT_EQ(r.type, RedisReply::Type::array) << r.text;
-  const auto flat = testing::integers(r.elements.at(0));
-  EXPECT_EQ(flat, (std::vector<std::int64_t>{2, 1, 5, 3, 0, 2'000'000, 0, 5, 1, 1'000'000, 4'000'000}));
+  const auto flat = testing::integers(r);
+  EXPECT_EQ(flat, (std::vector<std::int64_t>{2, 1, 3, 0, 2'000'000, 0, 1, 1'000'000, 4'000'000}));
   EXPECT_EQ(connection().command({"GET", key}).text, std::to_string(now + 4'000'000));
   // Peeks on the now partly used bucket: all admitted, nothing stored.
-  const RedisReply peeks = runner().run("batch", {key}, {std::to_string(now), "1", "1", "3", "0", "5", "1000000", "0"});
-  EXPECT_EQ(testing::integers(peeks.elements.at(0)), (std::vector<std::int64_t>{3, 1, 5, 1, 0, 4'000'000}));
+  const RedisReply peeks =
+      runner().run("batch", {key}, {std::to_string(now), "1", "0", "5", "1000000", "0", "0", "1", "3", "1"});
+  EXPECT_EQ(testing::integers(peeks), (std::vector<std::int64_t>{3, 1, 1, 0, 4'000'000}));
   EXPECT_EQ(connection().command({"GET", key}).text, std::to_string(now + 4'000'000));
 }
 

@@ -41,9 +41,10 @@ bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
 }
 
 std::unique_ptr<RedisClusterStore> open_cluster(const std::string& url, Micros command_timeout,
-                                                bool reject_cross_slot = false) {
+                                                bool reject_cross_slot = false, bool functions = true) {
   StoreOptions o;
   o.url = url;
+  o.redis_functions = functions;
   o.command_timeout = command_timeout;
   o.reconnect_min = 10 * kMicrosPerMilli;
   o.reconnect_max = 200 * kMicrosPerMilli;
@@ -119,9 +120,10 @@ TEST(RedisClusterStore, KeysOfManyIdentitiesSpreadOverEveryMaster) {
   EXPECT_EQ(store->cluster().masters().size(), 3u);
 }
 
+// With functions off (EVALSHA), a SCRIPT FLUSH on every master is answered by EVAL there.
 TEST(RedisClusterStore, ScriptsAreLoadedAgainOnEveryNodeAfterAFlush) {
   auto& cluster = testing::shared_cluster();
-  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond, false, false);
   auto limit = algorithms::Limit::make(Algorithm::fixed_window, 5, kMicrosPerSecond);
   auto check_many = [&](std::string_view round) {
     for (int i = 0; i < 60; ++i) {
@@ -135,6 +137,30 @@ TEST(RedisClusterStore, ScriptsAreLoadedAgainOnEveryNodeAfterAFlush) {
   const auto reloads = store->stats().noscript_reloads;
   check_many("b");
   EXPECT_GE(store->stats().noscript_reloads, reloads + 3) << "one reload per master at least";
+  EXPECT_EQ(store->stats().library_loads, 0u);
+}
+
+// With functions (the default), the library is loaded on each master at first use, and again
+// on each after a FUNCTION FLUSH; no script is evaluated.
+TEST(RedisClusterStore, LibraryIsLoadedAgainOnEveryNodeAfterAFunctionFlush) {
+  auto& cluster = testing::shared_cluster();
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto limit = algorithms::Limit::make(Algorithm::fixed_window, 5, kMicrosPerSecond);
+  auto check_many = [&](std::string_view round) {
+    for (int i = 0; i < 60; ++i) {
+      auto r = store->check_sync({{fmt::format("fflush:{{{}-{}}}:r", unique(round), i), *limit, 1}});
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_TRUE(r->decision.allowed);
+    }
+  };
+  for (auto* m : cluster.masters()) testing::command_on(m->port(), {"FUNCTION", "FLUSH"});
+  check_many("a");
+  EXPECT_GE(store->stats().library_loads, 3u) << "once per master at least";
+  for (auto* m : cluster.masters()) testing::command_on(m->port(), {"FUNCTION", "FLUSH"});
+  const auto loads = store->stats().library_loads;
+  check_many("b");
+  EXPECT_GE(store->stats().library_loads, loads + 3) << "once per master at least";
+  EXPECT_EQ(store->stats().noscript_reloads, 0u);
 }
 
 TEST(RedisClusterStore, ChecksSpanningSlotsAreSplitPerSlotOrRejectedWhenAsked) {
@@ -256,10 +282,10 @@ INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, RedisClusterRefund,
                          });
 
 // The scripts of checks across slots ("multi_at", "refund") are loaded on NOSCRIPT as the
-// others are.
+// others are (functions off: EVALSHA).
 TEST(RedisClusterStore, CrossSlotScriptsAreLoadedAgainAfterAFlush) {
   auto& cluster = testing::shared_cluster();
-  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond, false, false);
   const auto ip = fmt::format("flush-span:{{ip-{}}}:r", unique("x"));
   const auto user = fmt::format("flush-span:{{user-{}}}:r", unique("x"));
   ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));
@@ -280,12 +306,12 @@ TEST(RedisClusterStore, CrossSlotScriptsAreLoadedAgainAfterAFlush) {
 }
 
 // A refund that fails is counted, not retried, and the consumption it was to give back
-// stays. The refund fails here because its script cannot be loaded: the scripts are flushed,
+// stays (functions off: EVALSHA). The refund fails here because its script cannot be loaded: the scripts are flushed,
 // "multi_at" is loaded again by hand, and EVAL is refused to the store's user, so the
 // refund's EVALSHA answers NOSCRIPT and its EVAL an error.
 TEST(RedisClusterStore, AFailedRefundIsCountedAndItsConsumptionStays) {
   auto& cluster = testing::shared_cluster();
-  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond);
+  auto store = open_cluster(cluster.url(), 2 * kMicrosPerSecond, false, false);
   const auto ip = fmt::format("fail-span:{{ip-{}}}:r", unique("x"));
   const auto user = fmt::format("fail-span:{{user-{}}}:r", unique("x"));
   ASSERT_NE(redis::key_slot(ip), redis::key_slot(user));

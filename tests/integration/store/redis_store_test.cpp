@@ -333,8 +333,13 @@ RC_GTEST_PROP(RedisStoreDifferential, DecisionsEqualMemoryStore, ()) {
   }
 }
 
-TEST(RedisStore, ScriptFlushMidTrafficFailsNoRequest) {
-  auto store = open(options_for(shared_server()));
+// Flushes the scripts (functions off: SCRIPT FLUSH) or the library (FUNCTION FLUSH) five
+// times while two threads check without pause: no check fails, each flush is absorbed by a
+// reload.
+void flush_mid_traffic(bool functions) {
+  auto options = options_for(shared_server());
+  options.redis_functions = functions;
+  auto store = open(options);
   auto& redis = dynamic_cast<RedisStore&>(*store);
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0};
@@ -357,13 +362,54 @@ TEST(RedisStore, ScriptFlushMidTrafficFailsNoRequest) {
   ASSERT_TRUE(eventually([&] { return answered.load() > 20; }));
   for (int i = 0; i < 5; ++i) {
     const int before = answered.load();
-    EXPECT_EQ(shared_server().command({"SCRIPT", "FLUSH"}), "OK");
+    EXPECT_EQ(shared_server().command({functions ? "FUNCTION" : "SCRIPT", "FLUSH"}), "OK");
     ASSERT_TRUE(eventually([&] { return answered.load() > before + 20; }));
   }
   stop = true;
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_GE(redis.noscript_reloads(), 1u);
+  EXPECT_EQ(redis.using_functions(), functions);
+  if (functions) {
+    EXPECT_GE(redis.library_loads(), 2u);  // first use, and after a flush at least
+    EXPECT_EQ(redis.noscript_reloads(), 0u);
+  } else {
+    EXPECT_GE(redis.noscript_reloads(), 1u);
+    EXPECT_EQ(redis.library_loads(), 0u);
+  }
+}
+
+TEST(RedisStore, ScriptFlushMidTrafficFailsNoRequest) { flush_mid_traffic(false); }
+TEST(RedisStore, FunctionFlushMidTrafficFailsNoRequest) { flush_mid_traffic(true); }
+
+// Where the server refuses functions, the store falls back to scripts (EVALSHA, EVAL after
+// NOSCRIPT) and decides exactly as with them: a user that may not call FCALL at all, and one
+// that may call it but not load the library (FUNCTION LOAD refused).
+TEST(RedisStore, FunctionsRefusedByAnAclFallBackToScripts) {
+  RedisServer server;
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "nofcall", "on", ">pw", "~*", "+@all", "-fcall"}), "OK");
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "noload", "on", ">pw", "~*", "+@all", "-function"}), "OK");
+  for (const std::string user : {"nofcall", "noload"}) {
+    SCOPED_TRACE(user);
+    ASSERT_EQ(server.command({"SCRIPT", "FLUSH"}), "OK");
+    ASSERT_EQ(server.command({"FUNCTION", "FLUSH"}), "OK");
+    RedisStoreOptions o;
+    o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
+    o.connection.credentials = redis::Credentials{user, "pw"};
+    RedisStore store(o);
+    ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+    EXPECT_TRUE(store.using_functions());
+    const Limit l = limit(Algorithm::token_bucket, 3, 3'600'000'000);
+    const std::string key = unique_key("acl-" + user);
+    for (int i = 0; i < 4; ++i) {
+      auto r = store.check_sync({{key, l, 1}});
+      ASSERT_TRUE(r) << r.error().message;
+      EXPECT_EQ(r->decision.allowed, i < 3) << i;
+      EXPECT_EQ(r->decision.remaining, std::max(0, 2 - i)) << i;
+    }
+    EXPECT_FALSE(store.using_functions());
+    EXPECT_EQ(store.library_loads(), 0u);
+    EXPECT_GE(store.noscript_reloads(), 1u);  // the single-key script, evaluated once
+  }
 }
 
 TEST(RedisStore, RestartMidTrafficReconnectsAndAppliesTheFailurePolicyWhileDown) {
@@ -656,11 +702,7 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
   }
 }
 
-// A SCRIPT FLUSH while checks wait to go out as one batch: the batch call gets NOSCRIPT, is
-// sent again once as EVAL, and every check is answered by Redis. The store's only connection
-// is held by a single check behind a DEBUG SLEEP of the server, the others queue up behind it
-// (max_in_flight 1); the flush, sent during the sleep, runs before the batch is sent.
-TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) {
+void flush_while_a_batch_waits(bool functions) {
   RedisServer::Options debug;
   debug.args = {"--enable-debug-command", "local"};
   RedisServer server(debug);
@@ -670,10 +712,12 @@ TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) {
   o.connection.command_timeout = 30 * kMicrosPerSecond;
   o.loop = loop;
   o.max_in_flight = 1;
+  o.functions = functions;
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
   const Limit l = limit(Algorithm::token_bucket, 1000, kMicrosPerSecond);
-  ASSERT_TRUE(store.check_sync({{"test:{warm}", l, 1}}));  // the single-key script is loaded
+  ASSERT_TRUE(store.check_sync({{"test:{warm}", l, 1}}));  // the single-key script (or the library) is loaded
+  const auto loads = store.library_loads();
   const auto* batch = find_lua_script("batch");
   ASSERT_NE(batch, nullptr);
 
@@ -703,7 +747,8 @@ TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) {
   });
   loop->barrier();
   EXPECT_EQ(answered.load(), 0);  // everything waits behind the sleep
-  std::thread flusher([&] { EXPECT_EQ(flushing.command({"SCRIPT", "FLUSH"}).text, "OK"); });
+  std::thread flusher(
+      [&] { EXPECT_EQ(flushing.command({functions ? "FUNCTION" : "SCRIPT", "FLUSH"}).text, "OK"); });
   sleeper.join();
   flusher.join();
 
@@ -715,9 +760,22 @@ TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) {
   }
   EXPECT_EQ(store.stats().batches, 1u);
   EXPECT_EQ(store.stats().batched_checks, static_cast<std::uint64_t>(kQueued));
-  EXPECT_GE(store.noscript_reloads(), 1u);
-  EXPECT_EQ(server.command({"SCRIPT", "EXISTS", std::string(batch->sha)}), "1");
+  if (functions) {
+    EXPECT_EQ(store.library_loads(), loads + 1);  // once, for the first call after the flush
+    EXPECT_NE(server.command({"FUNCTION", "LIST", "LIBRARYNAME", std::string(lua_library().name)}), "");
+  } else {
+    EXPECT_GE(store.noscript_reloads(), 1u);
+    EXPECT_EQ(server.command({"SCRIPT", "EXISTS", std::string(batch->sha)}), "1");
+  }
 }
+
+// A flush while checks wait to go out as one batch: the batch call gets NOSCRIPT (functions
+// off) and is sent again once as EVAL, or "Function not found" and the library is loaded and
+// the call sent again; every check is answered by Redis. The store's only connection is held
+// by a single check behind a DEBUG SLEEP of the server, the others queue up behind it
+// (max_in_flight 1); the flush, sent during the sleep, runs before the batch is sent.
+TEST(RedisStore, ScriptFlushWhileABatchWaitsIsAnsweredByEvalOnce) { flush_while_a_batch_waits(false); }
+TEST(RedisStore, FunctionFlushWhileABatchWaitsLoadsTheLibraryOnce) { flush_while_a_batch_waits(true); }
 
 }  // namespace
 }  // namespace ratekeeper::store

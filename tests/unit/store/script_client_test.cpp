@@ -1,6 +1,7 @@
 // The script client (store/script_client.hpp) against a scripted sender: the argument
 // vectors of "multi_at" and "refund" (the calls behind a refund across Redis Cluster slots),
-// the NOSCRIPT → EVAL fallback, and the parsing of their replies.
+// FCALL and the loading of the library, the fallbacks to scripts, the NOSCRIPT → EVAL
+// fallback, and the parsing of their replies.
 
 #include "store/script_client.hpp"
 
@@ -68,7 +69,7 @@ TEST(ScriptClient, TimedCheckSendsMultiAtAndParsesTheInstant) {
   s.replies = {array({1, 5, 3, 0, 9, /*first*/ 1, 10, 8, 0, 2000, /*second*/ 1, 5, 4, 0, 9, /*at*/ 1234})};
   std::optional<Result<TimedOutcome>> got;
   const auto batch = items();
-  ScriptClient client(s.sender(), nullptr, &clock);
+  ScriptClient client(s.sender(), nullptr, &clock, false);
   run_timed_check(client, 7, batch, std::nullopt, far(), [&](Result<TimedOutcome> r) { got = std::move(r); });
   ASSERT_EQ(s.sent.size(), 1u);
   EXPECT_EQ(s.slots, (std::vector<std::uint16_t>{7}));
@@ -89,7 +90,7 @@ TEST(ScriptClient, RefundSendsTheInstantsAndResetAfterAndFallsBackToEvalOnce) {
   ScriptedSender s;
   s.replies = {error("NOSCRIPT No matching script"), array({1, 1, 10, 10, 0, 0, 0, 1, 5, 5, 0, 0})};
   ScriptHealth replies;
-  ScriptClient client(s.sender(), &replies, &clock);
+  ScriptClient client(s.sender(), &replies, &clock, false);
   std::optional<Result<RefundOutcome>> got;
   const std::vector<Micros> reset_after{2000, 59'000'000};
   run_refund(client, 3, items(), reset_after, 777, 1000, far(), [&](Result<RefundOutcome> r) { got = std::move(r); });
@@ -113,12 +114,137 @@ TEST(ScriptClient, ASecondNoscriptIsAnError) {
   ScriptedSender s;
   s.replies = {error("NOSCRIPT No matching script"), error("NOSCRIPT No matching script")};
   std::optional<Result<RefundOutcome>> got;
-  ScriptClient client(s.sender(), nullptr, &clock);
+  ScriptClient client(s.sender(), nullptr, &clock, false);
   run_refund(client, 0, items(), {1, 1}, 0, std::nullopt, far(), [&](Result<RefundOutcome> r) { got = std::move(r); });
   EXPECT_EQ(s.sent.size(), 2u);
   ASSERT_TRUE(got);
   ASSERT_FALSE(*got);
   EXPECT_EQ(got->error().code, ErrorCode::reply);
+}
+
+redis::Reply ok() {
+  redis::Reply r;
+  r.type = redis::Reply::Type::status;
+  r.str = "OK";
+  return r;
+}
+
+const std::vector<std::int64_t> kTimed{1, 5, 3, 0, 9, 1, 10, 8, 0, 2000, 1, 5, 4, 0, 9, 1234};
+
+// A "multi_at" call through `client`; its answer.
+std::optional<Result<TimedOutcome>> timed_check(ScriptClient& client) {
+  std::optional<Result<TimedOutcome>> got;
+  run_timed_check(client, 5, items(), std::nullopt, far(), [&](Result<TimedOutcome> r) { got = std::move(r); });
+  return got;
+}
+
+// FCALL of the script's function; a server without the library gets it (FUNCTION LOAD on the
+// call's slot) and the call once more.
+TEST(ScriptClient, FcallLoadsTheLibraryWhereItIsMissingAndCallsAgain) {
+  ScriptedSender s;
+  s.replies = {error("ERR Function not found"), ok(), array(kTimed), array(kTimed)};
+  ScriptHealth health;
+  ScriptClient client(s.sender(), &health, &clock);
+  auto got = timed_check(client);
+  ASSERT_EQ(s.sent.size(), 3u);
+  EXPECT_EQ(s.sent[0][0], "FCALL");
+  EXPECT_EQ(s.sent[0][1], find_lua_script("multi_at")->function);
+  EXPECT_EQ(s.sent[1], (std::vector<std::string>{"FUNCTION", "LOAD", std::string(lua_library().source)}));
+  EXPECT_EQ(s.sent[2], s.sent[0]);
+  EXPECT_EQ(s.slots, (std::vector<std::uint16_t>{5, 5, 5}));
+  ASSERT_TRUE(got && *got) << (got ? got->error().message : "no answer");
+  EXPECT_EQ((*got)->at, 1234);
+  EXPECT_EQ(health.library_loads(), 1u);
+  // Loaded: the next call is one FCALL.
+  got = timed_check(client);
+  ASSERT_EQ(s.sent.size(), 4u);
+  EXPECT_EQ(s.sent[3][0], "FCALL");
+  EXPECT_TRUE(client.functions());
+}
+
+// Loaded by another call meanwhile: FUNCTION LOAD says so, and the call goes again. A
+// function still missing after the load is the call's answer.
+TEST(ScriptClient, ALibraryLoadedMeanwhileIsUsedAndASecondMissingFunctionIsAnError) {
+  ScriptedSender s;
+  s.replies = {error("ERR Function not found"), error("ERR Library 'x' already exists"),
+               error("ERR Function not found")};
+  ScriptClient client(s.sender(), nullptr, &clock);
+  auto got = timed_check(client);
+  ASSERT_EQ(s.sent.size(), 3u);
+  EXPECT_EQ(s.sent[2][0], "FCALL");
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(*got);
+  EXPECT_EQ(got->error().code, ErrorCode::reply);
+  EXPECT_TRUE(client.functions());
+}
+
+// A server that refuses FCALL (an ACL, Redis before 7) or FUNCTION LOAD: the call goes as a
+// script, and so does every later call.
+TEST(ScriptClient, RefusedFunctionsFallBackToScriptsForGood) {
+  for (const auto& refusal :
+       {std::vector<redis::Reply>{error("NOPERM this user has no permissions to run the 'fcall' command")},
+        std::vector<redis::Reply>{error("ERR unknown command 'FCALL', with args beginning with: ")},
+        std::vector<redis::Reply>{error("ERR Function not found"),
+                                  error("NOPERM this user has no permissions to run the 'function|load' command")}}) {
+    ScriptedSender s;
+    s.replies = refusal;
+    s.replies.insert(s.replies.end(), {error("NOSCRIPT No matching script"), array(kTimed), array(kTimed)});
+    ScriptHealth health;
+    ScriptClient client(s.sender(), &health, &clock);
+    auto got = timed_check(client);
+    const std::size_t refused = refusal.size();
+    ASSERT_EQ(s.sent.size(), refused + 2);
+    EXPECT_EQ(s.sent[refused][0], "EVALSHA");
+    EXPECT_EQ(s.sent[refused + 1][0], "EVAL");
+    ASSERT_TRUE(got && *got) << (got ? got->error().message : "no answer");
+    EXPECT_FALSE(client.functions());
+    EXPECT_EQ(health.functions_refusals(), 1u);
+    got = timed_check(client);
+    ASSERT_EQ(s.sent.size(), refused + 3);
+    EXPECT_EQ(s.sent.back()[0], "EVALSHA");
+    ASSERT_TRUE(got && *got);
+  }
+}
+
+// Under maxmemory Redis refuses an FCALL that may write before it runs: that call goes as a
+// script (which is refused only its writes); functions stay in use.
+TEST(ScriptClient, OutOfMemorySendsThatCallAsAScript) {
+  ScriptedSender s;
+  s.replies = {error("OOM command not allowed when used memory > 'maxmemory'."), array(kTimed), array(kTimed)};
+  ScriptClient client(s.sender(), nullptr, &clock);
+  auto got = timed_check(client);
+  ASSERT_EQ(s.sent.size(), 2u);
+  EXPECT_EQ(s.sent[1][0], "EVALSHA");
+  ASSERT_TRUE(got && *got);
+  EXPECT_TRUE(client.functions());
+  got = timed_check(client);
+  EXPECT_EQ(s.sent.back()[0], "FCALL");
+}
+
+// No answer to FUNCTION LOAD in time: the call's answer.
+TEST(ScriptClient, ALoadWithoutAnswerIsTheCallsAnswer) {
+  ScriptedSender s;
+  s.replies = {error("ERR Function not found")};
+  bool timed_out = false;
+  ScriptSender sender = [&](std::uint16_t slot, std::span<const std::string_view> argv, Micros,
+                            redis::ReplyCallback done) {
+    s.slots.push_back(slot);
+    s.sent.emplace_back(argv.begin(), argv.end());
+    if (s.sent.size() == 1) {
+      done(s.replies[0]);
+    } else {
+      timed_out = true;
+      done(make_error(ErrorCode::timeout, "no reply in time"));
+    }
+  };
+  ScriptClient client(sender, nullptr, &clock);
+  auto got = timed_check(client);
+  ASSERT_TRUE(timed_out);
+  ASSERT_EQ(s.sent.size(), 2u);
+  ASSERT_TRUE(got);
+  ASSERT_FALSE(*got);
+  EXPECT_EQ(got->error().code, ErrorCode::timeout);
+  EXPECT_TRUE(client.functions());
 }
 
 TEST(ScriptClient, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) {

@@ -1,5 +1,5 @@
-// Script replies into decisions (store/script_reply.hpp): the batch script's closed-form reply
-// for a repeated token bucket check, and replies that cannot be the script's.
+// Script replies into decisions (store/script_reply.hpp): the batch script's flat reply, its
+// closed form for a repeated token bucket check, and replies that cannot be the script's.
 
 #include <gtest/gtest.h>
 
@@ -26,13 +26,6 @@ redis::Reply integers(const std::vector<std::int64_t>& values) {
   return r;
 }
 
-redis::Reply array(std::vector<redis::Reply> elements) {
-  redis::Reply r;
-  r.type = redis::Reply::Type::array;
-  r.elements = std::move(elements);
-  return r;
-}
-
 // One token bucket key (10 tokens, one per 100 ms) checked `repeats` times at cost 2.
 struct Repeated {
   std::vector<CheckItem> items{
@@ -44,8 +37,7 @@ struct Repeated {
 TEST(ScriptReply, RepeatedTokenBucketCheckUnfoldsFromItsClosedForm) {
   Repeated r(4);
   // Three admitted, the first leaving 8 tokens and full again in 200 ms; the fourth denied.
-  const auto out = parse_batch(
-      array({integers({3, 1, 10, 8, 0, 200'000, 0, 10, 2, 100'000, 800'000})}), r.entries);
+  const auto out = parse_batch(integers({3, 1, 8, 0, 200'000, 0, 2, 100'000, 800'000}), r.entries);
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].size(), 4u);
   for (std::int64_t k = 0; k < 3; ++k) {
@@ -69,18 +61,70 @@ TEST(ScriptReply, RepeatedCheckReplyThatCannotBeTheScriptsIsAProtocolError) {
   constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   for (const auto& first :
-       {std::vector<std::int64_t>{1, 10, kMin, 0, 100'000},
-        std::vector<std::int64_t>{1, 10, 8, 0, kMax},
-        std::vector<std::int64_t>{1, 10, 1, 0, 200'000}}) {  // 3 × 2 tokens from 1 left
+       {std::vector<std::int64_t>{1, kMin, 0, 100'000},
+        std::vector<std::int64_t>{1, 8, 0, kMax},
+        std::vector<std::int64_t>{1, 1, 0, 200'000}}) {  // 3 × 2 tokens from 1 left
     Repeated r(3);
     std::vector<std::int64_t> fields{3};
     fields.insert(fields.end(), first.begin(), first.end());
-    const auto out = parse_batch(array({integers(fields)}), r.entries);
+    const auto out = parse_batch(integers(fields), r.entries);
     ASSERT_EQ(out[0].size(), 3u);
     for (const auto& o : out[0]) {
       ASSERT_FALSE(o) << "remaining " << o->decision.remaining << ", reset_after "
                       << o->decision.reset_after;
       EXPECT_EQ(o.error().code, ErrorCode::protocol);
+    }
+  }
+}
+
+// The flat batch reply: a one-key check's 4 integers (its limit is the check's own capacity),
+// then a two-key check repeated twice: the number answered, then per check its keys'
+// decisions, combined as the script combines them.
+TEST(ScriptReply, BatchReplyIsReadEntryByEntry) {
+  const Limit ten = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);
+  const Limit five = *algorithms::Limit::make(Algorithm::fixed_window, 5, 1'000'000);
+  std::vector<CheckItem> one{{"a", ten, 1}};
+  std::vector<CheckItem> two{{"b", ten, 1}, {"c", five, 1}};
+  const std::vector<BatchEntry> entries{{&one, 1}, {&two, 2}};
+  const auto out = parse_batch(integers({1, 9, 0, 100'000,                     // a
+                                         2,                                    // two answered
+                                         1, 9, 0, 100'000, 1, 4, 0, 900'000,   // b, c
+                                         1, 8, 0, 200'000, 0, 4, 900'000, 900'000}),
+                               entries);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_TRUE(out[0][0]);
+  EXPECT_EQ(out[0][0]->decision, (Decision{true, 10, 9, 0, 100'000}));
+  ASSERT_EQ(out[1].size(), 2u);
+  ASSERT_TRUE(out[1][0] && out[1][1]);
+  // Admitted: the limit with the fewest remaining (c), the longest reset_after.
+  EXPECT_EQ(out[1][0]->decision, (Decision{true, 5, 4, 0, 900'000}));
+  EXPECT_EQ(out[1][0]->items.at(0), (Decision{true, 10, 9, 0, 100'000}));
+  // Denied by c: its limit, remaining and retry_after.
+  EXPECT_EQ(out[1][1]->decision, (Decision{false, 5, 4, 900'000, 900'000}));
+}
+
+TEST(ScriptReply, BatchReplyOfAnotherShapeFailsEveryCheck) {
+  const Limit ten = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);
+  std::vector<CheckItem> one{{"a", ten, 1}};
+  std::vector<CheckItem> two{{"b", ten, 1}, {"c", ten, 1}};
+  const std::vector<BatchEntry> entries{{&one, 1}, {&two, 3}};
+  for (const auto& fields : {
+           std::vector<std::int64_t>{1, 9, 0, 100'000},                                   // an entry missing
+           std::vector<std::int64_t>{1, 9, 0, 100'000, 1, 1, 9, 0, 1, 1, 9, 0, 1, 7},    // one too many
+           std::vector<std::int64_t>{2, 9, 0, 100'000, 1, 1, 9, 0, 1, 1, 9, 0, 1},        // allowed is 2
+           std::vector<std::int64_t>{1, 9, 0, 100'000, 4, 1, 9, 0, 1, 1, 9, 0, 1},        // 4 of 3 answered
+           std::vector<std::int64_t>{1, 9, 0, 100'000, 1, 1, 9, 0, 1, 1, 9, 0, 1},        // 1 of 3, admitted
+           std::vector<std::int64_t>{1, 9, 0, 100'000, 2, 0, 9, 5, 1, 1, 9, 0, 1,         // a denial, then more
+                                     1, 9, 0, 1, 1, 9, 0, 1}}) {
+    const auto out = parse_batch(integers(fields), entries);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[1].size(), 3u);
+    for (const auto& entry : out) {
+      for (const auto& o : entry) {
+        ASSERT_FALSE(o);
+        EXPECT_EQ(o.error().code, ErrorCode::protocol);
+      }
     }
   }
 }
