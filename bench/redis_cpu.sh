@@ -8,11 +8,13 @@
 # (default ./build/ratekeeper).
 #
 #   bench/redis_cpu.sh [--requests N] [--keys K] [--concurrency C] [--pipeline P]
-#                      [--capacity X] [--rate Y] [--floor-batch B] [--repeat R]
+#                      [--capacity X] [--rate Y] [--floor-batch B] [--repeat R] [--before PATH]
 #
 # Rows (N decisions each, keys uniform over K):
 #   ratekeeper coalesced   ratekeeper bench --concurrency C (checks coalesced into batch calls)
 #   ratekeeper one         the same with --max-batch 1 (one script call per decision)
+#   ratekeeper before …    with --before PATH: both rows again with that binary (a build of
+#                          an earlier commit), in the same runs, for a before/after comparison
 #   rate-limiter-flexible  RateLimiterRedis on ioredis (auto-pipelining), C in flight; the npm
 #                          packages are installed on first use under
 #                          ${XDG_CACHE_HOME:-~/.cache}/ratekeeper-bench/node (pinned below)
@@ -44,6 +46,7 @@ rate=100
 floor_batch=32
 repeat=3
 ratekeeper=${RATEKEEPER:-./build/ratekeeper}
+before=
 rlf_version=11.4.0
 ioredis_version=5.9.3
 node_dir=${XDG_CACHE_HOME:-$HOME/.cache}/ratekeeper-bench/node
@@ -61,6 +64,7 @@ while [[ $# -gt 0 ]]; do
     --rate) need_value "$@"; rate=$2; shift 2 ;;
     --floor-batch) need_value "$@"; floor_batch=$2; shift 2 ;;
     --repeat) need_value "$@"; repeat=$2; shift 2 ;;
+    --before) need_value "$@"; before=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "redis_cpu.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -72,6 +76,7 @@ done
 ((floor_batch <= 1000)) || { echo "redis_cpu.sh: --floor-batch must be at most 1000, got $floor_batch" >&2; exit 2; }
 ((requests >= floor_batch)) || { echo "redis_cpu.sh: --requests must be at least --floor-batch ($floor_batch)" >&2; exit 2; }
 [[ -x $ratekeeper ]] || { echo "redis_cpu.sh: no executable at '$ratekeeper' (set RATEKEEPER)" >&2; exit 2; }
+[[ -z $before || -x $before ]] || { echo "redis_cpu.sh: --before: no executable at '$before'" >&2; exit 2; }
 for tool in redis-server redis-cli redis-benchmark bc node npm; do
   command -v "$tool" >/dev/null || { echo "redis_cpu.sh: $tool not found" >&2; exit 2; }
 done
@@ -190,10 +195,10 @@ record_row() {
   }' | sed 's/_/ /g' >>"$results"
 }
 
-run_ratekeeper() {  # name max_batch
+run_ratekeeper() {  # name max_batch binary
   reset_server
   begin_row
-  run_child "$ratekeeper" bench --store "$store" --algorithm token_bucket --keys "$keys" \
+  run_child "$3" bench --store "$store" --algorithm token_bucket --keys "$keys" \
     --concurrency "$concurrency" --requests "$requests" --capacity "$capacity" --rate "$rate" \
     --max-batch "$2" --json
   end_row "$script_commands"
@@ -259,7 +264,9 @@ redis_benchmark() {
   # CSV: "test","rps",...: the last line is the result.
   rps=$(tail -n 1 "$workdir/out" | cut -d, -f2 | tr -d '"')
   [[ $rps =~ ^[0-9.]+$ ]] || { echo "redis_cpu.sh: $name: no result from redis-benchmark" >&2; cat "$workdir/out" >&2; exit 1; }
-  decisions=$((calls * per_call))
+  # redis-benchmark may send a few more than -n (whole pipelines): count what the server ran.
+  decisions=$((${stats%% *} * per_call))
+  ((decisions > 0)) || { echo "redis_cpu.sh: $name: the server counted no $commands calls" >&2; exit 1; }
   decisions_per_s=$(echo "$rps * $per_call" | bc)
 }
 
@@ -310,11 +317,17 @@ echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') o
   "$requests decisions per row over $keys keys; concurrency $concurrency, redis-benchmark -P $pipeline;" \
   "capacity $capacity, rate $rate/s; $repeat runs"
 echo "$rlf_line; redis-py $("$python" -c 'import redis; print(redis.__version__)')" \
-  "(python $("$python" -c 'import platform; print(platform.python_version())')); $("$ratekeeper" --version 2>/dev/null | head -n 1 || true)"
+  "(python $("$python" -c 'import platform; print(platform.python_version())'))"
+echo "ratekeeper: $ratekeeper ($("$ratekeeper" --version 2>/dev/null | head -n 1 || true))"
+[[ -z $before ]] || echo "ratekeeper before: $before ($("$before" --version 2>/dev/null | head -n 1 || true))"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq "$repeat"); do
-  run_ratekeeper ratekeeper_coalesced 64
-  run_ratekeeper ratekeeper_--max-batch_1 1
+  if [[ -n $before ]]; then
+    run_ratekeeper ratekeeper_before_coalesced 64 "$before"
+    run_ratekeeper ratekeeper_before_--max-batch_1 1 "$before"
+  fi
+  run_ratekeeper ratekeeper_coalesced 64 "$ratekeeper"
+  run_ratekeeper ratekeeper_--max-batch_1 1 "$ratekeeper"
   run_rlf
   run_seed_script
   run_seed_python
@@ -336,6 +349,8 @@ c, p, rlf, ioredis = sys.argv[2:6]
 labels = {
     "ratekeeper coalesced": f"ratekeeper bench c={c} (coalesced)",
     "ratekeeper --max-batch 1": f"ratekeeper bench c={c} `--max-batch 1`",
+    "ratekeeper before coalesced": f"ratekeeper (before) bench c={c} (coalesced)",
+    "ratekeeper before --max-batch 1": f"ratekeeper (before) bench c={c} `--max-batch 1`",
     "rate-limiter-flexible": f"rate-limiter-flexible {rlf} (ioredis {ioredis} auto-pipelining, c={c})",
     "seed script": f"seed script (HMGET/HMSET/EXPIRE), redis-benchmark -c {c} -P {p}",
     "seed Python class": "seed Python class (redis-py), one connection",
@@ -386,6 +401,11 @@ ratio("ratekeeper coalesced / rate-limiter-flexible, decisions/s", rk[0], m["rat
 ratio("ratekeeper coalesced / seed Python class, decisions/s", rk[0], m["seed Python class"][0], 10, True)
 ratio("ratekeeper coalesced / seed script, Redis CPU per decision", rk[1], m["seed script"][1], 0.55, False)
 ratio("ratekeeper --max-batch 1 / seed script, Redis CPU per decision", one[1], m["seed script"][1], 1, False)
+for kind in ("coalesced", "--max-batch 1"):
+    now, old = m.get(f"ratekeeper {kind}"), m.get(f"ratekeeper before {kind}")
+    if old:
+        print(f"- ratekeeper {kind} / before: {now[0] / old[0]:.2f}× decisions/s, "
+              f"{now[1] / old[1]:.2f}× Redis CPU per decision")
 print(f"- ratekeeper coalesced: {rk[1]:.2f} µs of Redis CPU per decision "
       f"(goal ≤ 3.0: {'met' if rk[1] <= 3.0 else 'not met'}); `--max-batch 1`: {one[1]:.2f} µs "
       f"(goal ≤ 5: {'met' if one[1] <= 5 else 'not met'})")
