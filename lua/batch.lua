@@ -28,11 +28,13 @@ local function run_batch()
     lsteps[i] = step
     lcap[i], lperiod[i], lcost[i] = limit_args(algorithm, ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])
   end
-  -- Entries: a one-key single check is its limit number; any other entry a table. Limit
+  -- Entries: a one-key single check is its limit number; any other entry its repetitions and
+  -- its limits (limits_of). Limit
   -- numbers are looked up by their text (no conversion per entry).
   local numbers = {}
   for i = 1, L do numbers[str(i)] = i end
-  local entries = {}
+  local entries = {}    -- per entry: its limit number (one key, once), or its repetitions
+  local limits_of = {}  -- per entry of several keys or repetitions: its limits
   local first, arg, count = 1, 3 + 4 * L, 0
   local nargs, nkeys = #ARGV, #KEYS
   while arg <= nargs do
@@ -63,7 +65,7 @@ local function run_batch()
         limits[k] = {key = key, step = lsteps[j], capacity = lcap[j], period = lperiod[j], cost = lcost[j],
                      max_delay = 0}
       end
-      entries[count] = {limits = limits, repeats = repeats}
+      entries[count], limits_of[count] = repeats, limits
       first, arg = first + n, arg + 3 + n
     end
   end
@@ -76,7 +78,7 @@ local function run_batch()
   local key_index = 1
   for c = 1, count do
     local entry = entries[c]
-    if type(entry) == 'number' then
+    if limits_of[c] == nil then
       -- One key, once: its step alone; a token bucket without a table or a closure.
       local key = KEYS[key_index]
       key_index = key_index + 1
@@ -90,12 +92,12 @@ local function run_batch()
       end
       o = o + 4
     else
-      local limits = entry.limits
+      local limits, repeats = limits_of[c], entry
       local l = limits[1]
       key_index = key_index + #limits
-      if #limits == 1 and l.step == token_bucket and entry.repeats > 1 then
+      if #limits == 1 and l.step == token_bucket and repeats > 1 then
         -- The same decisions as the loop below, in closed form.
-        local reply, store = token_bucket_repeated(l.key, l.capacity, l.period, l.cost, now, entry.repeats)
+        local reply, store = token_bucket_repeated(l.key, l.capacity, l.period, l.cost, now, repeats)
         if store then store() end
         o = o + 1
         out[o] = reply[1]
@@ -109,7 +111,7 @@ local function run_batch()
         local at = o + 1
         o = o + 1
         local answered = 0
-        for _ = 1, entry.repeats do
+        for _ = 1, repeats do
           local reply = check_all(limits, now)
           answered = answered + 1
           for k = 1, #limits do

@@ -11,6 +11,15 @@ local MAX_WINDOW = 2 ^ 45        -- algorithms::kMaxWindow
 local MAX_DELAY = 3600 * 1000000  -- algorithms::kMaxDelay
 local TOKEN_BUCKET = 0           -- the algorithm numbers of enum algorithms::Algorithm
 
+-- The library functions of the hot path, as locals: bound by every entry before it runs
+-- (a library of functions cannot read them while it is loaded, only when called).
+local match, floor, ceil, format, to_number, redis_call
+
+local function bind_globals()
+  match, floor, ceil, format = string.match, math.floor, math.ceil, string.format
+  to_number, redis_call = tonumber, redis.call
+end
+
 local function fail(message)
   error({err = 'ERR ratekeeper: ' .. message})
 end

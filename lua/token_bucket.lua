@@ -34,17 +34,33 @@ local function store_tat(key, t, consumed, exists, now)
 end
 
 -- The same step, its store done at once: the decision as 4 values (allowed 1/0, remaining,
--- retry_after, reset_after), without a table or a closure (the hot path of the batch and
--- single-key scripts).
+-- retry_after, reset_after), without a table or a closure: the hot path of the batch and
+-- single-key scripts, gcra and the store of token_bucket written out (each Lua function call
+-- and global lookup costs the server time on every decision).
 local function token_bucket_now(key, capacity, interval, cost, now)
-  local value = read_string(key)
-  local allowed, remaining, retry_after, reset_after, t = gcra(tat_value(value), capacity, interval, cost, now)
-  if allowed and cost > 0 then
-    write_string(key, str(t), expiry(t))
-  elseif value and t <= now then
-    delete_string(key)  -- full again
+  local value
+  if cache then value = cache[key] end
+  if value == nil then value = read_string(key) end
+  local stored = value and match(value, '^%d+$') and to_number(value) or 0
+  local tau = capacity * interval
+  local tat = stored > now and stored or now
+  local after = tat - now + cost * interval  -- new_tat − now
+  if after <= tau then
+    if cost > 0 then
+      local t = tat + cost * interval
+      local option, ms = 'PX', ceil(after / 1000)
+      if clock.server then option, ms = 'PXAT', ceil(t / 1000) end
+      value = format('%d', t)
+      redis_call('SET', key, value, option, format('%d', ms))
+      if cache then cache[key] = value end
+    elseif value and stored <= now then
+      delete_string(key)  -- full again
+    end
+    return 1, floor((tau - after) / interval), 0, after
   end
-  return allowed and 1 or 0, remaining, retry_after, reset_after
+  if value and stored <= now then delete_string(key) end
+  local room = tau - (tat - now)
+  return 0, room > 0 and floor(room / interval) or 0, after - tau, tat - now
 end
 
 local function token_bucket(key, capacity, interval, cost, now)
