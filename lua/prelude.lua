@@ -36,11 +36,21 @@ local function str(n)
   return string.format('%d', n)
 end
 
+-- Integer arguments already converted, by their text: the same limits come with every call,
+-- and converting text (strtod) costs more than the lookup. A library of functions keeps it
+-- from call to call (a script starts with it empty); bounded: emptied when it is full.
+local integers, integers_held = {}, 0
+local MAX_INTEGERS_HELD = 4096
+
 local function integer_arg(text, field)
-  local n = tonumber(text)
+  local n = integers[text]
+  if n then return n end
+  n = tonumber(text)
   if n == nil or n ~= math.floor(n) or n <= -MAX_EXACT or n >= MAX_EXACT then
     fail(field .. ' must be an integer, got ' .. tostring(text))
   end
+  if integers_held == MAX_INTEGERS_HELD then integers, integers_held = {}, 0 end
+  integers[text], integers_held = n, integers_held + 1
   return n
 end
 
