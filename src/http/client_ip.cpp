@@ -49,7 +49,15 @@ bool valid_zone(std::string_view zone) {
 }  // namespace
 
 std::string IpAddress::to_string() const {
-  if (!v6) return fmt::format("{}.{}.{}.{}", bytes[0], bytes[1], bytes[2], bytes[3]);
+  if (!v6) {
+    char text[16];  // "255.255.255.255"
+    char* end = text;
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (i > 0) *end++ = '.';
+      end = std::to_chars(end, text + sizeof text, bytes[i]).ptr;
+    }
+    return std::string(text, end);
+  }
   std::array<unsigned, 8> groups{};
   for (std::size_t i = 0; i < 8; ++i) {
     groups[i] = (unsigned{bytes[2 * i]} << 8) | bytes[2 * i + 1];
@@ -71,6 +79,7 @@ std::string IpAddress::to_string() const {
   }
   if (best_len < 2) best = -1;
   std::string out;
+  out.reserve(39);  // eight groups of four hex digits and seven colons at most
   for (int i = 0; i < 8; ++i) {
     if (i == best) {
       out += "::";
@@ -78,7 +87,8 @@ std::string IpAddress::to_string() const {
       continue;
     }
     if (!out.empty() && out.back() != ':') out.push_back(':');
-    out += fmt::format("{:x}", groups[i]);
+    char hex[4];
+    out.append(hex, std::to_chars(hex, hex + sizeof hex, groups[i], 16).ptr);
   }
   return out;
 }
