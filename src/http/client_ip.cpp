@@ -93,6 +93,26 @@ std::string IpAddress::to_string() const {
   return out;
 }
 
+bool is_canonical_ipv4(std::string_view text) noexcept {
+  if (text.size() < 7 || text.size() > 15) return false;
+  int parts = 0;
+  std::size_t i = 0;
+  while (true) {
+    // One number: 1-3 digits, no leading zero, at most 255.
+    const std::size_t start = i;
+    int value = 0;
+    while (i < text.size() && i - start < 3 && text[i] >= '0' && text[i] <= '9') {
+      value = value * 10 + (text[i] - '0');
+      ++i;
+    }
+    const std::size_t digits = i - start;
+    if (digits == 0 || value > 255 || (digits > 1 && text[start] == '0')) return false;
+    if (++parts == 4) return i == text.size();
+    if (i == text.size() || text[i] != '.') return false;
+    ++i;
+  }
+}
+
 std::optional<IpAddress> parse_address(std::string_view text) {
   // The longest IPv6 text is 45 characters ("ffff:…:255.255.255.255").
   if (text.empty() || text.size() > 45) return std::nullopt;

@@ -12,15 +12,19 @@ Result<void> append_escaped(std::string& out, std::string_view identity) {
   if (identity.empty()) return make_error(ErrorCode::invalid_argument, "identity must not be empty");
   static constexpr char kHex[] = "0123456789ABCDEF";
   const std::size_t start = out.size();
-  for (unsigned char c : identity) {
+  // Runs of bytes that need no escape are appended whole.
+  std::size_t plain = 0;
+  for (std::size_t i = 0; i < identity.size(); ++i) {
+    const auto c = static_cast<unsigned char>(identity[i]);
     if (c <= 0x20 || c >= 0x7f || c == '{' || c == '}' || c == '%') {
+      out.append(identity.data() + plain, i - plain);
       out.push_back('%');
       out.push_back(kHex[c >> 4]);
       out.push_back(kHex[c & 0xf]);
-    } else {
-      out.push_back(static_cast<char>(c));
+      plain = i + 1;
     }
   }
+  out.append(identity.data() + plain, identity.size() - plain);
   if (out.size() - start > kMaxIdentityBytes) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("identity is longer than {} bytes", kMaxIdentityBytes));
