@@ -50,13 +50,14 @@ bool valid_zone(std::string_view zone) {
 
 std::string IpAddress::to_string() const {
   if (!v6) {
-    char text[16];  // "255.255.255.255"
-    char* end = text;
+    std::string out;
+    out.reserve(15);  // "255.255.255.255", within the string's own buffer
     for (std::size_t i = 0; i < 4; ++i) {
-      if (i > 0) *end++ = '.';
-      end = std::to_chars(end, text + sizeof text, bytes[i]).ptr;
+      if (i > 0) out.push_back('.');
+      char digits[3];
+      out.append(digits, std::to_chars(digits, digits + sizeof digits, bytes[i]).ptr);
     }
-    return std::string(text, end);
+    return out;
   }
   std::array<unsigned, 8> groups{};
   for (std::size_t i = 0; i < 8; ++i) {
