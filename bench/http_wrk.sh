@@ -9,7 +9,9 @@
 # Two more runs (SKIP_EXTRA=1: skip) show the other shapes of traffic: every request from
 # its own user (X-User-ID drawn at random from 100,000: checks of different keys, nothing
 # for Redis to fold together), and every request denied (capacity 1: the denial cache
-# answers without Redis).
+# answers without Redis). A last run (SKIP_SEED=1: skip) is the seed's FastAPI application
+# with the seed's own limiter on the same Redis (bench/seed_fastapi.py under uvicorn, Debian's
+# /usr/bin/python3, one process), same wrk load, every request admitted.
 #
 #   bench/http_wrk.sh [path/to/ratekeeper]
 #   WRK_THREADS=1 WRK_CONNECTIONS=32 WRK_DURATION=10s SERVER_THREADS=1 bench/http_wrk.sh
@@ -25,6 +27,11 @@ store_url=${STORE_URL:-}
 
 [ -x "$binary" ] || { echo "no ratekeeper binary at $binary (build target ratekeeper_cli)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is not installed (scripts/deps.sh)" >&2; exit 1; }
+python=/usr/bin/python3
+if [ -z "${SKIP_SEED:-}" ] && ! "$python" -c 'import fastapi, uvicorn, redis' 2>/dev/null; then
+  echo "the seed's app needs $python with fastapi, uvicorn and redis (scripts/deps.sh), or SKIP_SEED=1" >&2
+  exit 1
+fi
 
 work=$(mktemp -d)
 redis_pid=""
@@ -91,18 +98,26 @@ redis_cpu() {
     awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'
 }
 
-# Runs wrk against a fresh server with configuration $1 and store $2; sets rps, p50, p99,
-# server_us and redis_us (CPU time per request of the server process and of redis-server).
+# Runs wrk against a fresh server with configuration $1 (`seed`: the seed's FastAPI app) and
+# store $2; sets rps, p50, p99, server_us and redis_us (CPU time per request of the server
+# process and of redis-server).
 measure() {
-  local config=$1 store=$2 expect=${3:-2xx} script=${4:-} port r0 r1 ticks requests
+  local config=$1 store=$2 expect=${3:-2xx} script=${4:-} port r0 r1 ticks requests ready=/healthz
   local -a wrk_script=()
   [ -n "$script" ] && wrk_script=(-s "$script")
   port=$(free_port 18000)
-  "$binary" serve --config "$config" --store "$store" --listen "127.0.0.1:$port" \
-    --threads "$server_threads" >"$work/server.log" 2>&1 &
+  if [ "$config" = seed ]; then
+    ready=/_recipe/hits
+    SEED_REDIS_URL=$store SEED_CAPACITY=1000000000 SEED_REFILL_RATE=1000000 \
+      "$python" -m uvicorn --app-dir bench seed_fastapi:app --host 127.0.0.1 --port "$port" \
+      --log-level warning >"$work/server.log" 2>&1 &
+  else
+    "$binary" serve --config "$config" --store "$store" --listen "127.0.0.1:$port" \
+      --threads "$server_threads" >"$work/server.log" 2>&1 &
+  fi
   server_pid=$!
   for _ in $(seq 1 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
+    curl -s -o /dev/null "http://127.0.0.1:$port$ready" && break
     sleep 0.1
   done
   # Warm up connections, scripts and caches, then measure.
@@ -138,12 +153,15 @@ echo "wrk -t$wrk_threads -c$wrk_connections -d$wrk_duration, server --threads $s
 row "" "req/s" "p50" "p99" "server us/req" "redis us/req"
 measure "$work/limited.yaml" "$store_url"
 limited_rps=$rps
+limited_us=$server_us
 row "limited (redis, 1 rule)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
 measure "$work/unlimited.yaml" "$store_url"
 plain_rps=$rps
+plain_us=$server_us
 row "unlimited (no rules)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
 if [ -z "${SKIP_MEMORY:-}" ]; then
   measure "$work/limited.yaml" "memory://"
+  memory_us=$server_us
   row "limited (memory://, 1 rule)" "$rps" "$p50" "$p99" "$server_us" "-"
 fi
 if [ -z "${SKIP_EXTRA:-}" ]; then
@@ -160,9 +178,24 @@ if [ -z "${SKIP_EXTRA:-}" ]; then
   fi
   row "denied (redis, all 429)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
 fi
+if [ -z "${SKIP_SEED:-}" ]; then
+  measure seed "$store_url"
+  seed_rps=$rps
+  row "seed FastAPI app (redis)" "$rps" "$p50" "$p99" "$server_us" "$redis_us"
+fi
 awk -v a="$limited_rps" -v b="$plain_rps" 'BEGIN {
   printf "limited (redis) / unlimited throughput: %.3f (limiter cost %.1f%%)\n", a / b, (1 - a / b) * 100 }'
+awk -v a="$limited_us" -v b="$plain_us" 'BEGIN {
+  printf "limited (redis) / unlimited server CPU per request: %.3f\n", a / b }'
+if [ -z "${SKIP_MEMORY:-}" ]; then
+  awk -v a="$memory_us" -v b="$plain_us" 'BEGIN {
+    printf "limited (memory://) / unlimited server CPU per request: %.3f\n", a / b }'
+fi
 if [ -z "${SKIP_EXTRA:-}" ]; then
   awk -v a="$users_rps" -v b="$users_plain_rps" 'BEGIN {
     printf "100k users: limited (redis) / unlimited throughput: %.3f (limiter cost %.1f%%)\n", a / b, (1 - a / b) * 100 }'
+fi
+if [ -z "${SKIP_SEED:-}" ]; then
+  awk -v a="$limited_rps" -v b="$seed_rps" 'BEGIN {
+    printf "limited (redis) / seed FastAPI app throughput: %.1fx\n", a / b }'
 fi

@@ -1,6 +1,7 @@
 // Fuzz target: client addresses behind proxies (http/client_ip.hpp): parse_ip, Cidr::parse,
 // TrustedProxies and client_ip. Input lines: the socket peer, the X-Forwarded-For value, then
-// one trusted-proxy entry per line. Checks: canonical text parses back to the same address,
+// one trusted-proxy entry per line. Checks: canonical text parses back to the same address
+// (and is_canonical_ipv4 recognises exactly the dotted quads printed as themselves),
 // a block contains its own network, and the client is the peer or one of the forwarded hops,
 // the peer itself whenever the peer is not trusted.
 
@@ -24,6 +25,9 @@ using http::IpAddress;
 constexpr std::size_t kMaxProxies = 32;
 
 std::optional<IpAddress> check_ip(std::string_view text) {
+  // A text is a canonical dotted quad exactly when it parses to IPv4 and prints as itself.
+  const auto bare = http::parse_address(text);
+  require(http::is_canonical_ipv4(text) == (bare && !bare->v6 && bare->to_string() == text));
   auto ip = http::parse_ip(text);
   auto normal = http::normalize_ip(text);
   require(ip.has_value() == normal.has_value());

@@ -12,8 +12,9 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   clang-16 libclang-rt-16-dev llvm
   # scripts/tidy.sh
   clang-tidy-16
-  # tests/recipes: the seed's FastAPI application under uvicorn (Debian's /usr/bin/python3)
-  python3-fastapi python3-uvicorn)
+  # tests/recipes: the seed's FastAPI application under uvicorn (Debian's /usr/bin/python3);
+  # bench/http_wrk.sh: the same application with the seed's own limiter on Redis (redis-py)
+  python3-fastapi python3-uvicorn python3-redis)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -322,7 +322,11 @@ class Api::Routes {
                                 std::move(result.headers), std::move(result.body)});
       }
       Response r = serve(endpoint, arg);
-      for (auto& h : result.headers) r.headers.push_back(std::move(h));
+      if (r.headers.empty()) {
+        r.headers = std::move(result.headers);
+      } else {
+        for (auto& h : result.headers) r.headers.push_back(std::move(h));
+      }
       answer(result.delay, respond, std::move(r));
     });
   }

@@ -49,7 +49,16 @@ bool valid_zone(std::string_view zone) {
 }  // namespace
 
 std::string IpAddress::to_string() const {
-  if (!v6) return fmt::format("{}.{}.{}.{}", bytes[0], bytes[1], bytes[2], bytes[3]);
+  if (!v6) {
+    std::string out;
+    out.reserve(15);  // "255.255.255.255", within the string's own buffer
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (i > 0) out.push_back('.');
+      char digits[3];
+      out.append(digits, std::to_chars(digits, digits + sizeof digits, bytes[i]).ptr);
+    }
+    return out;
+  }
   std::array<unsigned, 8> groups{};
   for (std::size_t i = 0; i < 8; ++i) {
     groups[i] = (unsigned{bytes[2 * i]} << 8) | bytes[2 * i + 1];
@@ -71,6 +80,7 @@ std::string IpAddress::to_string() const {
   }
   if (best_len < 2) best = -1;
   std::string out;
+  out.reserve(39);  // eight groups of four hex digits and seven colons at most
   for (int i = 0; i < 8; ++i) {
     if (i == best) {
       out += "::";
@@ -78,9 +88,30 @@ std::string IpAddress::to_string() const {
       continue;
     }
     if (!out.empty() && out.back() != ':') out.push_back(':');
-    out += fmt::format("{:x}", groups[i]);
+    char hex[4];
+    out.append(hex, std::to_chars(hex, hex + sizeof hex, groups[i], 16).ptr);
   }
   return out;
+}
+
+bool is_canonical_ipv4(std::string_view text) noexcept {
+  if (text.size() < 7 || text.size() > 15) return false;
+  int parts = 0;
+  std::size_t i = 0;
+  while (true) {
+    // One number: 1-3 digits, no leading zero, at most 255.
+    const std::size_t start = i;
+    int value = 0;
+    while (i < text.size() && i - start < 3 && text[i] >= '0' && text[i] <= '9') {
+      value = value * 10 + (text[i] - '0');
+      ++i;
+    }
+    const std::size_t digits = i - start;
+    if (digits == 0 || value > 255 || (digits > 1 && text[start] == '0')) return false;
+    if (++parts == 4) return i == text.size();
+    if (i == text.size() || text[i] != '.') return false;
+    ++i;
+  }
 }
 
 std::optional<IpAddress> parse_address(std::string_view text) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 namespace ratekeeper::http {
@@ -26,10 +27,35 @@ std::string bad_request_body(std::string_view detail) {
 
 namespace {
 
+// Appends the decimal digits of `v`.
+void append_int(std::string& out, std::int64_t v) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+  out.append(digits, end);
+}
+
+// One item of a RateLimit field: the quoted policy name, `a` (`";q=`), x, `b` (`;w=`), y.
 // Policy names are rule, tier and limit names: [A-Za-z0-9_.-], safe inside an sf-string.
+void append_item(std::string& out, std::string_view name, std::string_view a, std::int64_t x,
+                 std::string_view b, std::int64_t y) {
+  out += '"';
+  out += name;
+  out += a;
+  append_int(out, x);
+  out += b;
+  append_int(out, y);
+}
+
+// The items of every limit of the enforcing rules, comma separated, in one allocation.
 template <class F>
 std::string join_limits(const limiter::Evaluation& ev, F&& item) {
+  std::size_t size = 0;
+  for (const auto& rule : ev.rules) {
+    // the name, quotes, two parameters with up to 20 digits each, ", "
+    for (const auto& l : rule.limits) size += l.policy_name.size() + 52;
+  }
   std::string out;
+  out.reserve(size);
   for (const auto& rule : ev.rules) {
     for (const auto& l : rule.limits) {
       if (!out.empty()) out += ", ";
@@ -39,12 +65,18 @@ std::string join_limits(const limiter::Evaluation& ev, F&& item) {
   return out;
 }
 
+std::string int_text(std::int64_t v) {
+  std::string out;
+  append_int(out, v);
+  return out;
+}
+
 }  // namespace
 
 std::string ratelimit_policy_field(const limiter::Evaluation& ev) {
   return join_limits(ev, [](std::string& out, const limiter::LimitOutcome& l) {
-    fmt::format_to(std::back_inserter(out), "\"{}\";q={};w={}", l.policy_name, l.limit.capacity,
-                   ceil_seconds(l.limit.horizon()));
+    append_item(out, l.policy_name, "\";q=", l.limit.capacity, ";w=",
+                ceil_seconds(l.limit.horizon()));
   });
 }
 
@@ -52,27 +84,26 @@ std::string ratelimit_field(const limiter::Evaluation& ev) {
   return join_limits(ev, [](std::string& out, const limiter::LimitOutcome& l) {
     const auto& d = l.decision;
     const auto t = d.allowed ? ceil_seconds(d.reset_after) : retry_after_seconds(d.retry_after);
-    fmt::format_to(std::back_inserter(out), "\"{}\";r={};t={}", l.policy_name,
-                   std::max<std::int64_t>(0, d.remaining), t);
+    append_item(out, l.policy_name, "\";r=", std::max<std::int64_t>(0, d.remaining), ";t=", t);
   });
 }
 
 HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions& options) {
   HeaderList out;
   if (ev.rules.empty()) return out;
+  out.reserve((options.draft ? 2 : 0) + (options.legacy ? 3 : 0) + (ev.allowed ? 0 : 1));
   if (options.draft) {
     out.emplace_back("RateLimit-Policy", ratelimit_policy_field(ev));
     out.emplace_back("RateLimit", ratelimit_field(ev));
   }
   if (options.legacy) {
     const auto& d = ev.decision;
-    out.emplace_back("X-RateLimit-Limit", std::to_string(d.limit));
-    out.emplace_back("X-RateLimit-Remaining",
-                     std::to_string(std::max<std::int64_t>(0, d.remaining)));
-    out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(d.reset_after)));
+    out.emplace_back("X-RateLimit-Limit", int_text(d.limit));
+    out.emplace_back("X-RateLimit-Remaining", int_text(std::max<std::int64_t>(0, d.remaining)));
+    out.emplace_back("X-RateLimit-Reset", int_text(ceil_seconds(d.reset_after)));
   }
   if (!ev.allowed) {
-    out.emplace_back("Retry-After", std::to_string(retry_after_seconds(ev.decision.retry_after)));
+    out.emplace_back("Retry-After", int_text(retry_after_seconds(ev.decision.retry_after)));
   }
   return out;
 }

@@ -54,6 +54,15 @@ Result<limiter::Application> Middleware::resolve_at(const limiter::Rule& rule,
   if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(path);
 
   auto ip_identity = [&]() -> Result<std::string> {
+    // Without trusted proxies the client is the peer, whose text is already canonical when
+    // it is a plain dotted quad (the common case): no parsing, no formatting.
+    if (options_.trusted_proxies.empty() && is_canonical_ipv4(request.peer_address)) {
+      std::string id;
+      id.reserve(3 + request.peer_address.size());
+      id += "ip:";
+      id += request.peer_address;
+      return id;
+    }
     const auto forwarded =
         options_.trusted_proxies.empty() ? std::string() : request.header_list("X-Forwarded-For");
     auto ip = client_ip(request.peer_address, forwarded, options_.trusted_proxies);

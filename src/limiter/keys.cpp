@@ -4,24 +4,40 @@
 
 namespace ratekeeper::limiter {
 
-Result<std::string> escape_identity(std::string_view identity) {
+namespace {
+
+// Appends `identity` percent-encoded (see escape_identity); invalid_argument when it is empty
+// or longer than kMaxIdentityBytes once encoded.
+Result<void> append_escaped(std::string& out, std::string_view identity) {
   if (identity.empty()) return make_error(ErrorCode::invalid_argument, "identity must not be empty");
   static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(identity.size());
-  for (unsigned char c : identity) {
+  const std::size_t start = out.size();
+  // Runs of bytes that need no escape are appended whole.
+  std::size_t plain = 0;
+  for (std::size_t i = 0; i < identity.size(); ++i) {
+    const auto c = static_cast<unsigned char>(identity[i]);
     if (c <= 0x20 || c >= 0x7f || c == '{' || c == '}' || c == '%') {
+      out.append(identity.data() + plain, i - plain);
       out.push_back('%');
       out.push_back(kHex[c >> 4]);
       out.push_back(kHex[c & 0xf]);
-    } else {
-      out.push_back(static_cast<char>(c));
+      plain = i + 1;
     }
   }
-  if (out.size() > kMaxIdentityBytes) {
+  out.append(identity.data() + plain, identity.size() - plain);
+  if (out.size() - start > kMaxIdentityBytes) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("identity is longer than {} bytes", kMaxIdentityBytes));
   }
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> escape_identity(std::string_view identity) {
+  std::string out;
+  out.reserve(identity.size());
+  if (auto ok = append_escaped(out, identity); !ok) return std::unexpected(ok.error());
   return out;
 }
 
@@ -47,10 +63,19 @@ Result<std::string> make_key(std::string_view prefix, std::string_view identity,
   if (auto ok = check_name("key prefix", prefix); !ok) return std::unexpected(ok.error());
   if (auto ok = check_name("rule name", rule); !ok) return std::unexpected(ok.error());
   if (auto ok = check_name("limit name", limit_name); !ok) return std::unexpected(ok.error());
-  auto id = escape_identity(identity);
-  if (!id) return std::unexpected(id.error());
-  if (limit_name.empty()) return fmt::format("{}:{{{}}}:{}", prefix, *id, rule);
-  return fmt::format("{}:{{{}}}:{}:{}", prefix, *id, rule, limit_name);
+  // <prefix>:{<identity>}:<rule>[:<limit>], in one allocation unless the identity needs escapes.
+  std::string key;
+  key.reserve(prefix.size() + identity.size() + rule.size() + limit_name.size() + 6);
+  key += prefix;
+  key += ":{";
+  if (auto ok = append_escaped(key, identity); !ok) return std::unexpected(ok.error());
+  key += "}:";
+  key += rule;
+  if (!limit_name.empty()) {
+    key += ':';
+    key += limit_name;
+  }
+  return key;
 }
 
 }  // namespace ratekeeper::limiter

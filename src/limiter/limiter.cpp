@@ -14,19 +14,17 @@ namespace ratekeeper::limiter {
 
 using algorithms::Decision;
 
-struct Limiter::PreparedRule {
-  const Rule* rule = nullptr;
-  std::size_t index = 0;  // in config_.rules
-  RuleOutcome outcome;    // identity, tier, limits (policy names, limits, keys) filled in
-  std::int64_t cost = 1;
-  FailureMode mode = FailureMode::allow;
-};
-
+// One evaluation: the outcome of each application (identity, tier, cost, and per limit the
+// policy name, the limit and the key, filled in by prepare), the enforcing items handed to
+// the store, and, while they are checked, who asked and since when.
 struct Limiter::Prepared {
-  std::vector<PreparedRule> enforcing;
-  std::vector<PreparedRule> shadow;
+  std::vector<RuleOutcome> enforcing;   // becomes Evaluation::rules
+  std::vector<RuleOutcome> shadow;
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
   std::size_t item_count = 0;           // items.size() before they were handed to the store
+  Limiter* limiter = nullptr;
+  Micros started = 0;  // Clock::steady
+  EvaluationCallback done;
 };
 
 Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
@@ -68,93 +66,106 @@ std::size_t Limiter::rule_index(const Rule* rule) const noexcept {
 
 Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     std::vector<Application> applications) const {
-  auto prepared = std::make_shared<Prepared>();
-  for (auto& app : applications) {
+  std::size_t shadow = 0;
+  std::size_t enforcing_limits = 0;
+  for (const auto& app : applications) {
     const Rule* rule = app.rule;
     const std::less<> before;
     if (rule == nullptr || before(rule, config_.rules.data()) ||
         !before(rule, config_.rules.data() + config_.rules.size())) {
       return make_error(ErrorCode::invalid_argument, "application without a rule of this limiter");
     }
-    PreparedRule pr;
-    pr.rule = rule;
-    pr.index = rule_index(rule);
-    pr.cost = app.cost.value_or(rule->cost);
-    pr.mode = rule->on_store_error;
-    pr.outcome.rule = rule;
-    pr.outcome.shadow = rule->shadow;
-    pr.outcome.identity = std::move(app.identity);
+    if (rule->shadow) {
+      ++shadow;
+    } else {
+      enforcing_limits += rule->limits.size();  // tiers may have more or fewer: a first guess
+    }
+  }
+  auto prepared = std::make_shared<Prepared>();
+  if (applications.size() > shadow) prepared->enforcing.reserve(applications.size() - shadow);
+  if (shadow > 0) prepared->shadow.reserve(shadow);
+  prepared->items.reserve(enforcing_limits);
+
+  for (auto& app : applications) {
+    const Rule* rule = app.rule;
+    RuleOutcome& out = (rule->shadow ? prepared->shadow : prepared->enforcing).emplace_back();
+    out.rule = rule;
+    out.shadow = rule->shadow;
+    out.cost = app.cost.value_or(rule->cost);
+    out.identity = std::move(app.identity);
 
     const Policy* policy = &rule->limits;
     if (app.ip_fallback && !rule->ip_limits.empty()) {
       policy = &rule->ip_limits;
     } else if (rule->tiered) {
       if (app.tier.empty()) {
-        pr.outcome.tier = config_.tiers.default_tier;
+        out.tier = config_.tiers.default_tier;
       } else {
-        pr.outcome.tier = std::move(app.tier);
+        out.tier = std::move(app.tier);
       }
-      if (!config_.tiers.levels.contains(pr.outcome.tier)) {
-        pr.outcome.tier = config_.tiers.default_tier;
-      }
-      policy = config_.tiers.policy(pr.outcome.tier);
+      if (!config_.tiers.levels.contains(out.tier)) out.tier = config_.tiers.default_tier;
+      policy = config_.tiers.policy(out.tier);
       if (policy == nullptr) {
         return make_error(ErrorCode::invalid_argument,
-                          fmt::format("rule '{}': no tier '{}'", rule->name, pr.outcome.tier));
+                          fmt::format("rule '{}': no tier '{}'", rule->name, out.tier));
       }
     }
 
-    std::string rule_part = rule->name;
+    std::string rule_part;
+    std::string_view rule_key = rule->name;
     if (rule->bucket == BucketScope::per_endpoint && !app.endpoint.empty()) {
       auto path = escape_identity(app.endpoint);
       if (!path) {
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': path: {}", rule->name, path.error().message));
       }
+      rule_part.reserve(rule->name.size() + 1 + path->size());
+      rule_part += rule->name;
       rule_part += ':';
       rule_part += *path;
+      rule_key = rule_part;
     }
+    out.limits.reserve(policy->size());
     for (const auto& named : *policy) {
-      if (auto ok = algorithms::validate_cost(named.limit, pr.cost); !ok) {
+      if (auto ok = algorithms::validate_cost(named.limit, out.cost); !ok) {
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': {}", rule->name, ok.error().message));
       }
+      // Policy "<rule>[.<tier>][.<limit>]", key suffix "[<tier>][:<limit>]".
+      LimitOutcome& lo = out.limits.emplace_back();
       std::string suffix;
-      std::string policy_name = rule->name;
-      if (!pr.outcome.tier.empty()) {
-        suffix = pr.outcome.tier;
-        policy_name += '.' + pr.outcome.tier;
+      lo.policy_name = rule->name;
+      if (!out.tier.empty()) {
+        suffix = out.tier;
+        lo.policy_name += '.';
+        lo.policy_name += out.tier;
       }
       if (policy->size() > 1) {
         if (!suffix.empty()) suffix += ':';
         suffix += named.name;
-        policy_name += '.' + named.name;
+        lo.policy_name += '.';
+        lo.policy_name += named.name;
       }
-      auto key = make_key(config_.prefix, pr.outcome.identity, rule_part, suffix);
+      auto key = make_key(config_.prefix, out.identity, rule_key, suffix);
       if (!key) {
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': {}", rule->name, key.error().message));
       }
-      LimitOutcome lo;
-      lo.policy_name = std::move(policy_name);
       lo.limit = named.limit;
       lo.key = std::move(*key);
-      pr.outcome.limits.push_back(std::move(lo));
     }
-    if (rule->shadow) {
-      prepared->shadow.push_back(std::move(pr));
-    } else {
+    if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
-      for (const auto& lo : pr.outcome.limits) {
-        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, pr.cost, max_delay});
+      for (const auto& lo : out.limits) {
+        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, out.cost, max_delay});
       }
-      prepared->enforcing.push_back(std::move(pr));
     }
   }
   return prepared;
 }
 
-void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros latency) {
+void Limiter::account(const RuleOutcome& outcome, Micros latency) {
+  const std::size_t index = rule_index(outcome.rule);
   const auto& d = outcome.decision;
   Outcome o = d.allowed ? Outcome::allowed : Outcome::denied;
   if (outcome.by_failure_policy) {
@@ -162,12 +173,12 @@ void Limiter::account(const PreparedRule& pr, const RuleOutcome& outcome, Micros
   } else if (outcome.shadow && !d.allowed) {
     o = Outcome::shadow_denied;
   }
-  metrics_->record_decision(pr.index, o);
-  if (d.allowed && d.limit > 0 && d.remaining * 10 < d.limit) metrics_->record_near_limit(pr.index);
-  if (d.allowed && d.delay > 0) metrics_->record_delayed(pr.index, d.delay);
+  metrics_->record_decision(index, o);
+  if (d.allowed && d.limit > 0 && d.remaining * 10 < d.limit) metrics_->record_near_limit(index);
+  if (d.allowed && d.delay > 0) metrics_->record_delayed(index, d.delay);
 
   DecisionRecord r;
-  r.rule = pr.rule->name;
+  r.rule = outcome.rule->name;
   r.identity = outcome.identity;
   r.key = outcome.limits.empty()
               ? std::string_view{}
@@ -193,24 +204,25 @@ Result<std::vector<Decision>> Limiter::fall_back(const Prepared& prepared, const
   std::vector<Decision> decisions(prepared.item_count);
   // A rule denied by its policy keeps the others from consuming: local rules only peek.
   const bool any_deny = std::any_of(prepared.enforcing.begin(), prepared.enforcing.end(),
-                                    [](const auto& r) { return r.mode == FailureMode::deny; });
+                                    [](const RuleOutcome& r) { return r.rule->on_store_error == FailureMode::deny; });
   // The batch went to the store; each rule's items are rebuilt from its outcome. The local
   // rules' items are checked together, all-or-nothing, with their positions in the batch.
   std::vector<store::CheckItem> local_items;
   std::vector<std::size_t> local_pos;
   std::vector<store::CheckItem> items;
   std::size_t pos = 0;
-  for (const auto& pr : prepared.enforcing) {
-    if (pr.mode == FailureMode::local) {
-      for (const auto& lo : pr.outcome.limits) {
-        local_items.push_back({lo.key, lo.limit, any_deny ? 0 : pr.cost});
+  for (const auto& rule : prepared.enforcing) {
+    const FailureMode mode = rule.rule->on_store_error;
+    if (mode == FailureMode::local) {
+      for (const auto& lo : rule.limits) {
+        local_items.push_back({lo.key, lo.limit, any_deny ? 0 : rule.cost});
         local_pos.push_back(pos++);
       }
       continue;
     }
     items.clear();
-    for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
-    auto answer = answer_by_policy(items, error, pr.mode, policy_);
+    for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost});
+    auto answer = answer_by_policy(items, error, mode, policy_);
     if (!answer) return std::unexpected(answer.error());
     for (const auto& d : *answer) decisions[pos++] = d;
   }
@@ -236,56 +248,53 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
     decisions = std::move(*fallback);
     ev.by_failure_policy = true;
     ev.store_error = outcome.error();
-    for (auto& pr : prepared.enforcing) pr.outcome.by_failure_policy = true;
+    for (auto& rule : prepared.enforcing) rule.by_failure_policy = true;
   }
   if (decisions.size() != prepared.item_count) {
     return make_error(ErrorCode::protocol, "store answered a different number of decisions");
   }
   std::size_t pos = 0;
-  for (auto& pr : prepared.enforcing) {
-    const std::span<const Decision> mine(decisions.data() + pos, pr.outcome.limits.size());
-    for (auto& lo : pr.outcome.limits) lo.decision = decisions[pos++];
+  for (auto& rule : prepared.enforcing) {
+    const std::span<const Decision> mine(decisions.data() + pos, rule.limits.size());
+    for (auto& lo : rule.limits) lo.decision = decisions[pos++];
     const auto combined = algorithms::combine_with_binding(mine);
-    pr.outcome.decision = combined.decision;
-    pr.outcome.binding = combined.binding;
+    rule.decision = combined.decision;
+    rule.binding = combined.binding;
   }
   ev.decision = algorithms::combine(decisions);
   ev.allowed = ev.decision.allowed;
-  for (auto& pr : prepared.enforcing) {
-    account(pr, pr.outcome, latency);
-    ev.rules.push_back(std::move(pr.outcome));
-  }
+  for (const auto& rule : prepared.enforcing) account(rule, latency);
+  ev.rules = std::move(prepared.enforcing);
   return ev;
 }
 
 void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                          std::function<void(const RuleOutcome&)> then) {
-  auto& pr = prepared->shadow[index];
+  auto& rule = prepared->shadow[index];
   std::vector<store::CheckItem> items;
-  items.reserve(pr.outcome.limits.size());
-  for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
+  items.reserve(rule.limits.size());
+  for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost});
   const Micros t0 = steady_clock_->steady();
   store_->check(std::move(items), now(),
                 [this, prepared = std::move(prepared), index, t0,
                  then = std::move(then)](Result<store::CheckOutcome> r) {
                   const Micros latency = steady_clock_->steady() - t0;
                   metrics_->record_store_latency(latency);
-                  auto& pr = prepared->shadow[index];
+                  auto& rule = prepared->shadow[index];
                   if (r) {
-                    for (std::size_t i = 0; i < pr.outcome.limits.size() && i < r->items.size();
-                         ++i) {
-                      pr.outcome.limits[i].decision = r->items[i];
+                    for (std::size_t i = 0; i < rule.limits.size() && i < r->items.size(); ++i) {
+                      rule.limits[i].decision = r->items[i];
                     }
-                    pr.outcome.decision = r->decision;
-                    pr.outcome.binding = algorithms::combine_with_binding(r->items).binding;
+                    rule.decision = r->decision;
+                    rule.binding = algorithms::combine_with_binding(r->items).binding;
                   } else {
                     // A shadow rule never acts, so its failure policy is only recorded.
                     metrics_->record_store_error(r.error().code);
-                    pr.outcome.by_failure_policy = true;
-                    pr.outcome.decision.allowed = true;
+                    rule.by_failure_policy = true;
+                    rule.decision.allowed = true;
                   }
-                  account(pr, pr.outcome, latency);
-                  if (then) then(pr.outcome);
+                  account(rule, latency);
+                  if (then) then(rule);
                 });
 }
 
@@ -301,15 +310,18 @@ void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback
     done(Evaluation{});
     return;
   }
-  const Micros t0 = steady_clock_->steady();
+  p->limiter = this;
+  p->started = steady_clock_->steady();
+  p->done = std::move(done);
   p->item_count = p->items.size();
   auto items = std::move(p->items);
-  store_->check(std::move(items), now(),
-                [this, p, t0, done = std::move(done)](Result<store::CheckOutcome> r) {
-                  const Micros latency = steady_clock_->steady() - t0;
-                  metrics_->record_store_latency(latency);
-                  done(finish(*p, std::move(r), latency));
-                });
+  store_->check(std::move(items), now(), [p = std::move(p)](Result<store::CheckOutcome> r) {
+    Limiter& self = *p->limiter;
+    const Micros latency = self.steady_clock_->steady() - p->started;
+    self.metrics_->record_store_latency(latency);
+    auto done = std::move(p->done);
+    done(self.finish(*p, std::move(r), latency));
+  });
 }
 
 Result<Evaluation> Limiter::evaluate_sync(std::vector<Application> applications) {

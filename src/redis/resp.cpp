@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <new>
 #include <vector>
 
@@ -107,28 +108,24 @@ Result<std::optional<Reply>> RespReader::next() {
 }
 
 void append_command(std::string& out, std::span<const std::string_view> argv) {
-  constexpr std::size_t kInline = 32;
-  std::array<const char*, kInline> ptr_inline;
-  std::array<std::size_t, kInline> len_inline;
-  std::vector<const char*> ptr_heap;
-  std::vector<std::size_t> len_heap;
-  const char** ptrs = ptr_inline.data();
-  std::size_t* lens = len_inline.data();
-  if (argv.size() > kInline) {
-    ptr_heap.resize(argv.size());
-    len_heap.resize(argv.size());
-    ptrs = ptr_heap.data();
-    lens = len_heap.data();
+  // *<argc>\r\n, then $<length>\r\n<bytes>\r\n per argument: the bytes hiredis'
+  // redisFormatCommandArgv writes, straight into `out`.
+  constexpr std::size_t kFrame = 24;  // '$', up to 20 digits, two CRLFs (one each side)
+  std::size_t size = kFrame;
+  for (const auto arg : argv) size += arg.size() + kFrame;
+  out.reserve(out.size() + size);
+  char digits[20];
+  auto append_count = [&](char mark, std::size_t n) {
+    out.push_back(mark);
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
+    out.append("\r\n", 2);
+  };
+  append_count('*', argv.size());
+  for (const auto arg : argv) {
+    append_count('$', arg.size());
+    out.append(arg.data(), arg.size());
+    out.append("\r\n", 2);
   }
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    ptrs[i] = argv[i].data();
-    lens[i] = argv[i].size();
-  }
-  char* cmd = nullptr;
-  const int len = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), ptrs, lens);
-  if (len < 0 || cmd == nullptr) throw std::bad_alloc();
-  out.append(cmd, static_cast<std::size_t>(len));
-  redisFreeCommand(cmd);
 }
 
 }  // namespace ratekeeper::redis::detail

@@ -39,6 +39,7 @@ DenialCache::~DenialCache() = default;
 DenialCache::Shard& DenialCache::shard_for(std::size_t hash) const noexcept { return shards_[hash & shard_mask_]; }
 
 std::optional<CheckOutcome> DenialCache::lookup(const std::vector<CheckItem>& items, Micros now_steady) {
+  if (held_.load(std::memory_order_relaxed) == 0) return std::nullopt;
   CheckOutcome out;
   out.items.reserve(items.size());
   for (const auto& item : items) {
@@ -50,6 +51,7 @@ std::optional<CheckOutcome> DenialCache::lookup(const std::vector<CheckItem>& it
     const Denial& d = it->second;
     if (d.until <= now_steady) {
       shard.denials.erase(it);
+      held_.fetch_sub(1, std::memory_order_relaxed);
       return std::nullopt;
     }
     if (d.limit != item.limit || item.cost < d.cost) return std::nullopt;
@@ -74,11 +76,17 @@ void DenialCache::record(const std::vector<CheckItem>& items, const CheckOutcome
     const std::size_t per_shard = std::max<std::size_t>(1, options_.max_keys / (shard_mask_ + 1));
     std::lock_guard lock(shard.mu);
     if (shard.denials.size() >= per_shard && !shard.denials.contains(items[i].key)) {
-      std::erase_if(shard.denials, [sent_at](const auto& kv) { return kv.second.until <= sent_at; });
+      const auto swept =
+          std::erase_if(shard.denials, [sent_at](const auto& kv) { return kv.second.until <= sent_at; });
+      held_.fetch_sub(swept, std::memory_order_relaxed);
       if (shard.denials.size() >= per_shard) continue;
     }
-    shard.denials[items[i].key] =
-        Denial{items[i].limit, items[i].cost, sent_at + d.retry_after, sent_at + d.reset_after, d.remaining};
+    const bool added = shard.denials
+                           .insert_or_assign(items[i].key,
+                                             Denial{items[i].limit, items[i].cost, sent_at + d.retry_after,
+                                                    sent_at + d.reset_after, d.remaining})
+                           .second;
+    if (added) held_.fetch_add(1, std::memory_order_relaxed);
     recorded_.fetch_add(1, std::memory_order_relaxed);
   }
 }

@@ -29,6 +29,11 @@ struct IpAddress {
 // IPv4 is a strict dotted quad (no leading zeros). nullopt when invalid.
 std::optional<IpAddress> parse_address(std::string_view text);
 
+// Whether `text` is an IPv4 address exactly as IpAddress::to_string writes it: four decimal
+// numbers 0-255 without leading zeros, separated by dots, nothing else. Such a text is its
+// own canonical form (parse_address(text)->to_string() == text) and needs no parsing.
+bool is_canonical_ipv4(std::string_view text) noexcept;
+
 // Parses an address as found in a socket peer or a forwarding header: parse_address, and
 // also "[2001:db8::1]", "[2001:db8::1]:443", "192.0.2.7:8080" (port 0-65535, dropped),
 // "fe80::1%eth0" (IPv6 zone, dropped), surrounding spaces and tabs. Brackets and zones are

@@ -75,6 +75,7 @@ struct RuleOutcome {
   std::string tier;
   bool shadow = false;
   bool by_failure_policy = false;
+  std::int64_t cost = 1;          // what the request takes from each of the rule's limits
   algorithms::Decision decision;  // combined over the rule's limits
   std::size_t binding = 0;        // index in `limits` of the limit `decision` comes from
   std::vector<LimitOutcome> limits;
@@ -150,7 +151,6 @@ class Limiter {
 
  private:
   struct Prepared;
-  struct PreparedRule;
   Result<std::shared_ptr<Prepared>> prepare(std::vector<Application> applications) const;
   void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                   std::function<void(const RuleOutcome&)> then);
@@ -158,7 +158,7 @@ class Limiter {
                             Micros latency);
   Result<std::vector<algorithms::Decision>> fall_back(const Prepared& prepared, const Error& error);
   std::optional<Micros> now() const;
-  void account(const PreparedRule& rule, const RuleOutcome& outcome, Micros latency);
+  void account(const RuleOutcome& outcome, Micros latency);
   std::size_t rule_index(const Rule* rule) const noexcept;
 
   LimiterConfig config_;

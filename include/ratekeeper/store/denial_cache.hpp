@@ -65,6 +65,9 @@ class DenialCache final : public Store {
   std::size_t shard_mask_ = 0;
   std::atomic<std::uint64_t> hits_{0};
   std::atomic<std::uint64_t> recorded_{0};
+  // Denials held over all shards, changed under their shard's lock: while none is held, a
+  // check is passed on without hashing its keys or taking a lock.
+  std::atomic<std::size_t> held_{0};
 };
 
 }  // namespace ratekeeper::store

@@ -4,6 +4,7 @@
 #include "ratekeeper/http/client_ip.hpp"
 
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include "ratekeeper/limiter/identity.hpp"
 
@@ -186,6 +187,51 @@ TEST_F(ClientIp, BadPeerIsAnError) {
   auto r = client_ip("garbage", "", proxies);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+}
+
+TEST(CanonicalIpv4, OnlyPlainDottedQuadsAsPrinted) {
+  for (const char* yes : {"0.0.0.0", "192.0.2.7", "255.255.255.255", "10.0.0.1"}) {
+    EXPECT_TRUE(is_canonical_ipv4(yes)) << yes;
+  }
+  for (const char* no : {"", "1.2.3", "1.2.3.4.5", "1.2.3.", ".1.2.3", "1..2.3", "01.2.3.4",
+                         "1.2.3.04", "256.1.1.1", "1.2.3.1000", "1.2.3.4 ", " 1.2.3.4",
+                         "1.2.3.4:80", "::ffff:1.2.3.4", "1.2.3.-4", "a.b.c.d", "1.2.3.4\n"}) {
+    EXPECT_FALSE(is_canonical_ipv4(no)) << no;
+  }
+}
+
+// Dotted texts of 1-5 numbers, some with leading zeros or out of range.
+rc::Gen<std::string> dotted_text() {
+  const auto part = rc::gen::oneOf(
+      rc::gen::map(rc::gen::inRange(0, 300), [](int n) { return std::to_string(n); }),
+      rc::gen::map(rc::gen::inRange(0, 100), [](int n) { return "0" + std::to_string(n); }),
+      rc::gen::container<std::string>(rc::gen::elementOf(std::string("0123456789.: a"))));
+  return rc::gen::map(rc::gen::mapcat(rc::gen::inRange<std::size_t>(1, 6),
+                                      [part](std::size_t n) {
+                                        return rc::gen::container<std::vector<std::string>>(n, part);
+                                      }),
+                      [](const std::vector<std::string>& parts) {
+                        std::string out;
+                        for (const auto& p : parts) out += (out.empty() ? "" : ".") + p;
+                        return out;
+                      });
+}
+
+RC_GTEST_PROP(CanonicalIpv4, AgreesWithParsingAndPrinting, ()) {
+  const auto text = *dotted_text();
+  const auto ip = parse_address(text);
+  RC_ASSERT(is_canonical_ipv4(text) == (ip && !ip->v6 && ip->to_string() == text));
+}
+
+RC_GTEST_PROP(CanonicalIpv4, EveryIpv4AddressPrintsCanonical,
+              (std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d)) {
+  IpAddress ip;
+  ip.bytes[0] = a;
+  ip.bytes[1] = b;
+  ip.bytes[2] = c;
+  ip.bytes[3] = d;
+  RC_ASSERT(is_canonical_ipv4(ip.to_string()));
+  RC_ASSERT(parse_address(ip.to_string()) == ip);
 }
 
 TEST(ApiKeyIdentity, IsStableHashedAndNeverContainsTheSecret) {

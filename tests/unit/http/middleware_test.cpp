@@ -236,6 +236,26 @@ TEST_F(MiddlewareTest, UserIdentityFallsBackToIpWithItsOwnLimits) {
   EXPECT_EQ(anon_ok, 2);
 }
 
+TEST_F(MiddlewareTest, WithoutTrustedProxiesTheClientIsThePeerInCanonicalForm) {
+  MiddlewareOptions options = config.middleware;
+  options.trusted_proxies = {};
+  Middleware direct{limiter, options};
+  auto identity_of = [&](std::string peer) {
+    Request r;
+    r.peer = std::move(peer);
+    r.headers = {{"X-Forwarded-For", "198.51.100.1"}};
+    auto apps = direct.applications(r.view());
+    return apps && !apps->empty() ? apps->front().identity : "<error>";
+  };
+  EXPECT_EQ(identity_of("192.0.2.7"), "ip:192.0.2.7");
+  EXPECT_EQ(identity_of("10.1.2.3"), "ip:10.1.2.3");  // not trusted here
+  EXPECT_EQ(identity_of("255.255.255.0"), "ip:255.255.255.0");
+  EXPECT_EQ(identity_of("::ffff:192.0.2.7"), "ip:192.0.2.7");
+  EXPECT_EQ(identity_of("2001:DB8:0::42"), "ip:2001:db8::42");
+  EXPECT_EQ(identity_of("192.0.2.7:8080"), "ip:192.0.2.7");
+  EXPECT_EQ(identity_of("not an address"), "<error>");
+}
+
 TEST_F(MiddlewareTest, ForwardedForHonouredOnlyFromTrustedProxies) {
   Request direct;
   direct.headers = {{"X-Forwarded-For", "198.51.100.1"}};

@@ -1,9 +1,11 @@
 // The RESP reader (redis/resp.hpp): replies fed whole or a byte at a time, nested arrays, and
-// array headers announcing more elements than ever arrive.
+// array headers announcing more elements than ever arrive; commands encoded byte for byte as
+// hiredis encodes them.
 
 #include "redis/resp.hpp"
 
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <string>
 #include <string_view>
@@ -69,6 +71,44 @@ TEST(RespReader, ArrayHeaderAloneAllocatesNothingForItsElements) {
   auto r = reader.next();
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_FALSE(*r);  // more elements to come
+}
+
+// What hiredis' own encoder writes for `argv`: the reference.
+std::string hiredis_command(const std::vector<std::string>& argv) {
+  std::vector<const char*> ptrs;
+  std::vector<std::size_t> lens;
+  for (const auto& a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* cmd = nullptr;
+  const int len = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), ptrs.data(), lens.data());
+  std::string out(cmd, static_cast<std::size_t>(len));
+  redisFreeCommand(cmd);
+  return out;
+}
+
+// append_command after `before`.
+std::string encoded(const std::vector<std::string>& argv, std::string before = {}) {
+  const std::vector<std::string_view> views(argv.begin(), argv.end());
+  append_command(before, views);
+  return before;
+}
+
+TEST(RespCommand, EncodesEveryArgumentAsABulkString) {
+  EXPECT_EQ(encoded({"PING"}), "*1\r\n$4\r\nPING\r\n");
+  EXPECT_EQ(encoded({"GET", ""}), "*2\r\n$3\r\nGET\r\n$0\r\n\r\n");
+  EXPECT_EQ(encoded({}), "*0\r\n");
+  const std::string binary("a\r\n\0b", 5);
+  EXPECT_EQ(encoded({"SET", "k", binary}, "*1\r\n$4\r\nPING\r\n"),
+            "*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\n" + binary + "\r\n");
+  const std::vector<std::string> many(100, std::string(1000, 'x'));  // beyond any inline size
+  EXPECT_EQ(encoded(many), hiredis_command(many));
+}
+
+RC_GTEST_PROP(RespCommand, SameBytesAsHiredis,
+              (const std::vector<std::string>& argv, const std::string& before)) {
+  RC_ASSERT(encoded(argv, before) == before + hiredis_command(argv));
 }
 
 }  // namespace
