@@ -395,7 +395,9 @@ TEST_F(HeldAnswerTest, AnAdmissionThatMustWaitIsAnsweredWhenItsTimeComes) {
 }
 
 TEST_F(HeldAnswerTest, WithoutTheDemoRoutesOnlyTheOwnEndpointsAnswer) {
-  Api admin(limiter_, middleware_, {.demo_routes = false});
+  ApiOptions options;
+  options.demo_routes = false;
+  Api admin(limiter_, middleware_, options);
   std::optional<http::Response> answer;
   admin.handle(http::Request{"GET", "/api/data", {}, {}, "192.0.2.1", 0},
                [&answer](http::Response r) { answer = std::move(r); });
