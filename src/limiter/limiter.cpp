@@ -146,7 +146,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     } else {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
       for (const auto& lo : pr.outcome.limits) {
-        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, pr.cost, max_delay});
+        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, pr.cost, max_delay, rule->lease});
       }
       prepared->enforcing.push_back(std::move(pr));
     }
@@ -263,7 +263,7 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
   auto& pr = prepared->shadow[index];
   std::vector<store::CheckItem> items;
   items.reserve(pr.outcome.limits.size());
-  for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost});
+  for (const auto& lo : pr.outcome.limits) items.push_back({lo.key, lo.limit, pr.cost, 0, pr.outcome.rule->lease});
   const Micros t0 = steady_clock_->steady();
   store_->check(std::move(items), now(),
                 [this, prepared = std::move(prepared), index, t0,
