@@ -146,25 +146,61 @@ class Run {
     active = false;
   }
 
+  // The i-th decision is due at start + i / pace (--pace).
+  void wait_turn(std::int64_t i) const {
+    if (pace_ns_ <= 0) return;
+    const auto due = start_ns_ + static_cast<std::int64_t>(static_cast<double>(i) * pace_ns_);
+    for (auto now = steady_ns(); now < due; now = steady_ns()) {
+      if (due - now > 100'000) std::this_thread::sleep_for(std::chrono::nanoseconds(due - now - 50'000));
+    }
+  }
+
+  std::vector<store::CheckItem> items_of(std::int64_t i) const {
+    std::vector<store::CheckItem> items;
+    items.push_back(store::CheckItem{keys_[key_of_request_[i]], limit_, cost_, 0, lease_});
+    return items;
+  }
+
   void issue_one() {
     const std::int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= requests_) return;
-    if (pace_ns_ > 0) {
-      // The i-th decision is due at start + i / pace.
-      const auto due = start_ns_ + static_cast<std::int64_t>(static_cast<double>(i) * pace_ns_);
-      for (auto now = steady_ns(); now < due; now = steady_ns()) {
-        if (due - now > 100'000) std::this_thread::sleep_for(std::chrono::nanoseconds(due - now - 50'000));
-      }
-    }
-    std::vector<store::CheckItem> items;
-    items.push_back(store::CheckItem{keys_[key_of_request_[i]], limit_, cost_, 0, lease_});
+    wait_turn(i);
     latency_ns_[i] = steady_ns();
     // Two words of capture: std::function keeps it inline, no allocation.
-    store_.check(std::move(items), std::nullopt,
-                 [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
+    store_.check(items_of(i), std::nullopt, [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
   }
 
+ public:
+  // One decision after the other on the calling thread, each waited for: for a store that
+  // answers most checks on the caller's stack and some later on its own threads (leases),
+  // where a chain continued from a callback would keep that thread to itself.
+  void run_blocking() {
+    std::mutex mu;
+    std::condition_variable cv;
+    for (;;) {
+      const std::int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= requests_) return;
+      wait_turn(i);
+      latency_ns_[i] = steady_ns();
+      bool answered = false;
+      store_.check(items_of(i), std::nullopt, [&, i](Result<store::CheckOutcome> r) {
+        record(i, std::move(r));
+        std::lock_guard lock(mu);
+        answered = true;
+        cv.notify_one();
+      });
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return answered; });
+    }
+  }
+
+ private:
   void complete(std::int64_t i, Result<store::CheckOutcome> r) {
+    record(i, std::move(r));
+    pump();
+  }
+
+  void record(std::int64_t i, Result<store::CheckOutcome> r) {
     latency_ns_[i] = steady_ns() - latency_ns_[i];
     if (r) {
       outcome_[i] = r->decision.allowed ? kAllowed : kDenied;
@@ -175,7 +211,6 @@ class Run {
         first_error_ = fmt::format("{}: {}", to_string(r.error().code), r.error().message);
       }
     }
-    pump();
     std::lock_guard lock(mutex_);
     if (++completed_ == requests_ || (completed_ & 0x3ff) == 0) done_cv_.notify_all();
   }
@@ -340,6 +375,9 @@ int run_bench(const BenchOptions& o) {
     // Each check completes before it returns: one chain per thread keeps each thread busy.
     const std::int64_t threads = std::min<std::int64_t>(o.threads, chains);
     for (std::int64_t t = 0; t < threads; ++t) drivers.emplace_back([&run] { run->start_chain(); });
+  } else if (leasing != nullptr) {
+    // Mostly answered on the caller's stack: `concurrency` threads, one decision at a time each.
+    for (std::int64_t c = 0; c < chains; ++c) drivers.emplace_back([&run] { run->run_blocking(); });
   } else {
     for (std::int64_t c = 0; c < chains; ++c) run->start_chain();
   }
