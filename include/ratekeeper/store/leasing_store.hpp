@@ -27,7 +27,7 @@
 //
 // Passed through untouched: checks with an explicit `now`, checks that may wait for their
 // turn (may_delay), a key named twice, more than kMaxLeasedItems items, and everything when
-// the inner store does not support leases (Redis Cluster, Sentinel) or after shutdown().
+// the inner store does not support leases (Store::supports_leases) or after shutdown().
 // Items of cost 0 and of limits that cannot be leased (algorithms::leasable) go to the
 // inner store as if they were not leased.
 //
