@@ -353,12 +353,15 @@ void LeasingStore::start_grant(const CheckItem& item, std::int64_t want, Micros 
 
 void LeasingStore::granted(std::string key, Micros sent, std::int64_t min, std::int64_t want,
                            Result<LeaseGrant> grant) {
-  const bool closed = closed_.load(std::memory_order_acquire);
+  bool closed = false;
   std::vector<Waiting> waiting;
   std::optional<Return> back;
   {
     Shard& shard = shard_for(key);
     std::lock_guard lock(shard.mu);
+    // Read under the lock: shutdown() sets it before it takes every shard's lock to collect
+    // the leases, so a lease installed here either is collected there or goes straight back.
+    closed = closed_.load(std::memory_order_acquire);
     auto it = shard.leases.find(std::string_view(key));
     if (it != shard.leases.end()) {
       Lease& l = it->second;
