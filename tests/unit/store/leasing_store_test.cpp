@@ -156,6 +156,33 @@ TEST(LeasingStore, AdmitsFromOneGrantWithoutStoreCalls) {
   EXPECT_EQ(counted(a.counting->memory, "k", item.limit), static_cast<std::int64_t>(a.leasing->stats().units_granted));
 }
 
+TEST(LeasingStore, LocalDecisionsShowTheGrantsRemainingPlusWhatIsLeftInTheLease) {
+  ManualClock clock(60 * kSecond * 1000);
+  Instance a(&clock);
+  const auto item = leased("k", window(1000, 60 * kSecond), 64, 10 * kSecond);
+  // One instance alone: the same remaining as without a lease (999, 998, ...).
+  for (std::int64_t i = 1; i <= 20; ++i) {
+    auto r = check(*a.leasing, {item});
+    ASSERT_TRUE(r && r->decision.allowed);
+    EXPECT_EQ(r->decision.remaining, 1000 - i);
+    EXPECT_EQ(r->decision.reset_after, 60 * kSecond);
+  }
+}
+
+TEST(LeasingStore, MetricsCountGrantsUnitsAndLocalAdmissions) {
+  ManualClock clock(1'000'000'000);
+  Instance a(&clock);
+  const auto item = leased("k", window(1000, 3600 * kSecond), 64, 3600 * kSecond);
+  for (int i = 0; i < 1 + 2 + 4 + 1; ++i) ASSERT_TRUE(admitted(*a.leasing, item));  // 7 of 8 left
+  a.leasing->shutdown();
+  const std::string text = a.leasing->metrics_text();
+  for (const char* line : {"ratekeeper_lease_leases_taken_total 4\n", "ratekeeper_lease_units_granted_total 15\n",
+                           "ratekeeper_lease_units_returned_total 7\n", "ratekeeper_lease_returns_total 1\n",
+                           "ratekeeper_lease_local_admissions_total 8\n", "ratekeeper_lease_keys 1\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " not in:\n" << text;
+  }
+}
+
 TEST(LeasingStore, KDoublesWhenUsedUpAndHalvesWhenMostlyUnused) {
   ManualClock clock(1'000'000'000);
   Instance a(&clock);
