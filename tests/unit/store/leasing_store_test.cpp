@@ -259,6 +259,25 @@ TEST(LeasingStore, RefusedGrantDeniesLocallyUntilItsRetryAfter) {
   EXPECT_EQ(a.counting->grants, grants + 2);
 }
 
+TEST(LeasingStore, DryTokenBucketWaitsForTheRestOfTheLeaseBeforeTheNextGrant) {
+  ManualClock clock(1'000'000'000);
+  Instance a(&clock);
+  const auto item = leased("k", bucket(10, 1000), 8, kSecond);  // 10 tokens, one per ms
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(admitted(*a.leasing, item));  // leases of 1, 2, 4
+  // Asked for 8, granted the 3 left: used, then the next grant waits until 5 more refilled.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(admitted(*a.leasing, item));
+  EXPECT_EQ(a.counting->wants, (std::vector<std::int64_t>{1, 2, 4, 8}));
+  auto denied = check(*a.leasing, {item});
+  ASSERT_TRUE(denied);
+  EXPECT_FALSE(denied->decision.allowed);
+  EXPECT_EQ(denied->decision.retry_after, 5000);
+  EXPECT_EQ(a.counting->grants, 4);  // answered locally
+  clock.advance(5000);
+  ASSERT_TRUE(admitted(*a.leasing, item));
+  EXPECT_EQ(a.counting->grants, 5);
+  EXPECT_EQ(a.leasing->stats().units_granted, 7u + 3u + 5u);
+}
+
 TEST(LeasingStore, FixedWindowLeaseEndsWithItsWindow) {
   ManualClock clock(60 * kSecond * 1000 + 59 * kSecond);  // one second before the window ends
   Instance a(&clock);
