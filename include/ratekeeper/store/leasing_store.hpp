@@ -18,7 +18,10 @@
 // and run again when it is answered. A grant that is refused (fewer than the check's cost
 // available) is remembered with its retry_after, counted from when the grant was sent, and
 // checks of that key asking as much or more are denied locally until then, as DenialCache
-// does: the store itself would deny them.
+// does: the store itself would deny them. A token bucket that grants less than k (or
+// nothing) is asked again only once the rest of k has refilled (checks of any cost are
+// denied locally until then, once the units granted are used): under overload a grant still
+// brings k units instead of the one that refilled last.
 //
 // All-or-nothing stays exact: a check takes its leased items' units from the leases
 // tentatively, sends its other items to the inner store, and puts the units back when that
@@ -32,7 +35,9 @@
 // inner store as if they were not leased.
 //
 // The price: under-admission while units sit in other instances' leases (at most the sum of
-// their leases' max per key, for at most the ttl), and `remaining` / `reset_after` of a local
+// their leases' max per key, for at most the ttl) and, for a dry token bucket, while the next
+// lease refills (at most max refill intervals); a token bucket's units admitted up to ttl
+// after they were consumed; and `remaining` / `reset_after` of a local
 // admission computed from this instance's last grant: stale by what other instances consumed
 // since (at most ttl old).
 //
