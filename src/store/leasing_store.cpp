@@ -175,7 +175,7 @@ void LeasingStore::check(std::vector<CheckItem> items, std::optional<Micros> now
     inner_->check(std::move(items), now, std::move(done));
     return;
   }
-  maybe_reap(clock_->steady());
+  if (!reaper_.joinable()) maybe_reap(clock_->steady());  // else the reaper thread does it
   try_local(std::move(items), std::move(done));
 }
 

@@ -60,9 +60,10 @@ namespace ratekeeper::store {
 struct LeasingStoreOptions {
   // Leases expire on its steady reading (nullptr: the system clock); give it the store's.
   const Clock* clock = nullptr;
-  // Expired leases' units go back at most this long after expiry: reap() runs on a check
-  // that finds the last run this long ago (steady reading of `clock`) and, with
-  // reaper_thread, from a thread of its own every this long (real time) for idle instances.
+  // Expired leases' units go back at most this long after expiry: reap() (which visits every
+  // key's lease) runs on a check that finds the last run this long ago (steady reading of
+  // `clock`) or, with reaper_thread, from a thread of its own every this long (real time),
+  // which also serves idle instances and keeps the visits off the checks.
   Micros reap_every = 50 * kMicrosPerMilli;
   bool reaper_thread = false;
   // shutdown() waits at most this long (real time) for the returns and grants in flight.
