@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One hot key through one instance with a leased limit: `ratekeeper bench --lease-max` paced
 # at --pace decisions/s against a fresh redis-server, and the Redis calls it cost, counted by
-# the server itself (INFO commandstats: EVALSHA + EVAL calls, the warm-up check included)
+# the server itself (INFO commandstats: FCALL + EVALSHA + EVAL calls, the warm-up check included)
 # per admitted decision. Builds nothing: the binary comes from $RATEKEEPER (default
 # ./build/ratekeeper).
 #
@@ -60,7 +60,7 @@ out=$("$ratekeeper" bench --store "redis://127.0.0.1:$port" --keys 1 --algorithm
   --requests "$requests" --concurrency "$concurrency" --pace "$pace" --lease-max "$lease_max" \
   --lease-ttl-ms "$lease_ttl_ms" --json)
 calls=$(redis-cli -p "$port" info commandstats |
-  python3 -c 'import sys, re; print(sum(int(m.group(1)) for m in re.finditer(r"cmdstat_eval(?:sha)?:calls=(\d+)", sys.stdin.read())))')
+  python3 -c 'import sys, re; print(sum(int(m.group(1)) for m in re.finditer(r"cmdstat_(?:fcall|evalsha|eval):calls=(\d+)", sys.stdin.read())))')
 python3 - "$out" "$calls" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1]); calls = int(sys.argv[2])
