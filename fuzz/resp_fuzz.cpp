@@ -18,6 +18,7 @@
 
 #include "redis/resp.hpp"
 #include "require.hpp"
+#include "store/lease_script.hpp"
 #include "store/script_reply.hpp"
 
 namespace {
@@ -101,6 +102,11 @@ void parse_everything(const Reply& reply, std::span<const store::detail::BatchEn
       require(t->outcome.items.size() == n);
     if (auto r = store::detail::parse_refund(reply, n))
       require(r->items.size() == n && r->refunded.size() == n);
+  }
+  for (std::int64_t want : {1, 500}) {
+    if (auto g = store::detail::parse_lease_grant(reply, want)) {
+      require(g->granted >= 0 && g->granted <= want && (g->granted > 0) == g->decision.allowed);
+    }
   }
   const auto batch = store::detail::parse_batch(reply, entries);
   require(batch.size() == entries.size());

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,6 +28,8 @@
 #include "commands.hpp"
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/limiter/keys.hpp"
+#include "ratekeeper/algorithms/lease.hpp"
+#include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
@@ -53,6 +56,9 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   int max_batch = 64;  // redis:// only: checks coalesced into one script call at most
   bool no_functions = false;  // Redis stores: EVALSHA only
+  std::int64_t lease_max = 0;      // > 0: the limit is leased (store::LeasingStore), at most this many units
+  std::int64_t lease_ttl_ms = 1000;
+  double pace = 0;  // > 0: decisions issued at most this many per second
   bool json = false;
 
   // Whether each limit option was given on the command line.
@@ -78,12 +84,14 @@ constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::redirect
 class Run {
  public:
   Run(store::Store& store, std::vector<std::string> keys, std::vector<std::uint32_t> key_of_request,
-      Limit limit, std::int64_t cost)
+      Limit limit, std::int64_t cost, store::LeasePolicy lease, double pace)
       : store_(store),
         keys_(std::move(keys)),
         key_of_request_(std::move(key_of_request)),
         limit_(limit),
         cost_(cost),
+        lease_(lease),
+        pace_ns_(pace > 0 ? 1e9 / pace : 0),
         requests_(static_cast<std::int64_t>(key_of_request_.size())),
         latency_ns_(key_of_request_.size()),
         outcome_(key_of_request_.size()) {}
@@ -91,6 +99,8 @@ class Run {
   // Starts one chain of decisions: one outstanding decision, replaced by the next when it
   // completes, until every request has been issued.
   void start_chain() { pump(); }
+  // Pacing (--pace) counts from here.
+  void set_start() { start_ns_ = steady_ns(); }
 
   // Waits until every request has completed, or until none has completed for `stall`.
   // Returns false on a stall.
@@ -136,18 +146,61 @@ class Run {
     active = false;
   }
 
+  // The i-th decision is due at start + i / pace (--pace).
+  void wait_turn(std::int64_t i) const {
+    if (pace_ns_ <= 0) return;
+    const auto due = start_ns_ + static_cast<std::int64_t>(static_cast<double>(i) * pace_ns_);
+    for (auto now = steady_ns(); now < due; now = steady_ns()) {
+      if (due - now > 100'000) std::this_thread::sleep_for(std::chrono::nanoseconds(due - now - 50'000));
+    }
+  }
+
+  std::vector<store::CheckItem> items_of(std::int64_t i) const {
+    std::vector<store::CheckItem> items;
+    items.push_back(store::CheckItem{keys_[key_of_request_[i]], limit_, cost_, 0, lease_});
+    return items;
+  }
+
   void issue_one() {
     const std::int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= requests_) return;
-    std::vector<store::CheckItem> items;
-    items.push_back(store::CheckItem{keys_[key_of_request_[i]], limit_, cost_});
+    wait_turn(i);
     latency_ns_[i] = steady_ns();
     // Two words of capture: std::function keeps it inline, no allocation.
-    store_.check(std::move(items), std::nullopt,
-                 [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
+    store_.check(items_of(i), std::nullopt, [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
   }
 
+ public:
+  // One decision after the other on the calling thread, each waited for: for a store that
+  // answers most checks on the caller's stack and some later on its own threads (leases),
+  // where a chain continued from a callback would keep that thread to itself.
+  void run_blocking() {
+    std::mutex mu;
+    std::condition_variable cv;
+    for (;;) {
+      const std::int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= requests_) return;
+      wait_turn(i);
+      latency_ns_[i] = steady_ns();
+      bool answered = false;
+      store_.check(items_of(i), std::nullopt, [&, i](Result<store::CheckOutcome> r) {
+        record(i, std::move(r));
+        std::lock_guard lock(mu);
+        answered = true;
+        cv.notify_one();
+      });
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return answered; });
+    }
+  }
+
+ private:
   void complete(std::int64_t i, Result<store::CheckOutcome> r) {
+    record(i, std::move(r));
+    pump();
+  }
+
+  void record(std::int64_t i, Result<store::CheckOutcome> r) {
     latency_ns_[i] = steady_ns() - latency_ns_[i];
     if (r) {
       outcome_[i] = r->decision.allowed ? kAllowed : kDenied;
@@ -158,7 +211,6 @@ class Run {
         first_error_ = fmt::format("{}: {}", to_string(r.error().code), r.error().message);
       }
     }
-    pump();
     std::lock_guard lock(mutex_);
     if (++completed_ == requests_ || (completed_ & 0x3ff) == 0) done_cv_.notify_all();
   }
@@ -168,6 +220,9 @@ class Run {
   const std::vector<std::uint32_t> key_of_request_;
   const Limit limit_;
   const std::int64_t cost_;
+  const store::LeasePolicy lease_;
+  const double pace_ns_;
+  std::int64_t start_ns_ = 0;
   const std::int64_t requests_;
   std::vector<std::int64_t> latency_ns_;  // start time while in flight, then the latency
   std::vector<std::uint8_t> outcome_;
@@ -293,14 +348,36 @@ int run_bench(const BenchOptions& o) {
   std::uniform_int_distribution<std::uint64_t> pick(0, static_cast<std::uint64_t>(o.keys - 1));
   for (auto& k : key_of_request) k = static_cast<std::uint32_t>(pick(rng));
 
-  auto run = std::make_unique<Run>(*store, std::move(keys), std::move(key_of_request), *limit, o.cost);
+  // Leases: a LeasingStore in front; its grants and returns are the store calls.
+  store::LeasePolicy lease;
+  store::LeasingStore* leasing = nullptr;
+  if (o.lease_max > 0) {
+    if (!store->supports_leases()) return fail(fmt::format("--lease-max: store {} does not grant leases", kind));
+    if (!algorithms::leasable(limit->algorithm)) {
+      return fail("--lease-max: only token_bucket and fixed_window limits can be leased");
+    }
+    if (o.lease_ttl_ms < 1 || o.lease_ttl_ms > store::kMaxLeaseTtl / kMicrosPerMilli) {
+      return fail(fmt::format("--lease-ttl-ms must be between 1 and 3600000, got {}", o.lease_ttl_ms));
+    }
+    lease = store::LeasePolicy{o.lease_max, o.lease_ttl_ms * kMicrosPerMilli};
+    auto leased = std::make_unique<store::LeasingStore>(std::move(store));
+    leasing = leased.get();
+    store = std::move(leased);
+  }
+  if (o.pace < 0) return fail(fmt::format("--pace must be >= 0, got {}", o.pace));
+
+  auto run = std::make_unique<Run>(*store, std::move(keys), std::move(key_of_request), *limit, o.cost, lease, o.pace);
   const std::int64_t chains = std::min(o.concurrency, o.requests);
+  run->set_start();
   const auto t0 = SteadyClock::now();
   std::vector<std::thread> drivers;
   if (synchronous) {
     // Each check completes before it returns: one chain per thread keeps each thread busy.
     const std::int64_t threads = std::min<std::int64_t>(o.threads, chains);
     for (std::int64_t t = 0; t < threads; ++t) drivers.emplace_back([&run] { run->start_chain(); });
+  } else if (leasing != nullptr) {
+    // Mostly answered on the caller's stack: `concurrency` threads, one decision at a time each.
+    for (std::int64_t c = 0; c < chains; ++c) drivers.emplace_back([&run] { run->run_blocking(); });
   } else {
     for (std::int64_t c = 0; c < chains; ++c) run->start_chain();
   }
@@ -315,6 +392,11 @@ int run_bench(const BenchOptions& o) {
                  static_cast<long long>(completed), static_cast<long long>(o.requests));
     std::fflush(stderr);
     std::_Exit(3);
+  }
+  std::optional<store::LeasingStore::Stats> lease_stats;
+  if (leasing != nullptr) {
+    leasing->shutdown();
+    lease_stats = leasing->stats();
   }
   store.reset();  // joins the store's threads: no callback runs after this
 
@@ -365,6 +447,19 @@ int run_bench(const BenchOptions& o) {
     j["elapsed_s"] = elapsed_s;
     j["decisions_per_s"] = per_s;
     j["latency_us"] = {{"p50", p50}, {"p99", p99}, {"p999", p999}, {"max", max}};
+    if (lease_stats) {
+      const auto& l = *lease_stats;
+      const std::uint64_t calls = l.leases_taken + l.grants_denied + l.grants_failed + l.returns;
+      j["lease"] = {{"max", o.lease_max},
+                    {"ttl_ms", o.lease_ttl_ms},
+                    {"grants", l.leases_taken + l.grants_denied + l.grants_failed},
+                    {"returns", l.returns},
+                    {"units_granted", l.units_granted},
+                    {"units_returned", l.units_returned},
+                    {"local_admissions", l.local_admissions},
+                    {"store_calls_per_admitted",
+                     allowed > 0 ? static_cast<double>(calls) / static_cast<double>(allowed) : 0.0}};
+    }
     std::fputs((j.dump() + "\n").c_str(), stdout);
   } else {
     std::string text;
@@ -384,6 +479,16 @@ int run_bench(const BenchOptions& o) {
     if (errors > 0) text += fmt::format("first error   {}\n", run->first_error());
     text += fmt::format("latency (us)  p50 {:.1f}  p99 {:.1f}  p999 {:.1f}  max {:.1f}\n", p50, p99,
                         p999, max);
+    if (lease_stats) {
+      const auto& l = *lease_stats;
+      const std::uint64_t grants = l.leases_taken + l.grants_denied + l.grants_failed;
+      text += fmt::format("leases        max {} ttl {} ms: {} grants, {} returns ({} units granted, {} returned), "
+                          "{} local admissions\n",
+                          o.lease_max, o.lease_ttl_ms, grants, l.returns, l.units_granted, l.units_returned,
+                          l.local_admissions);
+      text += fmt::format("store calls   {:.4f} per admitted decision\n",
+                          allowed > 0 ? static_cast<double>(grants + l.returns) / static_cast<double>(allowed) : 0.0);
+    }
     std::fputs(text.c_str(), stdout);
   }
   return 0;
@@ -427,6 +532,13 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-functions", o->no_functions,
                 "Redis stores: call the scripts with EVALSHA, not as Redis Functions (FCALL)");
+  sub->add_option("--lease-max", o->lease_max,
+                  "Lease the limit (token_bucket, fixed_window): at most this many units per lease (0: no lease)")
+      ->check(CLI::Range(std::int64_t{0}, algorithms::kMaxWindowLimit))
+      ->capture_default_str();
+  sub->add_option("--lease-ttl-ms", o->lease_ttl_ms, "How long a lease is held (ms)")->capture_default_str();
+  sub->add_option("--pace", o->pace, "Issue at most this many decisions per second (0: as fast as they complete)")
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON line instead of text");
   sub->callback([o] {
     const int rc = run_bench(*o);

@@ -442,7 +442,7 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
                         FailureMode default_mode, http::RuleMatch& match) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
-                "shadow", "on_store_error", "on_limit", "max_delay"});
+                "shadow", "on_store_error", "on_limit", "max_delay", "lease"});
   limiter::Rule rule;
   rule.on_store_error = default_mode;
   if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
@@ -580,6 +580,15 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   if (node["max_delay"]) {
     rule.max_delay =
         r.duration(node["max_delay"], Reader::field(path, "max_delay"), 1, algorithms::kMaxDelay);
+  }
+  // lease: {max: N, ttl: duration}. Which limits may be leased: limiter::validate.
+  if (const auto lease = node["lease"]) {
+    const auto lp = Reader::field(path, "lease");
+    r.expect_map(lease, lp, {"max", "ttl"});
+    if (!lease["max"]) r.fail(Reader::field(lp, "max"), "required field missing (units of one lease at most)");
+    rule.lease.max = r.integer(lease["max"], Reader::field(lp, "max"), 1, algorithms::kMaxWindowLimit);
+    rule.lease.ttl = lease["ttl"] ? r.duration(lease["ttl"], Reader::field(lp, "ttl"), 1, store::kMaxLeaseTtl)
+                                  : kMicrosPerSecond;
   }
   return rule;
 }

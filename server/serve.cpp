@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
+#include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
@@ -108,6 +110,19 @@ int serve(const ServeArgs& args) {
     store = std::make_unique<store::DenialCache>(std::move(store),
                                                  store::DenialCacheOptions{config.denied_cache_keys, 16});
   }
+  // Leased rules: in front of everything, so that a leased key's checks never reach the
+  // store but for its grants. On memory:// leases would only add a second copy of the count.
+  store::LeasingStore* leasing = nullptr;
+  const bool leases = std::any_of(config.limiter.rules.begin(), config.limiter.rules.end(),
+                                  [](const limiter::Rule& rule) { return rule.lease.enabled(); });
+  if (leases && store->supports_leases() && store->kind() != "memory") {
+    auto leased = std::make_unique<store::LeasingStore>(
+        std::move(store), store::LeasingStoreOptions{.clock = config.store.clock, .reaper_thread = true});
+    leasing = leased.get();
+    store = std::move(leased);
+  } else if (leases && store->kind() != "memory") {
+    spdlog::warn("store {} does not grant leases: leased rules are checked against it directly", store->kind());
+  }
   try {
     limiter::Limiter limiter(config.limiter, *store);
     http::Middleware middleware(limiter, config.middleware);
@@ -119,9 +134,10 @@ int serve(const ServeArgs& args) {
         .demo_routes = !proxy,  // with an upstream the routes are the admin listener
         .loop = loop,
         .extra_metrics =
-            [&server, &proxy] {
+            [&server, &proxy, leasing] {
               std::string text = http_server_metrics(server);
               if (proxy) text += http::proxy_metrics(*proxy);
+              if (leasing != nullptr) text += leasing->metrics_text();
               return text;
             },
     };
@@ -154,7 +170,9 @@ int serve(const ServeArgs& args) {
       server.run();
     }
     spdlog::info("drained, exiting");
-    // The store goes first: callbacks it still holds refer to the limiter.
+    // The store goes first: callbacks it still holds refer to the limiter. Leases' unused
+    // units go back to the store then.
+    if (leasing != nullptr) leasing->shutdown();
     store.reset();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ratekeeper serve: %s\n", e.what());

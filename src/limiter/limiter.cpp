@@ -157,7 +157,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
       for (const auto& lo : out.limits) {
-        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, out.cost, max_delay});
+        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, out.cost, max_delay, rule->lease});
       }
     }
   }
@@ -273,7 +273,7 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
   auto& rule = prepared->shadow[index];
   std::vector<store::CheckItem> items;
   items.reserve(rule.limits.size());
-  for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost});
+  for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost, 0, rule.rule->lease});
   const Micros t0 = steady_clock_->steady();
   store_->check(std::move(items), now(),
                 [this, prepared = std::move(prepared), index, t0,

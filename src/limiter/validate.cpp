@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "ratekeeper/algorithms/lease.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 
 namespace ratekeeper::limiter {
@@ -110,6 +111,47 @@ void check_on_limit(Issues& out, const std::string& path, const Rule& rule, cons
   if (const NamedLimit* l = window_limit(rule.ip_limits)) refuse("an ip_limits limit", *l);
 }
 
+// The first limit of `policy` that cannot be leased, or nullptr.
+const NamedLimit* unleasable_limit(const Policy& policy) {
+  for (const auto& l : policy) {
+    if (!algorithms::leasable(l.limit.algorithm)) return &l;
+  }
+  return nullptr;
+}
+
+// lease: a max >= 1 and a ttl in (0, store::kMaxLeaseTtl]; only fixed window and token bucket limits
+// (a delayed local admission keeps their meaning: a window's units are its own, a bucket's
+// admitted at most ttl after they were consumed), and not with on_limit delay (a lease admits
+// now or denies).
+void check_lease(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
+  if (rule.lease == store::LeasePolicy{}) return;
+  const auto field = path + ".lease";
+  if (rule.lease.max < 1) out.add(field + ".max", fmt::format("must be >= 1, got {}", rule.lease.max));
+  if (rule.lease.ttl <= 0 || rule.lease.ttl > store::kMaxLeaseTtl) {
+    out.add(field + ".ttl", fmt::format("must be > 0 and at most 1h, got {} microseconds", rule.lease.ttl));
+  }
+  if (rule.on_limit == OnLimit::delay) {
+    out.add(field, "not with on_limit: delay (a leased limit admits now or denies)");
+  }
+  auto refuse = [&](const std::string& where, const NamedLimit& l) {
+    out.add(field, fmt::format("leases need fixed_window or token_bucket limits; {}{} is {}", where,
+                               l.name.empty() ? std::string() : fmt::format(" ('{}')", l.name),
+                               algorithms::to_string(l.limit.algorithm)));
+  };
+  if (rule.tiered) {
+    for (const auto& [tier, policy] : tiers.levels) {
+      if (const NamedLimit* l = unleasable_limit(policy)) {
+        refuse(fmt::format("a limit of tier '{}'", tier), *l);
+        return;
+      }
+    }
+  } else if (const NamedLimit* l = unleasable_limit(rule.limits)) {
+    refuse("a limit", *l);
+    return;
+  }
+  if (const NamedLimit* l = unleasable_limit(rule.ip_limits)) refuse("an ip_limits limit", *l);
+}
+
 void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
   if (!valid_name(rule.name)) out.add(path + ".name", std::string(kNameRule));
   const auto& id = rule.identity;
@@ -140,6 +182,7 @@ void check_rule(Issues& out, const std::string& path, const Rule& rule, const Ti
     for (const auto& [tier, policy] : tiers.levels) check_cost(out, policy, rule.cost, cost_field);
   }
   check_on_limit(out, path, rule, tiers);
+  check_lease(out, path, rule, tiers);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "ratekeeper/algorithms/lease.hpp"
 #include "ratekeeper/algorithms/step.hpp"
 
 namespace ratekeeper::store {
@@ -303,6 +304,77 @@ Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
 
 void MemoryStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   done(check_batch(items, now));
+}
+
+template <class F>
+Result<algorithms::Step> MemoryStore::update(std::string_view key, algorithms::Algorithm algorithm, Micros now,
+                                            F&& fn) {
+  const KeyProbe probe{key, hash_key(key)};
+  Shard& shard = shards_[shard_index(probe.hash, shard_mask_)];
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.map.find(probe);
+  const bool present = it != shard.map.end();
+  const bool live = present && it->second.expires_at > now && it->second.algorithm == algorithm;
+  algorithms::Step step = fn(live ? it->second.state : algorithms::State{});
+  if (step.expires_at == 0) {
+    if (present) shard.map.erase(it);
+    return step;
+  }
+  if (!present) {
+    if (!shard.make_room(now, 0, max_per_shard_, reclaimed_)) {
+      rejected_full_.fetch_add(1, std::memory_order_relaxed);
+      return make_error(ErrorCode::store_full, fmt::format("memory store is full ({} keys)", options_.max_keys));
+    }
+    it = shard.map.try_emplace(StoredKey{std::string(key), probe.hash}).first;
+  }
+  it->second.state = step.state;
+  it->second.expires_at = step.expires_at;
+  it->second.algorithm = algorithm;
+  return step;
+}
+
+namespace {
+
+Result<void> validate_lease(const CheckItem& item, std::int64_t want) {
+  if (!algorithms::leasable(item.limit.algorithm)) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{} limits cannot be leased", algorithms::to_string(item.limit.algorithm)));
+  }
+  if (item.cost < 1 || want < item.cost || want > item.limit.capacity) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("a lease needs 1 <= cost ({}) <= want ({}) <= capacity ({})", item.cost, want,
+                                  item.limit.capacity));
+  }
+  return {};
+}
+
+}  // namespace
+
+void MemoryStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
+  if (auto ok = validate_lease(item, want); !ok) return done(std::unexpected(ok.error()));
+  const Micros now = options_.clock->now();
+  if (auto ok = algorithms::validate_now(now); !ok) return done(std::unexpected(ok.error()));
+  std::int64_t granted = 0;
+  auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+    auto grant = algorithms::lease_grant(item.limit, std::move(state), now, item.cost, want);
+    granted = grant.granted;
+    return std::move(grant.step);
+  });
+  if (!step) return done(std::unexpected(step.error()));
+  done(LeaseGrant{granted, step->decision, now});
+}
+
+void MemoryStore::lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                               LeaseReturnCallback done) {
+  if (!algorithms::leasable(item.limit.algorithm) || units < 0 || reset_after < 0) {
+    return done(make_error(ErrorCode::invalid_argument, "not a lease's return"));
+  }
+  const Micros now = options_.clock->now();
+  auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+    return algorithms::lease_return(item.limit, std::move(state), now, units, at, reset_after);
+  });
+  if (!step) return done(std::unexpected(step.error()));
+  done({});
 }
 
 MemoryStore::Stats MemoryStore::stats() const {

@@ -11,6 +11,7 @@
 #include "ratekeeper/redis/url.hpp"
 #include "check_validation.hpp"
 #include "redis_options.hpp"
+#include "lease_script.hpp"
 #include "script_client.hpp"
 #include "script_health.hpp"
 
@@ -249,6 +250,17 @@ RedisClusterStore::Stats RedisClusterStore::stats() const noexcept {
   return Stats{health_->noscript_reloads(), cross_slot_checks_.load(std::memory_order_relaxed),
                cross_slot_partial_.load(std::memory_order_relaxed), refunds_sent_.load(std::memory_order_relaxed),
                refunds_failed_.load(std::memory_order_relaxed), health_->library_loads()};
+}
+
+void RedisClusterStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
+  const Micros deadline = clock_->steady() + options_.cluster.node.command_timeout;
+  detail::run_lease_grant(*client_, redis::key_slot(item.key), item, want, std::nullopt, deadline, std::move(done));
+}
+
+void RedisClusterStore::lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                              LeaseReturnCallback done) {
+  const Micros deadline = clock_->steady() + options_.cluster.node.command_timeout;
+  detail::run_lease_return(*client_, redis::key_slot(item.key), item, units, at, reset_after, deadline, std::move(done));
 }
 
 }  // namespace ratekeeper::store

@@ -4,6 +4,7 @@
 #include "check_validation.hpp"
 #include "coalescer.hpp"
 #include "redis_options.hpp"
+#include "lease_script.hpp"
 #include "script_client.hpp"
 #include "script_health.hpp"
 
@@ -61,5 +62,16 @@ StoreHealth RedisSentinelStore::health() const {
 }
 
 std::uint64_t RedisSentinelStore::noscript_reloads() const noexcept { return health_->noscript_reloads(); }
+
+void RedisSentinelStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
+  const Micros deadline = clock_->steady() + options_.sentinel.master.command_timeout;
+  detail::run_lease_grant(*client_, 0, item, want, std::nullopt, deadline, std::move(done));
+}
+
+void RedisSentinelStore::lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                              LeaseReturnCallback done) {
+  const Micros deadline = clock_->steady() + options_.sentinel.master.command_timeout;
+  detail::run_lease_return(*client_, 0, item, units, at, reset_after, deadline, std::move(done));
+}
 
 }  // namespace ratekeeper::store

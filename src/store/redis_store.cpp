@@ -6,6 +6,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "check_validation.hpp"
 #include "coalescer.hpp"
+#include "lease_script.hpp"
 #include "redis_options.hpp"
 #include "script_client.hpp"
 #include "script_health.hpp"
@@ -64,14 +65,29 @@ RedisStore::~RedisStore() {
   loop_.reset();
 }
 
-void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
-  if (detail::answered_locally(items, now, done)) return;
-  const Micros deadline = clock_->steady() + options_.connection.command_timeout;
+RedisStore::Lane& RedisStore::lane() {
   std::size_t index = loop_->current_index();
   if (index >= lanes_.size()) {
     index = lanes_.size() == 1 ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % lanes_.size();
   }
-  lanes_[index]->coalescer->check(std::move(items), now, deadline, std::move(done));
+  return *lanes_[index];
+}
+
+void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
+  if (detail::answered_locally(items, now, done)) return;
+  const Micros deadline = clock_->steady() + options_.connection.command_timeout;
+  lane().coalescer->check(std::move(items), now, deadline, std::move(done));
+}
+
+void RedisStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
+  const Micros deadline = clock_->steady() + options_.connection.command_timeout;
+  detail::run_lease_grant(*lane().client, 0, item, want, std::nullopt, deadline, std::move(done));
+}
+
+void RedisStore::lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                              LeaseReturnCallback done) {
+  const Micros deadline = clock_->steady() + options_.connection.command_timeout;
+  detail::run_lease_return(*lane().client, 0, item, units, at, reset_after, deadline, std::move(done));
 }
 
 StoreHealth RedisStore::health() const {

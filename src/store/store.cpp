@@ -11,4 +11,12 @@ Result<CheckOutcome> Store::check_sync(std::vector<CheckItem> items, std::option
   return future.get();
 }
 
+void Store::lease_grant(const CheckItem&, std::int64_t, LeaseCallback done) {
+  done(make_error(ErrorCode::invalid_argument, "this store does not grant leases"));
+}
+
+void Store::lease_return(const CheckItem&, std::int64_t, Micros, Micros, LeaseReturnCallback done) {
+  done(make_error(ErrorCode::invalid_argument, "this store does not grant leases"));
+}
+
 }  // namespace ratekeeper::store

@@ -12,6 +12,7 @@
 
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/limiter/failure_policy.hpp"
+#include "ratekeeper/store/lease.hpp"
 
 namespace ratekeeper::limiter {
 
@@ -65,6 +66,9 @@ struct Rule {
   FailureMode on_store_error = FailureMode::allow;
   OnLimit on_limit = OnLimit::reject;
   Micros max_delay = 0;  // on_limit delay: in (0, algorithms::kMaxDelay]; reject: 0
+  // Admit from leases of the store's units (store/leasing_store.hpp); max 0: never. Fixed
+  // window and token bucket limits only, not with on_limit delay.
+  store::LeasePolicy lease;
 };
 
 // Tiered policies (free, pro, enterprise...). A request's tier comes from `header` only when

@@ -42,6 +42,15 @@ class DenialCache final : public Store {
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
   std::string_view kind() const noexcept override { return inner_->kind(); }
   StoreHealth health() const override { return inner_->health(); }
+  // Leases pass through to the inner store.
+  bool supports_leases() const noexcept override { return inner_->supports_leases(); }
+  void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) override {
+    inner_->lease_grant(item, want, std::move(done));
+  }
+  void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                    LeaseReturnCallback done) override {
+    inner_->lease_return(item, units, at, reset_after, std::move(done));
+  }
 
   Store& inner() noexcept { return *inner_; }
 

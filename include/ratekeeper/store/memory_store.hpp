@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "ratekeeper/algorithms/state.hpp"
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/store/store.hpp"
 
@@ -32,6 +33,13 @@ class MemoryStore final : public Store {
   // Store interface; `done` always runs before check() returns. Thread-safe.
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
   std::string_view kind() const noexcept override { return "memory"; }
+  // Leases, at the store's clock (algorithms::lease_grant, lease_return); `done` runs before
+  // the call returns. A LeasingStore over a MemoryStore gains nothing in one process, but
+  // it is the twin of the Redis scripts the tests compare against.
+  bool supports_leases() const noexcept override { return true; }
+  void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) override;
+  void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                    LeaseReturnCallback done) override;
 
   // Synchronous forms. Thread-safe. check_one allocates nothing for a key already present.
   Result<Decision> check_one(std::string_view key, const Limit& limit, std::int64_t cost,
@@ -48,6 +56,9 @@ class MemoryStore final : public Store {
  private:
   struct Shard;
   Shard& shard_for(std::string_view key, std::size_t* index = nullptr) const;
+  // Steps one key under its shard's lock: `fn(live state) -> Step` and stores what it leaves.
+  template <class F>
+  Result<algorithms::Step> update(std::string_view key, algorithms::Algorithm algorithm, Micros now, F&& fn);
 
   MemoryStoreOptions options_;
   std::size_t shard_mask_;

@@ -82,6 +82,12 @@ class RedisClusterStore final : public Store {
   // call (on any node) got an error reply within the last health.error_window (see
   // ReplyHealthOptions).
   StoreHealth health() const override;
+  // Leases (lua/lease.lua; the return through lua/refund.lua), one script call each to the
+  // master of the key's slot.
+  bool supports_leases() const noexcept override { return true; }
+  void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) override;
+  void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                    LeaseReturnCallback done) override;
 
   struct Stats {
     std::uint64_t noscript_reloads = 0;

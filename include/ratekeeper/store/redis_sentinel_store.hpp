@@ -48,6 +48,11 @@ class RedisSentinelStore final : public Store {
   // Ready iff the master is resolved and its connection is up, and no script call got an
   // error reply within the last health.error_window (see ReplyHealthOptions).
   StoreHealth health() const override;
+  // Leases (lua/lease.lua; the return through lua/refund.lua), one script call each.
+  bool supports_leases() const noexcept override { return true; }
+  void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) override;
+  void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                    LeaseReturnCallback done) override;
 
   std::uint64_t noscript_reloads() const noexcept;
   redis::Sentinel& sentinel() noexcept { return *sentinel_; }

@@ -69,6 +69,12 @@ class RedisStore final : public Store {
   // an error reply within the last health.error_window (e.g. OOM under maxmemory with
   // noeviction: see ReplyHealthOptions).
   StoreHealth health() const override;
+  // Leases: lua/lease.lua grants, lua/refund.lua takes unused units back; one script call
+  // each on the caller's loop thread's connection (or the next one), not coalesced.
+  bool supports_leases() const noexcept override { return true; }
+  void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) override;
+  void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                    LeaseReturnCallback done) override;
 
   std::uint64_t noscript_reloads() const noexcept;
   // FUNCTION LOADs of the library, and whether calls go out as FCALL now (false: functions
@@ -85,6 +91,7 @@ class RedisStore final : public Store {
 
  private:
   struct Lane;
+  Lane& lane();
 
   RedisStoreOptions options_;
   const Clock* clock_;

@@ -11,6 +11,7 @@
 #include "ratekeeper/algorithms/decision.hpp"
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/core/error.hpp"
+#include "ratekeeper/store/lease.hpp"
 
 namespace ratekeeper::store {
 
@@ -26,6 +27,8 @@ struct CheckItem {
   // max_delay > 0 is decided as algorithms::step_all with max_delays: one send time for the
   // whole check, Decision::delay.
   Micros max_delay = 0;
+  // Admit this item from a lease held by this instance (LeasingStore; max 0: never leased).
+  LeasePolicy lease = {};
 
   friend bool operator==(const CheckItem&, const CheckItem&) = default;
 };
@@ -44,6 +47,18 @@ struct CheckOutcome {
 };
 
 using CheckCallback = std::function<void(Result<CheckOutcome>)>;
+
+// A block of units consumed from one key at once (algorithms::lease_grant): `granted` units
+// (0: none, `decision` is then the denial of the minimum asked for, with its exact
+// retry_after), the decision of that consumption, and the instant `at` (µs, the store's
+// clock: Redis TIME) it was decided at, which the return of unused units needs.
+struct LeaseGrant {
+  std::int64_t granted = 0;
+  Decision decision;
+  Micros at = 0;
+};
+using LeaseCallback = std::function<void(Result<LeaseGrant>)>;
+using LeaseReturnCallback = std::function<void(Result<void>)>;
 
 struct StoreHealth {
   bool ready = true;
@@ -69,6 +84,19 @@ class Store {
 
   // Whether the store can currently answer, for /readyz. Thread-safe.
   virtual StoreHealth health() const { return {}; }
+
+  // Leases (see LeasingStore). Whether lease_grant and lease_return are supported; the
+  // defaults answer invalid_argument ("this store does not grant leases").
+  virtual bool supports_leases() const noexcept { return false; }
+  // Consumes min(want, available) units of item.key at the store's own time in one atomic
+  // step, or none when fewer than item.cost are available (algorithms::lease_grant).
+  // item.limit must be leasable, 1 <= item.cost <= want <= item.limit.capacity. Thread-safe;
+  // `done` as for check().
+  virtual void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done);
+  // Gives back `units` unused units of a grant (its `at` and decision.reset_after) at the
+  // store's own time (algorithms::lease_return). Thread-safe; `done` as for check().
+  virtual void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                            LeaseReturnCallback done);
 };
 
 }  // namespace ratekeeper::store

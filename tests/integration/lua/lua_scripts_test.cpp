@@ -419,7 +419,7 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   }
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
                                           "sliding_window_counter", "fixed_window", "multi", "batch", "multi_at",
-                                          "multi_delay", "refund"}));
+                                          "multi_delay", "refund", "lease"}));
 }
 
 // PTTL right after a first admitted request, for each key type, equals the C++ expires_at −

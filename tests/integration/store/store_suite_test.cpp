@@ -20,6 +20,7 @@
 #include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
 #include "ratekeeper/redis/key_slot.hpp"
+#include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "support/redis_cluster.hpp"
@@ -349,6 +350,35 @@ TEST_P(StoreSuite, ChecksOfTwoIdentitiesWaitUnlessTheySpanClusterSlots) {
   ASSERT_TRUE(alone) << alone.error().message;
   EXPECT_TRUE(alone->decision.allowed);
   EXPECT_EQ(alone->decision.delay, across_slots ? kMicrosPerSecond : 2 * kMicrosPerSecond);
+}
+
+// Leases on every topology: a grant consumes in the key's node, a LeasingStore admits from it,
+// and its unused units are back once it is gone (the store's own time: no explicit `now`).
+TEST_P(StoreSuite, LeasesAreGrantedAndTheirUnusedUnitsReturned) {
+  const Limit limit = *Limit::make(Algorithm::fixed_window, 1000, Micros{30} * 86400 * kMicrosPerSecond);
+  const std::string k = key("lease");
+  const CheckItem item{k, limit, 1, 0, LeasePolicy{64, 3600 * kMicrosPerSecond}};
+  auto peek = [&] {
+    auto r = store_->check_sync({CheckItem{k, limit, 0}});
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? r->decision.remaining : -1;
+  };
+  StoreOptions o;
+  o.url = url_of(GetParam());
+  o.command_timeout = 2 * kMicrosPerSecond;
+  auto inner = open_store(o);
+  ASSERT_TRUE(inner) << inner.error().message;
+  ASSERT_TRUE((*inner)->supports_leases());
+  auto leasing = std::make_unique<LeasingStore>(std::move(*inner));
+  for (int i = 0; i < 1 + 2 + 4 + 8 + 1; ++i) {
+    auto r = leasing->check_sync({item});
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(r->decision.allowed);
+  }
+  EXPECT_EQ(leasing->stats().leases_taken, 5u);  // 1, 2, 4, 8, then 16 units
+  EXPECT_EQ(peek(), 1000 - 31);
+  leasing.reset();
+  EXPECT_EQ(peek(), 1000 - 16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,

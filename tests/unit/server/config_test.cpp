@@ -221,6 +221,37 @@ TEST(ConfigTest, BadOnLimitOrMaxDelayIsNamedWithItsPath) {
                "rules[2].on_limit", "delay needs token_bucket limits");
 }
 
+TEST(ConfigTest, LeaseIsReadPerRule) {
+  const auto c = parse_config(kRules + "  - {name: c, limits: [{rate: 5/s}], lease: {max: 500, ttl: 250ms}}\n"
+                                       "  - {name: d, limits: [{algorithm: fixed_window, limit: 10, window: 1m}], "
+                                       "lease: {max: 5}}\n",
+                              "test.yaml");
+  ASSERT_EQ(c.limiter.rules.size(), 4u);
+  EXPECT_FALSE(c.limiter.rules[0].lease.enabled());  // the default: not leased
+  EXPECT_EQ(c.limiter.rules[2].lease, (store::LeasePolicy{500, 250'000}));
+  EXPECT_EQ(c.limiter.rules[3].lease, (store::LeasePolicy{5, 1'000'000}));  // ttl 1s by default
+}
+
+TEST(ConfigTest, BadLeaseIsNamedWithItsPath) {
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], lease: {ttl: 1s}}\n", "rules[2].lease.max",
+               "required field missing");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], lease: {max: 0}}\n", "rules[2].lease.max", "between");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], lease: {max: 5, ttl: 2h}}\n", "rules[2].lease.ttl",
+               "at most");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], lease: {max: 5, size: 3}}\n", "rules[2].lease.size",
+               "unknown field");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], lease: 5}\n", "rules[2].lease", "mapping");
+  expect_error(kRules +
+                   "  - {name: c, limits: [{algorithm: sliding_window_log, limit: 10, window: 1m}], "
+                   "lease: {max: 5}}\n",
+               "rules[2].lease", "leases need fixed_window or token_bucket limits; a limit is sliding_window_log");
+  expect_error(kRules + "  - {name: c, identity: {type: user_or_ip}, limits: [{rate: 5/s}], "
+                        "ip_limits: [{algorithm: sliding_window_counter, limit: 10, window: 1m}], lease: {max: 5}}\n",
+               "rules[2].lease", "an ip_limits limit is sliding_window_counter");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 5/s}], on_limit: delay, max_delay: 1s, lease: {max: 5}}\n",
+               "rules[2].lease", "not with on_limit: delay");
+}
+
 TEST(ConfigTest, MissingFieldIsNamedWithItsPath) {
   expect_error("rules:\n  - limits: [{rate: 1/s}]\n", "rules[0].name", "required field missing");
   expect_error("rules:\n  - name: a\n", "rules[0].limits", "required field missing");

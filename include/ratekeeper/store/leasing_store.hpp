@@ -1,0 +1,155 @@
+#pragma once
+// A Store in front of another (a Redis store) that admits the items of leased limits
+// (CheckItem::lease) from leases this instance holds, taking a hot key's traffic off Redis.
+//
+// A lease is a block of units of one key consumed from the inner store at once, in one atomic
+// script call (Store::lease_grant): g = min(k, available) units, so what every instance admits
+// from its leases together never exceeds what the store granted. The instance then admits
+// locally from the block until it is used up or expires: after the policy's ttl, and for a
+// fixed window at the end of the window the units were granted in (a lease never outlives
+// its window). k adapts to the local rate: it doubles (up to the policy's max, and the
+// limit's capacity) when a lease is used up before it expires, halves when less than half of
+// an expired lease was used, and is never below the cost of the check that asks. Unused units
+// go back to the store (Store::lease_return, lua/refund.lua) when a lease expires (reap(),
+// run by the checks that follow and, optionally, by a thread of its own), when it
+// is replaced, and on shutdown().
+//
+// One grant in flight per key: checks that need the key's next lease queue behind the grant
+// and run again when it is answered. A grant that is refused (fewer than the check's cost
+// available) is remembered with its retry_after, counted from when the grant was sent, and
+// checks of that key asking as much or more are denied locally until then, as DenialCache
+// does: the store itself would deny them. A token bucket that grants less than k (or
+// nothing) is asked again only once the rest of k has refilled (checks of any cost are
+// denied locally until then, once the units granted are used): under overload a grant still
+// brings k units instead of the one that refilled last.
+//
+// All-or-nothing stays exact: a check takes its leased items' units from the leases
+// tentatively, sends its other items to the inner store, and puts the units back when that
+// check is denied or fails. A check whose leased item is denied asks the inner store only
+// for a peek (cost 0) of its other items, for their decisions.
+//
+// Passed through untouched: checks with an explicit `now`, checks that may wait for their
+// turn (may_delay), a key named twice, more than kMaxLeasedItems items, and everything when
+// the inner store does not support leases (Store::supports_leases) or after shutdown().
+// Items of cost 0 and of limits that cannot be leased (algorithms::leasable) go to the
+// inner store as if they were not leased.
+//
+// The price: under-admission while units sit in other instances' leases (at most the sum of
+// their leases' max per key, for at most the ttl) and, for a dry token bucket, while the next
+// lease refills (at most max refill intervals); a token bucket's units admitted up to ttl
+// after they were consumed; and `remaining` / `reset_after` of a local
+// admission computed from this instance's last grant: stale by what other instances consumed
+// since (at most ttl old).
+//
+// Thread-safe. Callbacks of the inner store run on its threads; this store's own state is
+// guarded by sharded locks, never held while a callback runs.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/store/store.hpp"
+
+namespace ratekeeper::store {
+
+struct LeasingStoreOptions {
+  // Leases expire on its steady reading (nullptr: the system clock); give it the store's.
+  const Clock* clock = nullptr;
+  // Expired leases' units go back at most this long after expiry: reap() (which visits every
+  // key's lease) runs on a check that finds the last run this long ago (steady reading of
+  // `clock`) or, with reaper_thread, from a thread of its own every this long (real time),
+  // which also serves idle instances and keeps the visits off the checks.
+  Micros reap_every = 50 * kMicrosPerMilli;
+  bool reaper_thread = false;
+  // shutdown() waits at most this long (real time) for the returns and grants in flight.
+  Micros shutdown_timeout = 2 * kMicrosPerSecond;
+  std::size_t shards = 16;  // rounded up to a power of two
+};
+
+class LeasingStore final : public Store {
+ public:
+  // A check with more items is passed through.
+  static constexpr std::size_t kMaxLeasedItems = 8;
+
+  LeasingStore(std::unique_ptr<Store> inner, LeasingStoreOptions options = {});
+  // shutdown(), then the inner store goes.
+  ~LeasingStore() override;
+
+  void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override;
+  std::string_view kind() const noexcept override { return inner_->kind(); }
+  StoreHealth health() const override { return inner_->health(); }
+
+  Store& inner() noexcept { return *inner_; }
+
+  // Returns the unused units of every lease expired by now (steady reading) to the inner
+  // store. Returns how many leases were returned.
+  std::size_t reap();
+
+  // Returns the unused units of every lease and waits for the inner store to confirm (and for
+  // grants in flight, whose units go straight back), at most options.shutdown_timeout; checks
+  // from then on pass through unleased. Idempotent. Not on a thread that runs the inner
+  // store's callbacks.
+  void shutdown();
+
+  struct Stats {
+    std::uint64_t leases_taken = 0;       // grants of at least one unit
+    std::uint64_t grants_denied = 0;      // grants refused (nothing available)
+    std::uint64_t grants_failed = 0;      // grants the store failed to answer
+    std::uint64_t units_granted = 0;      // units granted in all
+    std::uint64_t returns = 0;            // returns of unused units sent
+    std::uint64_t units_returned = 0;     // unused units given back (confirmed)
+    std::uint64_t local_admissions = 0;   // checks admitted from leases without a store call
+    std::uint64_t local_denials = 0;      // checks denied by a remembered refused grant
+    std::size_t leases = 0;               // keys with a lease record now
+  };
+  Stats stats() const;
+  // The stats as Prometheus text (ratekeeper_lease_*), for /metrics.
+  std::string metrics_text() const;
+
+ private:
+  struct Lease;
+  struct Shard;
+  struct Waiting;
+  struct Taken;
+  class Attempt;
+
+  Shard& shard_for(std::string_view key) const noexcept;
+  void try_local(std::vector<CheckItem> items, CheckCallback done);
+  void start_grant(const CheckItem& item, std::int64_t want, Micros sent);
+  void granted(std::string key, Micros sent, std::int64_t min, std::int64_t want, Result<LeaseGrant> grant);
+  void give_back(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after);
+  void put_back(const Taken* taken, std::size_t count);
+  void maybe_reap(Micros steady);
+  void reaper_loop();
+  void op_started();
+  void op_finished();
+
+  std::unique_ptr<Store> inner_;
+  LeasingStoreOptions options_;
+  const Clock* clock_;
+  std::unique_ptr<Shard[]> shards_;
+  std::size_t shard_mask_ = 0;
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> inner_gone_{false};  // the inner store is being destroyed: nothing more to it
+  std::atomic<Micros> next_reap_{0};
+
+  // Grants and returns in flight, for shutdown().
+  std::mutex ops_mu_;
+  std::condition_variable ops_cv_;
+  std::size_t ops_ = 0;
+
+  std::atomic<std::uint64_t> leases_taken_{0}, grants_denied_{0}, grants_failed_{0}, units_granted_{0},
+      returns_{0}, units_returned_{0}, local_admissions_{0}, local_denials_{0};
+
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stop_reaper_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace ratekeeper::store
