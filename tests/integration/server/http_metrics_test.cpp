@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <regex>
 #include <set>
@@ -68,6 +69,13 @@ rules:
   o.store_url = redis.url();
   ServerProcess server(std::move(o));
   HttpClient client(server.port());
+  // Each server thread's Redis connection connects in the background: ready once all have
+  // (on a busy machine, after the first requests). /readyz is one of the server's own routes,
+  // not counted among the limited, rejected or unmatched requests.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (client.get("/readyz").status != 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 
   auto metrics = client.get("/metrics");
   ASSERT_EQ(metrics.status, 200);
