@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -68,12 +69,29 @@ void check_policy(Issues& out, const std::string& field, const Policy& policy, s
   check_cost(out, policy, cost, cost_field);
 }
 
-// The first limit of `policy` that is not a token bucket, or nullptr.
-const NamedLimit* window_limit(const Policy& policy) {
-  for (const auto& l : policy) {
-    if (l.limit.algorithm != algorithms::Algorithm::token_bucket) return &l;
+// The first limit a request under `rule` may get (of its policy or, tiered, of any tier; else
+// of its IP fallback's) whose algorithm `allowed` refuses, described for a configuration
+// error: "a limit of tier 'pro' ('burst') is sliding_window_log". Nothing when all are allowed.
+std::optional<std::string> refused_limit(const Rule& rule, const Tiers& tiers, bool (*allowed)(algorithms::Algorithm)) {
+  auto first = [&](const Policy& policy) -> const NamedLimit* {
+    for (const auto& l : policy) {
+      if (!allowed(l.limit.algorithm)) return &l;
+    }
+    return nullptr;
+  };
+  auto describe = [](const std::string& where, const NamedLimit& l) {
+    return fmt::format("{}{} is {}", where, l.name.empty() ? std::string() : fmt::format(" ('{}')", l.name),
+                       algorithms::to_string(l.limit.algorithm));
+  };
+  if (rule.tiered) {
+    for (const auto& [tier, policy] : tiers.levels) {
+      if (const NamedLimit* l = first(policy)) return describe(fmt::format("a limit of tier '{}'", tier), *l);
+    }
+  } else if (const NamedLimit* l = first(rule.limits)) {
+    return describe("a limit", *l);
   }
-  return nullptr;
+  if (const NamedLimit* l = first(rule.ip_limits)) return describe("an ip_limits limit", *l);
+  return std::nullopt;
 }
 
 // on_limit delay: a max_delay in (0, kMaxDelay], and only token bucket limits (the rule's,
@@ -90,33 +108,10 @@ void check_on_limit(Issues& out, const std::string& path, const Rule& rule, cons
                                  ? std::string("required with on_limit: delay (a duration > 0, at most 1h)")
                                  : fmt::format("must be > 0 and at most 1h, got {} microseconds", rule.max_delay));
   }
-  const auto on_limit_field = path + ".on_limit";
-  auto refuse = [&](const std::string& where, const NamedLimit& l) {
-    out.add(on_limit_field,
-            fmt::format("delay needs token_bucket limits; {}{} is {}", where,
-                        l.name.empty() ? std::string() : fmt::format(" ('{}')", l.name),
-                        algorithms::to_string(l.limit.algorithm)));
-  };
-  if (rule.tiered) {
-    for (const auto& [tier, policy] : tiers.levels) {
-      if (const NamedLimit* l = window_limit(policy)) {
-        refuse(fmt::format("a limit of tier '{}'", tier), *l);
-        return;
-      }
-    }
-  } else if (const NamedLimit* l = window_limit(rule.limits)) {
-    refuse("a limit", *l);
-    return;
+  auto token_bucket = [](algorithms::Algorithm a) { return a == algorithms::Algorithm::token_bucket; };
+  if (auto why = refused_limit(rule, tiers, token_bucket)) {
+    out.add(path + ".on_limit", "delay needs token_bucket limits; " + *why);
   }
-  if (const NamedLimit* l = window_limit(rule.ip_limits)) refuse("an ip_limits limit", *l);
-}
-
-// The first limit of `policy` that cannot be leased, or nullptr.
-const NamedLimit* unleasable_limit(const Policy& policy) {
-  for (const auto& l : policy) {
-    if (!algorithms::leasable(l.limit.algorithm)) return &l;
-  }
-  return nullptr;
 }
 
 // lease: a max >= 1 and a ttl in (0, store::kMaxLeaseTtl]; only fixed window and token bucket limits
@@ -133,23 +128,9 @@ void check_lease(Issues& out, const std::string& path, const Rule& rule, const T
   if (rule.on_limit == OnLimit::delay) {
     out.add(field, "not with on_limit: delay (a leased limit admits now or denies)");
   }
-  auto refuse = [&](const std::string& where, const NamedLimit& l) {
-    out.add(field, fmt::format("leases need fixed_window or token_bucket limits; {}{} is {}", where,
-                               l.name.empty() ? std::string() : fmt::format(" ('{}')", l.name),
-                               algorithms::to_string(l.limit.algorithm)));
-  };
-  if (rule.tiered) {
-    for (const auto& [tier, policy] : tiers.levels) {
-      if (const NamedLimit* l = unleasable_limit(policy)) {
-        refuse(fmt::format("a limit of tier '{}'", tier), *l);
-        return;
-      }
-    }
-  } else if (const NamedLimit* l = unleasable_limit(rule.limits)) {
-    refuse("a limit", *l);
-    return;
+  if (auto why = refused_limit(rule, tiers, algorithms::leasable)) {
+    out.add(field, "leases need fixed_window or token_bucket limits; " + *why);
   }
-  if (const NamedLimit* l = unleasable_limit(rule.ip_limits)) refuse("an ip_limits limit", *l);
 }
 
 void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
