@@ -1,25 +1,18 @@
 #include "config.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <initializer_list>
-#include <sstream>
-#include <system_error>
-#include <unordered_set>
+#include <filesystem>
 
 #include "ratekeeper/core/host_port.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/keys.hpp"
+#include "yaml_reader.hpp"
 
 namespace ratekeeper::server {
 
@@ -34,21 +27,6 @@ ConfigError::ConfigError(std::string file, std::string field, std::string reason
       file_(std::move(file)),
       field_(std::move(field)),
       reason_(std::move(reason)) {}
-
-namespace {
-
-// A finite decimal number as the configuration writes it: "10", "0.5", "1e3", "-2". No '+',
-// spaces, hex, inf or nan; independent of the C locale.
-std::optional<double> parse_number(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  double value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::general);
-  if (ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
-}  // namespace
 
 std::optional<Micros> parse_duration(std::string_view text) {
   while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
@@ -79,42 +57,18 @@ std::optional<Micros> parse_duration(std::string_view text) {
   return static_cast<Micros>(us);
 }
 
-namespace {
-
-// A sliding window log key holds one sorted-set entry (about 50-100 bytes in Redis) per unit
-// admitted in the window; beyond this, one key could hold megabytes.
-constexpr std::int64_t kMaxSlidingLogLimit = 100'000;
-
-// Bounds of a document, checked before any field is read. The deepest field of the format
-// is 6 levels down (rules[0].limits[0].rate); yaml-cpp's parser itself stops near 500
-// levels. A node reached through several aliases counts every time: a few hundred bytes of
-// nested aliases can stand for 10^9 nodes.
-constexpr std::size_t kMaxDepth = 32;
-constexpr std::size_t kMaxNodes = 1'000'000;
-
-// Upper bound of timeouts, backoffs and retry hints: far beyond any sensible value, far
-// below where deadline arithmetic in nanoseconds could overflow.
-constexpr Micros kMaxSettingDuration = 86'400 * kMicrosPerSecond;
-
-// "1d", "90s", "250ms", "7us": the largest unit that divides `d` exactly.
-std::string describe_duration(Micros d) {
-  for (auto [unit, size] : {std::pair{"d", 86'400 * kMicrosPerSecond},
-                            {"h", 3'600 * kMicrosPerSecond},
-                            {"m", 60 * kMicrosPerSecond},
-                            {"s", kMicrosPerSecond},
-                            {"ms", kMicrosPerMilli}}) {
-    if (d != 0 && d % size == 0) return fmt::format("{}{}", d / size, unit);
-  }
-  return fmt::format("{}us", d);
-}
-
-// The first control byte (C0 or DEL) of `text`, if any.
-std::optional<unsigned char> control_byte(std::string_view text) {
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) return c;
+std::optional<std::string> refused_limit_reason(const algorithms::Limit& limit) {
+  if (limit.algorithm == algorithms::Algorithm::sliding_window_log &&
+      limit.capacity > kMaxSlidingLogLimit) {
+    return fmt::format(
+        "sliding_window_log keeps one entry per admitted unit: at most {} per window "
+        "(sliding_window_counter keeps two numbers for any limit)",
+        kMaxSlidingLogLimit);
   }
   return std::nullopt;
 }
+
+namespace {
 
 // An HTTP token (RFC 9110 §5.6.2), as header names and methods are: a name with a space or
 // a colon would never match a request.
@@ -125,135 +79,6 @@ bool http_token(std::string_view text) {
            std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
   });
 }
-
-// Reads one YAML document, tracking the field path of every value for error messages.
-class Reader {
- public:
-  explicit Reader(std::string file) : file_(std::move(file)) {}
-
-  [[noreturn]] void fail(const std::string& path, std::string reason) const {
-    throw ConfigError(file_, path, std::move(reason));
-  }
-
-  static std::string field(const std::string& path, std::string_view key) {
-    return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
-  }
-  static std::string index(const std::string& path, std::size_t i) {
-    return fmt::format("{}[{}]", path, i);
-  }
-
-  // A map whose keys must all be in `allowed`.
-  void expect_map(const YAML::Node& node, const std::string& path,
-                  std::initializer_list<std::string_view> allowed) const {
-    if (!node.IsMap()) fail(path, "must be a mapping");
-    for (const auto& kv : node) {
-      const auto key = kv.first.as<std::string>();
-      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        std::string known;
-        for (auto a : allowed) known += (known.empty() ? "" : ", ") + std::string(a);
-        fail(field(path, key), fmt::format("unknown field (known: {})", known));
-      }
-    }
-  }
-
-  std::string string(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar()) fail(path, "must be a string");
-    return node.as<std::string>();
-  }
-
-  std::int64_t integer(const YAML::Node& node, const std::string& path, std::int64_t min,
-                       std::int64_t max) const {
-    if (!node.IsScalar()) fail(path, "must be an integer");
-    const auto& text = node.Scalar();
-    // An optional '-' and digits without leading zeros: "010" is 8 to some YAML readers.
-    const std::string_view digits = std::string_view(text).substr(text.starts_with('-') ? 1 : 0);
-    if (digits.empty() || (digits.size() > 1 && digits.front() == '0') ||
-        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      fail(path, fmt::format("must be a decimal integer, got '{}'", text));
-    }
-    std::int64_t v = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || v < min || v > max) {
-      fail(path, fmt::format("must be between {} and {}, got {}", min, max, text));
-    }
-    return v;
-  }
-
-  double number(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar()) fail(path, "must be a number");
-    const auto& text = node.Scalar();
-    const auto v = parse_number(text);
-    if (!v) fail(path, fmt::format("must be a number, got '{}'", text));
-    return *v;
-  }
-
-  // A number in [min, max].
-  double number(const YAML::Node& node, const std::string& path, double min, double max) const {
-    const double v = number(node, path);
-    if (v < min || v > max) {
-      fail(path, fmt::format("must be between {} and {}, got {}", min, max, node.Scalar()));
-    }
-    return v;
-  }
-
-  bool boolean(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar()) fail(path, "must be true or false");
-    const auto text = node.as<std::string>();
-    if (text == "true") return true;
-    if (text == "false") return false;
-    fail(path, fmt::format("must be true or false, got '{}'", text));
-  }
-
-  // A duration in [min, max]; timeouts and backoffs keep the default bound of a day.
-  Micros duration(const YAML::Node& node, const std::string& path, Micros min = 0,
-                  Micros max = kMaxSettingDuration) const {
-    if (!node.IsScalar()) fail(path, "must be a duration such as 100ms, 1s, 5m");
-    const auto text = node.as<std::string>();
-    auto d = parse_duration(text);
-    if (!d) fail(path, fmt::format("must be a duration such as 100ms, 1s, 5m, got '{}'", text));
-    if (*d < min) fail(path, fmt::format("must be at least {} microseconds, got '{}'", min, text));
-    if (*d > max)
-      fail(path, fmt::format("must be at most {}, got '{}'", describe_duration(max), text));
-    return *d;
-  }
-
-  std::vector<std::string> strings(const YAML::Node& node, const std::string& path) const {
-    if (node.IsNull()) return {};
-    if (!node.IsSequence()) fail(path, "must be a list");
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < node.size(); ++i) out.push_back(string(node[i], index(path, i)));
-    return out;
-  }
-
-  // "N/unit" or "N/<duration>": N units per period.
-  std::pair<double, Micros> rate(const YAML::Node& node, const std::string& path) const {
-    const auto text = string(node, path);
-    const auto slash = text.find('/');
-    if (slash == std::string::npos) {
-      fail(path, fmt::format("must be '<count>/<period>' such as 10/s or 1000/1h, got '{}'", text));
-    }
-    const std::string count_text = text.substr(0, slash);
-    const auto count = parse_number(count_text);
-    if (!count || *count <= 0) {
-      fail(path, fmt::format("count must be a number > 0, got '{}'", count_text));
-    }
-    std::string period_text = text.substr(slash + 1);
-    if (!period_text.empty() && (period_text[0] < '0' || period_text[0] > '9')) {
-      period_text = "1" + period_text;
-    }
-    auto period = parse_duration(period_text);
-    if (!period || *period <= 0) {
-      fail(path, fmt::format("period must be a duration such as s, 10s, 1m, 1h, got '{}'",
-                             text.substr(slash + 1)));
-    }
-    return {*count, *period};
-  }
-
-  const std::string& file() const noexcept { return file_; }
-
- private:
-  std::string file_;
-};
 
 NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string& path) {
   r.expect_map(node, path,
@@ -329,13 +154,7 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
     limit = algorithms::Limit::window(algorithm, count, window);
   }
   if (!limit) r.fail(blame, limit.error().message);
-  if (limit->algorithm == algorithms::Algorithm::sliding_window_log &&
-      limit->capacity > kMaxSlidingLogLimit) {
-    r.fail(blame, fmt::format(
-                      "sliding_window_log keeps one entry per admitted unit: at most {} per window "
-                      "(sliding_window_counter keeps two numbers for any limit)",
-                      kMaxSlidingLogLimit));
-  }
+  if (auto why = refused_limit_reason(*limit)) r.fail(blame, std::move(*why));
   out.limit = *limit;
   return out;
 }
@@ -621,6 +440,53 @@ void read_upstream(const Reader& r, const YAML::Node& node, const std::string& p
   }
 }
 
+// The gRPC rate limit service: its listener must differ from the HTTP ones; its domain files
+// are only named here (read when the server starts).
+void read_grpc(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
+  r.expect_map(node, path,
+               {"listen", "config", "response_headers", "max_message_bytes", "threads"});
+  auto& g = c.grpc.emplace();
+  const auto listen_path = Reader::field(path, "listen");
+  if (!node["listen"]) r.fail(listen_path, "required field missing");
+  auto listen = parse_listen_address(r.string(node["listen"], listen_path));
+  if (!listen) r.fail(listen_path, listen.error().message);
+  g.host = std::move(listen->host);
+  g.port = listen->port;
+  auto same_endpoint = [&](const std::string& host, std::uint16_t port) {
+    return g.port != 0 && g.port == port &&
+           (g.host == host || g.host == "0.0.0.0" || host == "0.0.0.0");
+  };
+  if (same_endpoint(c.http.host, c.http.port)) {
+    r.fail(listen_path, fmt::format("must differ from listen ({}:{})", c.http.host, c.http.port));
+  }
+  if (c.upstream && same_endpoint(c.admin.host, c.admin.port)) {
+    r.fail(listen_path,
+           fmt::format("must differ from admin.listen ({}:{})", c.admin.host, c.admin.port));
+  }
+  const auto config_path = Reader::field(path, "config");
+  if (!node["config"]) {
+    r.fail(config_path, "required field missing (the directory of the domain files)");
+  }
+  g.config_dir = r.string(node["config"], config_path);
+  if (g.config_dir.empty()) r.fail(config_path, "must not be empty");
+  if (const std::filesystem::path dir(g.config_dir); dir.is_relative()) {
+    g.config_dir = (std::filesystem::path(c.source).parent_path() / dir).lexically_normal().string();
+  }
+  if (node["response_headers"]) {
+    g.response_headers =
+        r.boolean(node["response_headers"], Reader::field(path, "response_headers"));
+  }
+  if (node["max_message_bytes"]) {
+    g.max_message_bytes = static_cast<std::size_t>(
+        r.integer(node["max_message_bytes"], Reader::field(path, "max_message_bytes"),
+                  static_cast<std::int64_t>(kMinGrpcMessageBytes),
+                  static_cast<std::int64_t>(kMaxGrpcMessageBytes)));
+  }
+  if (node["threads"]) {
+    g.threads = static_cast<int>(r.integer(node["threads"], Reader::field(path, "threads"), 1, 64));
+  }
+}
+
 Config read_config(const Reader& r, const YAML::Node& root) {
   Config c;
   c.source = r.file();
@@ -630,7 +496,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
-                "admin"});
+                "admin", "grpc"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
     if (!listen) r.fail("listen", listen.error().message);
@@ -740,6 +606,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     r.fail("admin.listen", fmt::format("must differ from listen ({}:{})", c.http.host,
                                        c.http.port));
   }
+  if (const auto g = root["grpc"]) read_grpc(r, g, "grpc", c);
   if (const auto rules = root["rules"]; rules && !rules.IsNull()) {
     if (!rules.IsSequence()) r.fail("rules", "must be a list");
     for (std::size_t i = 0; i < rules.size(); ++i) {
@@ -757,158 +624,9 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   return c;
 }
 
-// One pass over the whole document, aliases followed, before any field is read: nesting
-// depth, node count, mapping keys (strings, each once per mapping: yaml-cpp keeps duplicates
-// and node["k"] would read the first) and control bytes in every key and value. The field
-// path is built only for an error.
-class DocumentCheck {
- public:
-  explicit DocumentCheck(const Reader& r) : r_(r) {}
-
-  void visit(const YAML::Node& node) {
-    if (++nodes_ > kMaxNodes) {
-      fail(fmt::format("the document has more than {} nodes (aliases expanded)", kMaxNodes));
-    }
-    if (steps_.size() > kMaxDepth) {
-      fail(fmt::format("nested too deeply (more than {} levels)", kMaxDepth));
-    }
-    if (node.IsScalar()) {
-      if (auto c = control_byte(node.Scalar())) {
-        fail(fmt::format("contains a control character (0x{:02x})", *c));
-      }
-    } else if (node.IsSequence()) {
-      std::size_t i = 0;
-      for (const auto& item : node) {
-        steps_.push_back({nullptr, i++});
-        visit(item);
-        steps_.pop_back();
-      }
-    } else if (node.IsMap()) {
-      std::unordered_set<std::string_view> keys;
-      for (const auto& kv : node) {
-        if (!kv.first.IsScalar()) fail("mapping keys must be strings");
-        const std::string& key = kv.first.Scalar();
-        if (auto c = control_byte(key)) {
-          fail(fmt::format("a key contains a control character (0x{:02x})", *c));
-        }
-        steps_.push_back({&key, 0});
-        if (!keys.insert(key).second) fail("duplicate key");
-        visit(kv.second);
-        steps_.pop_back();
-      }
-    }
-  }
-
- private:
-  struct Step {
-    const std::string* key;  // nullptr: a sequence index
-    std::size_t index;
-  };
-
-  [[noreturn]] void fail(std::string reason) const {
-    std::string path;
-    for (const auto& step : steps_) {
-      path = step.key != nullptr ? Reader::field(path, *step.key) : Reader::index(path, step.index);
-    }
-    r_.fail(path, std::move(reason));
-  }
-
-  const Reader& r_;
-  std::vector<Step> steps_;
-  std::size_t nodes_ = 0;
-};
-
-// Parser events with nowhere to go: counting the documents of a text.
-class DiscardEvents final : public YAML::EventHandler {
- public:
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 Config parse_with(const Reader& r, std::string_view yaml) {
-  if (yaml.size() > kMaxConfigBytes) {
-    r.fail("",
-           fmt::format("is larger than {} bytes, the limit of a configuration", kMaxConfigBytes));
-  }
-  if (const auto nul = yaml.find('\0'); nul != std::string_view::npos) {
-    r.fail("", fmt::format("contains a NUL byte at line {}: a configuration is UTF-8 text",
-                           1 + std::count(yaml.begin(),
-                                          yaml.begin() + static_cast<std::ptrdiff_t>(nul), '\n')));
-  }
-  YAML::Node root;
-  try {
-    // At most two documents are looked at: yaml-cpp 0.7's LoadAll never ends on some malformed
-    // input (the parser yields empty documents without advancing), so a second one is an
-    // error without reading further.
-    std::istringstream in{std::string(yaml)};
-    YAML::Parser parser(in);
-    DiscardEvents discard;
-    std::size_t documents = 0;
-    while (documents < 2 && parser.HandleNextDocument(discard)) ++documents;
-    if (documents > 1) {
-      r.fail("", "holds several YAML documents: a configuration is one YAML document");
-    }
-    root = YAML::Load(std::string(yaml));
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const YAML::DeepRecursion& e) {
-    // yaml-cpp's own recursion guard, near 500 levels: far deeper than kMaxDepth.
-    r.fail("", fmt::format("invalid YAML at line {}, column {}: nested too deeply for the parser",
-                           e.mark.line + 1, e.mark.column + 1));
-  } catch (const YAML::Exception& e) {
-    r.fail("", fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1,
-                           e.mark.column + 1, e.msg));
-  }
-  try {
-    DocumentCheck(r).visit(root);
-    return read_config(r, root);
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const YAML::Exception& e) {
-    r.fail("", fmt::format("line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
-}
-
-// The whole file, or ConfigError: a directory, an open or read error, or more than
-// kMaxConfigBytes (read no further, so /dev/zero cannot exhaust memory).
-std::string read_file(const std::string& path) {
-  auto fail = [&](std::string reason) { throw ConfigError(path, "", std::move(reason)); };
-  auto system_error = [](int error) {
-    return std::error_code(error, std::generic_category()).message();
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(fmt::format("cannot open the file: {}", system_error(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(fmt::format("cannot read the file: {}", system_error(errno)));
-  if (S_ISDIR(st.st_mode)) fail("is a directory, not a configuration file");
-  std::string text;
-  char buffer[64 * 1024];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(fmt::format("cannot read the file: {}", system_error(errno)));
-    }
-    if (n == 0) return text;
-    text.append(buffer, static_cast<std::size_t>(n));
-    if (text.size() > kMaxConfigBytes) {
-      fail(fmt::format("is larger than {} bytes, the limit of a configuration", kMaxConfigBytes));
-    }
-  }
+  const auto root = load_document(r, yaml);
+  return read_document(r, root, [&](const YAML::Node& node) { return read_config(r, node); });
 }
 
 }  // namespace

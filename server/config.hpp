@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
@@ -48,6 +49,24 @@ struct AdminConfig {
   std::uint16_t port = 9090;
 };
 
+// Envoy's gRPC rate limit service (envoy.service.ratelimit.v3): where it listens and the
+// directory of its domain files (envoyproxy/ratelimit's format, loaded by load_rls_config in
+// rls_config.hpp when the server starts).
+struct GrpcConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8081;
+  // The directory of the domain files; a relative `config` is resolved against the directory
+  // of the main configuration file.
+  std::string config_dir;
+  bool response_headers = true;  // RateLimitResponse carries the rate-limit headers
+  std::size_t max_message_bytes = 65536;  // largest request message accepted
+  int threads = 1;                        // the gRPC server's completion-queue threads
+};
+
+// Bounds of grpc.max_message_bytes.
+inline constexpr std::size_t kMinGrpcMessageBytes = 1024;
+inline constexpr std::size_t kMaxGrpcMessageBytes = std::size_t{4} << 20;
+
 struct Config {
   std::string source = "<inline>";  // the file it was loaded from
   // listen (host, port), threads, http.* (header and body limits, read timeout, pipelining).
@@ -68,7 +87,16 @@ struct Config {
   // demo API and the own endpoints.
   std::optional<http::UpstreamOptions> upstream;
   AdminConfig admin;  // used only with an upstream
+  std::optional<GrpcConfig> grpc;  // set: serve the gRPC rate limit service too
 };
+
+// A sliding window log key holds one sorted-set entry (about 50-100 bytes in Redis) per unit
+// admitted in the window; beyond this, one key could hold megabytes.
+inline constexpr std::int64_t kMaxSlidingLogLimit = 100'000;
+
+// Why a configured limit is refused beyond its own validation (a sliding window log above
+// kMaxSlidingLogLimit); nullopt when it is accepted.
+std::optional<std::string> refused_limit_reason(const algorithms::Limit& limit);
 
 // Largest configuration accepted, file or text.
 inline constexpr std::size_t kMaxConfigBytes = std::size_t{1024} * 1024;

@@ -4,6 +4,14 @@
 
 namespace ratekeeper::limiter {
 
+bool valid_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.';
+  });
+}
+
 std::string_view to_string(IdentityKind kind) noexcept {
   switch (kind) {
     case IdentityKind::ip:

@@ -15,15 +15,6 @@ namespace {
 
 constexpr std::string_view kNameRule = "must be 1-64 characters of A-Z a-z 0-9 _ - .";
 
-// Names that become parts of keys: rules, limits, tiers, the prefix, identity prefixes.
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.';
-  });
-}
-
 class Issues {
  public:
   void add(std::string field, std::string reason) {

@@ -25,6 +25,10 @@ struct NamedLimit {
 
 using Policy = std::vector<NamedLimit>;
 
+// Whether `name` may be a part of a key (a rule's, a limit's, a tier's, the key prefix, an
+// identity prefix): 1-64 characters of A-Z a-z 0-9 _ - .
+bool valid_name(std::string_view name) noexcept;
+
 // Whose budget a request is charged to. Identities are strings with a kind prefix:
 // "ip:192.0.2.7", "user:123", "key:<hash of the API key>".
 enum class IdentityKind : std::uint8_t {
