@@ -25,13 +25,14 @@ if ((${#targets[@]} == 0)); then
   done
 fi
 
-# Longest input per target: enough for what each parses (a configuration file, a URL, a few
-# script replies behind resp_fuzz's 128-byte header, a peer, a header and a proxy list, a
-# decision API body, a few pipelined HTTP requests, a redirection line and a few topology
-# replies).
+# Longest input per target: enough for what each parses (a configuration file, a domain file
+# of the rate limit service, a URL, a few script replies behind resp_fuzz's 128-byte header, a
+# peer, a header and a proxy list, a decision API body, a few pipelined HTTP requests, a
+# redirection line and a few topology replies).
 max_len_of() {
   case $1 in
     config) echo 4096 ;;
+    rls_config) echo 4096 ;;
     store_url) echo 256 ;;
     resp) echo 2048 ;;
     forwarded) echo 512 ;;

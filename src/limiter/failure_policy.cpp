@@ -9,6 +9,7 @@ std::string_view to_string(FailureMode mode) noexcept {
     case FailureMode::allow: return "allow";
     case FailureMode::deny: return "deny";
     case FailureMode::local: return "local";
+    case FailureMode::error: return "error";
   }
   return "unknown";
 }
@@ -38,6 +39,7 @@ Result<std::vector<Decision>> answer_by_policy(std::span<const store::CheckItem>
   if (!error.is_store_failure()) return std::unexpected(error);
   std::vector<Decision> out;
   switch (mode) {
+    case FailureMode::error: return std::unexpected(error);
     case FailureMode::allow:
     case FailureMode::deny: {
       const bool allow = mode == FailureMode::allow;
