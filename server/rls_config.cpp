@@ -54,14 +54,14 @@ algorithms::Limit counting_limit(const Reader& r, algorithms::Algorithm algorith
   const Micros length = rls::unit_length(unit);
   Result<algorithms::Limit> limit = make_error(ErrorCode::invalid_argument, "");
   if (algorithm == algorithms::Algorithm::token_bucket) {
-    // Capacity `requests`, refilled over one unit: one request every unit / requests.
-    const Micros period = (length + requests / 2) / requests;
-    if (period < 1) {
+    // Capacity `requests`, refilled over one unit: one request every unit / requests,
+    // rounded to the microsecond.
+    if (requests > length) {
       r.fail(blame, fmt::format("a token_bucket refills at most one request per microsecond: at "
                                 "most {} per {}, got {}",
                                 length, rls::to_string(unit), requests));
     }
-    limit = algorithms::Limit::make(algorithm, requests, period);
+    limit = algorithms::Limit::make(algorithm, requests, (length + requests / 2) / requests);
   } else {
     limit = algorithms::Limit::make(algorithm, requests, length);
   }

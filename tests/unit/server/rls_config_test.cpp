@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -279,9 +280,10 @@ TEST(RlsConfigTest, ErrorsNameTheFileTheFieldAndTheReason) {
       {one("{key: a, rate_limit: {unit: minute, requests_per_unit: 100001, algorithm: "
            "sliding_window_log}}"),
        "descriptors[0].rate_limit.requests_per_unit", "sliding_window_log keeps one entry"},
-      {one("{key: a, rate_limit: {unit: second, requests_per_unit: 2000001, algorithm: "
+      {one("{key: a, rate_limit: {unit: second, requests_per_unit: 1000001, algorithm: "
            "token_bucket}}"),
-       "descriptors[0].rate_limit.requests_per_unit", "at most one request per microsecond"},
+       "descriptors[0].rate_limit.requests_per_unit",
+       "at most one request per microsecond: at most 1000000 per second, got 1000001"},
       {one("{key: a, rate_limit: {unit: second, requests_per_unit: 1, unlimited: maybe}}"),
        "descriptors[0].rate_limit.unlimited", "must be true or false"},
       {one("{key: a, rate_limit: {unlimited: true, unit: second}}"),
@@ -396,6 +398,34 @@ descriptors:
       one("{key: a, rate_limits: [{unit: second, requests_per_unit: 1, replaces: [{name: x}]}, "
           "{unit: hour, requests_per_unit: 9, replaces: [{name: x}, {name: y}]}]}"));
   EXPECT_EQ(several.root.descriptors[0].replaces, (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(RlsConfigTest, TheDocumentedExampleLoadsAndMatchesAsDescribed) {
+  std::ifstream in(std::string(RATEKEEPER_SOURCE_DIR) + "/docs/configuration.md");
+  const std::string doc{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string fence = "```yaml\ndomain: edge ";
+  const auto start = doc.find(fence);
+  ASSERT_NE(start, std::string::npos) << "no domain file example in docs/configuration.md";
+  const auto end = doc.find("```", start + fence.size());
+  ASSERT_NE(end, std::string::npos);
+  const auto domain = parse_rls_domain(doc.substr(start + 8, end - start - 8), "edge.yaml");
+  EXPECT_EQ(domain.on_store_error, FailureMode::allow);
+  auto find = [&](std::vector<rls::Entry> entries) { return rls::match(domain, entries); };
+  const auto* blocked = find({{"remote_address", "50.0.0.5"}});
+  ASSERT_NE(blocked, nullptr);
+  EXPECT_EQ(blocked->limits.at(0).requests_per_unit, 0u);
+  const auto* ip = find({{"remote_address", "192.0.2.7"}});
+  ASSERT_NE(ip, nullptr);
+  EXPECT_EQ(ip->limits.at(0).requests_per_unit, 10u);
+  const auto* user = find({{"path", "/api/orders"}, {"user", "alice"}});
+  ASSERT_NE(user, nullptr);
+  EXPECT_EQ(user->limits.size(), 2u);
+  EXPECT_EQ(find({{"path", "/api/orders"}}), nullptr);
+  EXPECT_EQ(find({{"path", "/health"}, {"user", "alice"}}), nullptr);
+  EXPECT_EQ(find({{"remote_address", "192.0.2.7"}, {"user", "alice"}}), nullptr);
+  const auto* internal = find({{"internal", "x"}});
+  ASSERT_NE(internal, nullptr);
+  EXPECT_TRUE(internal->unlimited);
 }
 
 // A temporary directory removed at the end of the test.
