@@ -88,7 +88,7 @@ class RuleNames {
       for (const char c : parts[i]) name.push_back(allowed(c) ? c : '_');
     }
     if (name.size() <= kMaxLength && used_.insert(name).second) return name;
-    const std::string hashed =
+    std::string hashed =
         fmt::format("{}-{:012x}", std::string_view(name).substr(0, kMaxLength - 13),
                     hash(parts) & 0xffff'ffff'ffffULL);
     if (used_.insert(hashed).second) return hashed;
