@@ -4,6 +4,11 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-dev libyaml-cpp-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev librapidcheck-dev libgtest-dev
   libgmock-dev googletest libbenchmark-dev redis-server redis-sentinel redis-tools curl wrk
+  # Envoy's rate limit service: gRPC and protobuf (the server, the C++ test client), SHA-256
+  # of long descriptor identities (libssl-dev); its Python test (stubs from proto/ by
+  # grpc_tools); bench/rls_h2load.sh (h2load)
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
+  python3-grpcio python3-grpc-tools nghttp2-client
   # the auth_request tests: a real nginx (started by the tests, never as a service); the
   # decision API's Python example, run by the tests
   nginx python3

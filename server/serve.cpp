@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -15,11 +16,14 @@
 #include "api.hpp"
 #include "commands.hpp"
 #include "config.hpp"
+#include "rls_config.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
+#include "ratekeeper/rls/grpc_server.hpp"
+#include "ratekeeper/rls/service.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
@@ -75,6 +79,18 @@ int serve(const ServeArgs& args) {
     spdlog::info("no store configured: using memory:// (limits are not shared between instances)");
   }
 
+  // Envoy's rate limit service: its domains' limits are rules of the one limiter.
+  std::optional<rls::RlsConfig> rls_config;
+  if (config.grpc) {
+    try {
+      rls_config = load_rls_config(config.grpc->config_dir);
+    } catch (const ConfigError& e) {
+      std::fprintf(stderr, "ratekeeper serve: invalid rate limit service configuration: %s\n", e.what());
+      return 2;
+    }
+    rls::append_limiter_rules(*rls_config, config.limiter.rules);
+  }
+
   http::ServerOptions& options = config.http;
 
   // One event loop for the HTTP connections and the Redis connections: a request is read,
@@ -98,6 +114,8 @@ int serve(const ServeArgs& args) {
     api->handle(std::move(request), std::move(respond));
   });
   std::unique_ptr<http::Proxy> proxy;  // likewise
+  std::unique_ptr<rls::Service> rls_service;  // likewise
+  std::unique_ptr<rls::GrpcServer> grpc;
 
   auto opened = store::open_store(config.store);
   if (!opened) {
@@ -129,14 +147,25 @@ int serve(const ServeArgs& args) {
     if (config.upstream) {
       proxy = std::make_unique<http::Proxy>(options, *config.upstream, middleware);
     }
+    if (rls_config) {
+      rls_service = std::make_unique<rls::Service>(
+          std::move(*rls_config), limiter,
+          rls::ServiceOptions{.response_headers = config.grpc->response_headers,
+                              .max_message_bytes = config.grpc->max_message_bytes});
+      grpc = std::make_unique<rls::GrpcServer>(
+          *rls_service, rls::GrpcServerOptions{.host = config.grpc->host,
+                                               .port = config.grpc->port,
+                                               .threads = config.grpc->threads});
+    }
     ApiOptions api_options{
         .metrics_enabled = config.metrics_enabled,
         .demo_routes = !proxy,  // with an upstream the routes are the admin listener
         .loop = loop,
         .extra_metrics =
-            [&server, &proxy, leasing] {
+            [&server, &proxy, &rls_service, leasing] {
               std::string text = http_server_metrics(server);
               if (proxy) text += http::proxy_metrics(*proxy);
+              if (rls_service) text += rls_service->metrics_text();
               if (leasing != nullptr) text += leasing->metrics_text();
               return text;
             },
@@ -154,6 +183,14 @@ int serve(const ServeArgs& args) {
         return 1;
       }
     }
+    if (grpc) {
+      if (auto listening = grpc->start(); !listening) {
+        std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
+        return 1;
+      }
+      spdlog::info("rate limit service (gRPC) on {}: {} domain(s) from {}", grpc->address(),
+                   rls_service->config().domains.size(), config.grpc->config_dir);
+    }
     spdlog::info("store {} ({})", store->kind(), config.store.url);
     spdlog::info("{} rule(s) from {}, {} io thread(s)", config.limiter.rules.size(), config.source,
                  options.threads);
@@ -169,6 +206,8 @@ int serve(const ServeArgs& args) {
       spdlog::info("listening on {}", server.address());
       server.run();
     }
+    // Calls in flight are answered (the loop and the store still run), then no more.
+    if (grpc) grpc->stop();
     spdlog::info("drained, exiting");
     // The store goes first: callbacks it still holds refer to the limiter. Leases' unused
     // units go back to the store then.

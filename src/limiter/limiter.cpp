@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
 #include <span>
 #include <stdexcept>
@@ -95,7 +96,9 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     out.identity = std::move(app.identity);
 
     const Policy* policy = &rule->limits;
-    if (app.ip_fallback && !rule->ip_limits.empty()) {
+    if (app.limits != nullptr) {
+      policy = app.limits;
+    } else if (app.ip_fallback && !rule->ip_limits.empty()) {
       policy = &rule->ip_limits;
     } else if (rule->tiered) {
       if (app.tier.empty()) {
@@ -298,14 +301,7 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                 });
 }
 
-void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback done) {
-  auto prepared = prepare(std::move(applications));
-  if (!prepared) {
-    done(std::unexpected(prepared.error()));
-    return;
-  }
-  auto p = std::move(*prepared);
-  for (std::size_t i = 0; i < p->shadow.size(); ++i) run_shadow(p, i, {});
+void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done) {
   if (p->items.empty()) {
     done(Evaluation{});
     return;
@@ -324,11 +320,57 @@ void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback
   });
 }
 
-Result<Evaluation> Limiter::evaluate_sync(std::vector<Application> applications) {
+void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback done,
+                       EvaluateOptions options) {
+  auto prepared = prepare(std::move(applications));
+  if (!prepared) {
+    done(std::unexpected(prepared.error()));
+    return;
+  }
+  auto p = std::move(*prepared);
+  if (!options.with_shadow || p->shadow.empty()) {
+    for (std::size_t i = 0; i < p->shadow.size(); ++i) run_shadow(p, i, {});
+    run_enforcing(std::move(p), std::move(done));
+    return;
+  }
+  // The answer waits for every check: the last of them to arrive (on whichever thread)
+  // answers. Each writes only its own slot before arriving.
+  struct Join {
+    std::atomic<std::size_t> pending;
+    std::optional<Result<Evaluation>> result;
+    std::vector<RuleOutcome> shadow;
+    EvaluationCallback done;
+  };
+  auto join = std::make_shared<Join>();
+  join->pending.store(p->shadow.size() + 1, std::memory_order_relaxed);
+  join->shadow.resize(p->shadow.size());
+  join->done = std::move(done);
+  auto arrive = [](const std::shared_ptr<Join>& j) {
+    if (j->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    auto result = std::move(*j->result);
+    if (result) result->shadow = std::move(j->shadow);
+    auto done = std::move(j->done);
+    done(std::move(result));
+  };
+  for (std::size_t i = 0; i < p->shadow.size(); ++i) {
+    run_shadow(p, i, [join, i, arrive](const RuleOutcome& outcome) {
+      join->shadow[i] = outcome;
+      arrive(join);
+    });
+  }
+  run_enforcing(std::move(p), [join, arrive](Result<Evaluation> r) {
+    join->result.emplace(std::move(r));
+    arrive(join);
+  });
+}
+
+Result<Evaluation> Limiter::evaluate_sync(std::vector<Application> applications,
+                                          EvaluateOptions options) {
   std::promise<Result<Evaluation>> promise;
   auto future = promise.get_future();
-  evaluate(std::move(applications),
-           [&promise](Result<Evaluation> r) { promise.set_value(std::move(r)); });
+  evaluate(
+      std::move(applications),
+      [&promise](Result<Evaluation> r) { promise.set_value(std::move(r)); }, options);
   return future.get();
 }
 

@@ -235,6 +235,10 @@ void append_limiter_rules(RlsConfig& config, std::vector<limiter::Rule>& rules) 
     limiter::Rule override_rule;
     override_rule.name = names.take({domain.name});
     override_rule.cost = 1;
+    // Never checked: each request carrying an override brings its limit (Application::
+    // limits). A rule holds at least one limit.
+    override_rule.limits = {{"", *algorithms::Limit::make(algorithms::Algorithm::fixed_window, 1,
+                                                          kMicrosPerSecond)}};
     override_rule.on_store_error = domain.on_store_error.value_or(limiter::FailureMode::error);
     domain.override_rule = rules.size();
     rules.push_back(std::move(override_rule));

@@ -59,6 +59,9 @@ struct Application {
   std::string tier;          // tiered rules: the resolved tier (empty: from the users table)
   std::string endpoint;      // per-endpoint rules: the request path
   std::optional<std::int64_t> cost;  // nullopt: the rule's cost
+  // The limits to check instead of the rule's (or its tier's), e.g. a limit the caller was
+  // given with the request; read during evaluate() only. Null: the rule's.
+  const Policy* limits = nullptr;
 };
 
 // One limit's decision within a rule.
@@ -99,6 +102,16 @@ struct Evaluation : Verdict {
   bool allowed = true;             // every enforcing rule admitted the request
   std::vector<RuleOutcome> rules;  // the enforcing rules, in application order
   Micros latency = 0;              // store round trip of the enforcing batch (Clock::steady)
+  // The shadow rules, in application order: filled only when the evaluation waited for them
+  // (EvaluateOptions::with_shadow); a shadow rule whose store failed is marked
+  // by_failure_policy and allowed.
+  std::vector<RuleOutcome> shadow;
+};
+
+struct EvaluateOptions {
+  // Answer only once the shadow rules are checked too, with their outcomes in
+  // Evaluation::shadow (they still never change the answer). Else the answer does not wait.
+  bool with_shadow = false;
 };
 
 using EvaluationCallback = std::function<void(Result<Evaluation>)>;
@@ -120,8 +133,10 @@ class Limiter {
   // Checks every application (enforcing in one batch, shadow in another). `done` is called
   // exactly once, possibly inline, possibly on a store thread. Errors: invalid_argument (bad
   // identity, bad cost), or a store error a rule's policy could not answer.
-  void evaluate(std::vector<Application> applications, EvaluationCallback done);
-  Result<Evaluation> evaluate_sync(std::vector<Application> applications);
+  void evaluate(std::vector<Application> applications, EvaluationCallback done,
+                EvaluateOptions options = {});
+  Result<Evaluation> evaluate_sync(std::vector<Application> applications,
+                                   EvaluateOptions options = {});
 
   // The application of one rule to an identity chosen by the caller (the decision API):
   // `tier` for tiered rules (empty: from the users table for "user:<id>", else the default),
@@ -152,6 +167,7 @@ class Limiter {
  private:
   struct Prepared;
   Result<std::shared_ptr<Prepared>> prepare(std::vector<Application> applications) const;
+  void run_enforcing(std::shared_ptr<Prepared> prepared, EvaluationCallback done);
   void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                   std::function<void(const RuleOutcome&)> then);
   Result<Evaluation> finish(Prepared& prepared, Result<store::CheckOutcome> outcome,

@@ -575,7 +575,8 @@ descriptors:
   const auto& domain = config.domains[0];
   const auto& override_rule = rules.at(domain.override_rule);
   EXPECT_EQ(override_rule.name, "rls.messaging");
-  EXPECT_TRUE(override_rule.limits.empty());
+  // One placeholder limit (a rule holds one): each request carrying an override brings its own.
+  EXPECT_EQ(override_rule.limits.size(), 1u);
   EXPECT_EQ(override_rule.on_store_error, FailureMode::local);
 
   const auto& marketing = domain.root.descriptors[0];

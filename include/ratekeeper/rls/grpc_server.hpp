@@ -1,0 +1,58 @@
+#pragma once
+// The gRPC server of Envoy's rate limit service: envoy.service.ratelimit.v3.RateLimitService
+// on one listen address (HTTP/2, plaintext), answering ShouldRateLimit through a Service.
+// Completion-queue threads read and write the calls; the decisions are the Service's (the
+// store's event loop). A call's answer goes out as soon as the Service gives it; stop()
+// refuses new calls, waits for the calls in flight (each bounded by the store's deadlines),
+// then ends the threads.
+//
+// Thread-safe: start() and stop() from one thread; the Service must outlive the server.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/time.hpp"
+
+namespace ratekeeper::rls {
+
+class Service;
+
+struct GrpcServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: any free port (address() tells)
+  int threads = 1;         // completion-queue threads
+  // The transport's bound on a received message; the Service answers INVALID_ARGUMENT above
+  // its own (smaller) max_message_bytes. Larger messages are refused by gRPC itself
+  // (RESOURCE_EXHAUSTED).
+  std::size_t max_receive_bytes = 4 * 1024 * 1024;
+  Micros drain_timeout = 5 * kMicrosPerSecond;  // stop(): calls in flight get this long
+};
+
+class GrpcServer {
+ public:
+  GrpcServer(Service& service, GrpcServerOptions options);
+  ~GrpcServer();  // stop()
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // Binds and starts serving. Errors: the address cannot be bound.
+  Result<void> start();
+  // "host:port" actually bound (after start()).
+  std::string address() const;
+  void stop();
+
+  struct Stats {
+    std::uint64_t calls = 0;      // calls accepted
+    std::uint64_t cancelled = 0;  // answers that found their call gone (deadline, client)
+  };
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ratekeeper::rls

@@ -1,0 +1,182 @@
+#include "ratekeeper/rls/grpc_server.hpp"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "ratekeeper/rls/service.hpp"
+
+namespace ratekeeper::rls {
+namespace {
+
+// Calls requested ahead on each completion queue: a burst of new calls is matched without
+// waiting for the queue's thread to request the next one.
+constexpr int kRequestsAhead = 8;
+
+}  // namespace
+
+class GrpcServer::Impl {
+ public:
+  Impl(Service& service, GrpcServerOptions options) : service_(service), options_(std::move(options)) {}
+
+  Result<void> start();
+  void stop();
+
+  // One ShouldRateLimit call: requested, answered by the Service (on whichever thread it
+  // answers), then deleted when its completion comes back.
+  class Call {
+   public:
+    Call(Impl& impl, grpc::ServerCompletionQueue* cq) : impl_(impl), cq_(cq), writer_(&context_) {
+      impl_.active_.fetch_add(1, std::memory_order_relaxed);
+      impl_.async_.RequestShouldRateLimit(&context_, &request_, &writer_, cq_, cq_, this);
+    }
+    ~Call() { impl_.active_.fetch_sub(1, std::memory_order_acq_rel); }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+    // The completion queue's event for this call.
+    void proceed(bool ok) {
+      if (state_.load(std::memory_order_acquire) == State::answered) {
+        if (!ok) impl_.cancelled_.fetch_add(1, std::memory_order_relaxed);
+        impl_.in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+        delete this;
+        return;
+      }
+      if (!ok) {  // the server is shutting down: no call came
+        delete this;
+        return;
+      }
+      if (!impl_.stopping_.load(std::memory_order_acquire)) new Call(impl_, cq_);
+      impl_.calls_.fetch_add(1, std::memory_order_relaxed);
+      impl_.in_flight_.fetch_add(1, std::memory_order_acq_rel);
+      // The answer may come inline or on a store thread; either way it is the last use of
+      // `this` before the completion event.
+      impl_.service_.should_rate_limit(request_, [this](Answer answer) { finish(std::move(answer)); });
+    }
+
+   private:
+    enum class State : std::uint8_t { requested, answered };
+
+    void finish(Answer answer) {
+      const bool ok = answer.status == Status::ok;
+      if (ok) response_ = std::move(answer.response);
+      // Published before Finish: the completion may be handled (and `this` deleted) on the
+      // queue's thread before Finish returns.
+      state_.store(State::answered, std::memory_order_release);
+      if (ok) {
+        writer_.Finish(response_, grpc::Status::OK, this);
+      } else {
+        writer_.FinishWithError(
+            grpc::Status(static_cast<grpc::StatusCode>(answer.status), answer.message), this);
+      }
+    }
+
+    Impl& impl_;
+    grpc::ServerCompletionQueue* cq_;
+    grpc::ServerContext context_;
+    pb::RateLimitRequest request_;
+    pb::RateLimitResponse response_;
+    grpc::ServerAsyncResponseWriter<pb::RateLimitResponse> writer_;
+    std::atomic<State> state_{State::requested};
+  };
+
+  Service& service_;
+  GrpcServerOptions options_;
+  pb::RateLimitService::AsyncService async_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
+  int port_ = 0;
+  bool started_ = false;
+  bool stopped_ = false;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> active_{0};     // Call objects alive
+  std::atomic<std::int64_t> in_flight_{0};  // calls received and not yet answered and sent
+  std::atomic<std::uint64_t> calls_{0};
+  std::atomic<std::uint64_t> cancelled_{0};
+};
+
+Result<void> GrpcServer::Impl::start() {
+  if (started_) return make_error(ErrorCode::invalid_argument, "the gRPC server is already started");
+  const std::string host =
+      options_.host.find(':') != std::string::npos ? fmt::format("[{}]", options_.host) : options_.host;
+  const std::string address = fmt::format("{}:{}", host, options_.port);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(&async_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_receive_bytes));
+  const int threads = std::max(1, options_.threads);
+  for (int i = 0; i < threads; ++i) queues_.push_back(builder.AddCompletionQueue());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    for (auto& q : queues_) {
+      q->Shutdown();
+      void* tag = nullptr;
+      bool ok = false;
+      while (q->Next(&tag, &ok)) {
+      }
+    }
+    queues_.clear();
+    server_.reset();
+    return make_error(ErrorCode::unavailable, fmt::format("gRPC: cannot listen on {}", address));
+  }
+  started_ = true;
+  for (auto& q : queues_) {
+    for (int i = 0; i < kRequestsAhead; ++i) new Call(*this, q.get());
+    threads_.emplace_back([queue = q.get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) static_cast<Call*>(tag)->proceed(ok);
+    });
+  }
+  return {};
+}
+
+void GrpcServer::Impl::stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  stopping_.store(true, std::memory_order_release);
+  // The calls in flight are answered first (within the store's deadlines), for at most the
+  // drain timeout; then the server shuts down at once: a graceful gRPC shutdown would also
+  // wait for idle client connections to go away.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.drain_timeout);
+  while (in_flight_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server_->Shutdown(std::chrono::system_clock::now());
+  // A call still with the Service completes (cancelled) once it answers; its completion
+  // comes back on the queues, which run until every call is gone.
+  while (active_.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (auto& q : queues_) q->Shutdown();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+GrpcServer::GrpcServer(Service& service, GrpcServerOptions options)
+    : impl_(std::make_unique<Impl>(service, std::move(options))) {}
+
+GrpcServer::~GrpcServer() { stop(); }
+
+Result<void> GrpcServer::start() { return impl_->start(); }
+
+void GrpcServer::stop() { impl_->stop(); }
+
+std::string GrpcServer::address() const {
+  const auto& host = impl_->options_.host;
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, impl_->port_)
+                                              : fmt::format("{}:{}", host, impl_->port_);
+}
+
+GrpcServer::Stats GrpcServer::stats() const {
+  return Stats{impl_->calls_.load(std::memory_order_relaxed),
+               impl_->cancelled_.load(std::memory_order_relaxed)};
+}
+
+}  // namespace ratekeeper::rls

@@ -1,0 +1,447 @@
+#include "ratekeeper/rls/service.hpp"
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <future>
+#include <limits>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/limiter/keys.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
+
+namespace ratekeeper::rls {
+namespace {
+
+using algorithms::Decision;
+using limiter::Application;
+using limiter::Evaluation;
+using limiter::RuleOutcome;
+
+// The descriptor's own hits_addend is a uint64 on the wire; the request's is a uint32.
+constexpr std::uint64_t kMaxHits = std::numeric_limits<std::uint32_t>::max();
+
+// Percent-encodes the separators of an identity ('%', '|', '=') so that the entries of two
+// different descriptors never spell one identity.
+void append_escaped(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (const char c : text) {
+    if (c == '%' || c == '|' || c == '=') {
+      out += '%';
+      out += kHex[static_cast<unsigned char>(c) >> 4];
+      out += kHex[static_cast<unsigned char>(c) & 0xF];
+    } else {
+      out += c;
+    }
+  }
+}
+
+// The identity a descriptor is counted under: its entries "k=v|k=v" (and an override's limit),
+// or, when that is too long for a key, "sha256:" and its digest.
+std::string identity_of(const pb::RateLimitRequest& request, int descriptor,
+                        const DescriptorLimit* override_limit) {
+  const auto& d = request.descriptors(descriptor);
+  std::string id;
+  for (int i = 0; i < d.entries_size(); ++i) {
+    if (i > 0) id += '|';
+    append_escaped(id, d.entries(i).key());
+    id += '=';
+    append_escaped(id, d.entries(i).value());
+  }
+  if (override_limit != nullptr) {
+    id += fmt::format("|limit={}/{}", override_limit->requests_per_unit, to_string(override_limit->unit));
+  }
+  // Escaping at most triples a byte: short identities fit without trying.
+  if (id.size() * 3 <= limiter::kMaxIdentityBytes || limiter::escape_identity(id)) return id;
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(id.data(), id.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("SHA-256 failed");
+  }
+  std::string out = "sha256:";
+  for (unsigned int i = 0; i < size; ++i) out += fmt::format("{:02x}", digest[i]);
+  return out;
+}
+
+void set_limit(pb::RateLimitResponse::RateLimit* out, const DescriptorLimit& limit) {
+  out->set_name(limit.name);
+  out->set_requests_per_unit(limit.requests_per_unit);
+  out->set_unit(static_cast<pb::RateLimitResponse::RateLimit::Unit>(limit.unit));
+}
+
+void set_duration(google::protobuf::Duration* out, Micros d) {
+  d = std::max<Micros>(0, d);
+  out->set_seconds(d / kMicrosPerSecond);
+  out->set_nanos(static_cast<std::int32_t>(d % kMicrosPerSecond) * 1000);
+}
+
+std::uint32_t clamp_remaining(std::int64_t remaining) {
+  return static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(remaining, 0, std::numeric_limits<std::uint32_t>::max()));
+}
+
+}  // namespace
+
+// What one descriptor of a request came to before the store is asked, and where its
+// outcome will be.
+struct Slot {
+  enum class Kind : std::uint8_t {
+    no_limit,   // unknown domain, no match, unlimited, replaced: OK without a limit
+    over,       // a limit of 0, or hits above a capacity: over without counting
+    enforcing,  // Evaluation::rules[index]
+    shadow,     // Evaluation::shadow[index]
+  };
+  Kind kind = Kind::no_limit;
+  bool shadow = false;
+  std::size_t index = 0;
+  // The limits shown as current_limit, in the order of the rule's policy (enforcing, shadow),
+  // or the one limit that is over (over).
+  std::vector<const DescriptorLimit*> shown;
+  std::string rule_name;  // over: the policy name of the headers
+  DescriptorLimit override_limit;
+  limiter::Policy policy;  // an override's, or a node's limits less the replaced ones
+};
+
+struct Service::Call {
+  std::vector<Slot> slots;
+  AnswerCallback done;
+};
+
+Service::Service(RlsConfig config, limiter::Limiter& limiter, ServiceOptions options)
+    : config_(std::move(config)), limiter_(&limiter), options_(options) {
+  const auto& rules = limiter.config().rules;
+  const auto check = [&](std::size_t index, std::string_view what) {
+    if (index >= rules.size()) {
+      throw std::invalid_argument(fmt::format(
+          "rate limit service: {} has no rule in the limiter (append_limiter_rules)", what));
+    }
+  };
+  for (const auto& domain : config_.domains) {
+    check(domain.override_rule, fmt::format("domain '{}'", domain.name));
+    std::vector<const DescriptorNode*> stack{&domain.root};
+    while (!stack.empty()) {
+      const DescriptorNode* node = stack.back();
+      stack.pop_back();
+      if (!node->limits.empty() && node->rule != kNoRule) {
+        check(node->rule, fmt::format("descriptor '{}' of domain '{}'", node->key, domain.name));
+      }
+      for (const auto& child : node->descriptors) stack.push_back(&child);
+    }
+  }
+}
+
+Service::~Service() = default;
+
+void Service::count(Status status, const pb::RateLimitResponse* response) {
+  switch (status) {
+    case Status::ok:
+      if (response != nullptr && response->overall_code() == pb::RateLimitResponse::OVER_LIMIT) {
+        over_limit_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        ok_.fetch_add(1, std::memory_order_relaxed);
+      }
+      break;
+    case Status::invalid_argument: invalid_.fetch_add(1, std::memory_order_relaxed); break;
+    case Status::unavailable: unavailable_.fetch_add(1, std::memory_order_relaxed); break;
+    case Status::internal: internal_.fetch_add(1, std::memory_order_relaxed); break;
+  }
+}
+
+void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallback done) {
+  const auto refuse = [&](std::string message) {
+    count(Status::invalid_argument, nullptr);
+    done(Answer{Status::invalid_argument, std::move(message), {}});
+  };
+  if (const auto bytes = request.ByteSizeLong(); bytes > options_.max_message_bytes) {
+    return refuse(fmt::format("request of {} bytes: at most {}", bytes, options_.max_message_bytes));
+  }
+  if (request.domain().empty()) return refuse("domain must not be empty");
+  const int n = request.descriptors_size();
+  if (n == 0) return refuse("descriptors must not be empty");
+  if (static_cast<std::size_t>(n) > options_.max_descriptors) {
+    return refuse(fmt::format("{} descriptors: at most {}", n, options_.max_descriptors));
+  }
+  const std::uint64_t request_hits = request.hits_addend() == 0 ? 1 : request.hits_addend();
+  std::vector<Entry> entries;
+  for (int i = 0; i < n; ++i) {
+    const auto& d = request.descriptors(i);
+    if (d.entries_size() == 0) return refuse(fmt::format("descriptors[{}]: entries must not be empty", i));
+    if (static_cast<std::size_t>(d.entries_size()) > options_.max_entries) {
+      return refuse(fmt::format("descriptors[{}]: {} entries, at most {}", i, d.entries_size(),
+                                options_.max_entries));
+    }
+    for (int e = 0; e < d.entries_size(); ++e) {
+      if (d.entries(e).key().empty()) {
+        return refuse(fmt::format("descriptors[{}].entries[{}].key must not be empty", i, e));
+      }
+    }
+    if (d.has_hits_addend() && d.hits_addend().value() > kMaxHits) {
+      return refuse(fmt::format("descriptors[{}].hits_addend {} is above {}", i,
+                                d.hits_addend().value(), kMaxHits));
+    }
+    if (d.has_limit()) {
+      const auto unit = static_cast<Unit>(d.limit().unit());
+      if (d.limit().unit() <= 0 || d.limit().unit() > static_cast<int>(Unit::week)) {
+        return refuse(fmt::format("descriptors[{}].limit.unit {} is not a unit", i, d.limit().unit()));
+      }
+      (void)unit;
+    }
+  }
+
+  auto call = std::make_shared<Call>();
+  call->done = std::move(done);
+  call->slots.resize(static_cast<std::size_t>(n));
+  const Domain* domain = config_.find(request.domain());
+  if (domain == nullptr) {
+    unknown_domain_.fetch_add(1, std::memory_order_relaxed);
+    answer(*call, Evaluation{});
+    return;
+  }
+  const auto& rules = limiter_->config().rules;
+
+  // Each descriptor's node (or override) and cost; the names of the limits replaced.
+  std::vector<const DescriptorNode*> nodes(static_cast<std::size_t>(n), nullptr);
+  std::vector<std::int64_t> costs(static_cast<std::size_t>(n), 1);
+  std::unordered_set<std::string_view> replaced;
+  for (int i = 0; i < n; ++i) {
+    const auto& d = request.descriptors(i);
+    costs[i] = static_cast<std::int64_t>(d.has_hits_addend() ? d.hits_addend().value() : request_hits);
+    if (d.has_limit()) continue;
+    entries.clear();
+    for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
+    const DescriptorNode* node = match(*domain, entries);
+    if (node == nullptr || node->unlimited) continue;
+    nodes[i] = node;
+    for (const auto& name : node->replaces) replaced.insert(name);
+  }
+
+  // Slots: what each descriptor checks. A descriptor certainly over keeps the others from
+  // consuming (all-or-nothing): they only peek.
+  bool certainly_over = false;
+  for (int i = 0; i < n; ++i) {
+    auto& slot = call->slots[i];
+    const auto& d = request.descriptors(i);
+    if (d.has_limit()) {
+      slot.override_limit.requests_per_unit = d.limit().requests_per_unit();
+      slot.override_limit.unit = static_cast<Unit>(d.limit().unit());
+      if (slot.override_limit.requests_per_unit > 0) {
+        auto limit = algorithms::Limit::make(algorithms::Algorithm::fixed_window,
+                                             slot.override_limit.requests_per_unit,
+                                             unit_length(slot.override_limit.unit));
+        if (!limit) {
+          count(Status::invalid_argument, nullptr);
+          call->done(Answer{Status::invalid_argument,
+                            fmt::format("descriptors[{}].limit: {}", i, limit.error().message), {}});
+          return;
+        }
+        slot.override_limit.limit = *limit;
+        slot.policy.push_back({"", *limit});
+      }
+      slot.rule_name = rules[domain->override_rule].name;
+      slot.shown.push_back(&slot.override_limit);
+      slot.kind = Slot::Kind::enforcing;
+    } else if (const DescriptorNode* node = nodes[i]; node != nullptr) {
+      slot.shadow = node->shadow_mode;
+      // Limits of 0 requests only: no rule counts them; the headers name the domain's.
+      slot.rule_name = rules[node->rule != kNoRule ? node->rule : domain->override_rule].name;
+      slot.kind = slot.shadow ? Slot::Kind::shadow : Slot::Kind::enforcing;
+      const bool any_replaced =
+          !replaced.empty() && std::any_of(node->limits.begin(), node->limits.end(),
+                                           [&](const DescriptorLimit& l) {
+                                             return !l.name.empty() && replaced.contains(l.name);
+                                           });
+      for (const auto& l : node->limits) {
+        if (any_replaced && !l.name.empty() && replaced.contains(l.name)) continue;
+        slot.shown.push_back(&l);
+      }
+      if (slot.shown.empty()) {
+        slot.kind = Slot::Kind::no_limit;
+        continue;
+      }
+      if (any_replaced && node->rule != kNoRule) {
+        // The rule's policy holds the node's limits of more than 0 requests, in order.
+        const auto& policy = rules[node->rule].limits;
+        for (const auto* l : slot.shown) {
+          for (const auto& named : policy) {
+            if (l->requests_per_unit > 0 && named.limit == l->limit) {
+              slot.policy.push_back(named);
+              break;
+            }
+          }
+        }
+      }
+    } else {
+      continue;
+    }
+    // Over without counting: a limit of 0 requests, or more hits than a limit holds.
+    for (const auto* l : slot.shown) {
+      if (l->requests_per_unit == 0 || costs[i] > static_cast<std::int64_t>(l->requests_per_unit)) {
+        const DescriptorLimit* over = l;
+        slot.shown.assign(1, over);
+        slot.kind = Slot::Kind::over;
+        certainly_over = certainly_over || !slot.shadow;
+        break;
+      }
+    }
+  }
+
+  std::vector<Application> apps;
+  std::size_t enforcing = 0;
+  std::size_t shadow = 0;
+  for (int i = 0; i < n; ++i) {
+    auto& slot = call->slots[i];
+    if (slot.kind != Slot::Kind::enforcing && slot.kind != Slot::Kind::shadow) continue;
+    const auto& d = request.descriptors(i);
+    Application app;
+    const bool is_override = d.has_limit();
+    app.rule = &rules[is_override ? domain->override_rule : nodes[i]->rule];
+    app.identity = identity_of(request, i, is_override ? &slot.override_limit : nullptr);
+    app.cost = (certainly_over && !slot.shadow) ? 0 : costs[i];
+    if (!slot.policy.empty() || is_override) app.limits = &slot.policy;
+    slot.index = slot.shadow ? shadow++ : enforcing++;
+    apps.push_back(std::move(app));
+  }
+  if (apps.empty()) {
+    answer(*call, Evaluation{});
+    return;
+  }
+  limiter_->evaluate(
+      std::move(apps),
+      [this, call](Result<Evaluation> evaluation) { answer(*call, std::move(evaluation)); },
+      limiter::EvaluateOptions{.with_shadow = shadow > 0});
+}
+
+void Service::answer(Call& call, Result<Evaluation> evaluation) {
+  auto done = std::move(call.done);
+  if (!evaluation) {
+    const Error& e = evaluation.error();
+    const Status status = e.is_store_failure()                        ? Status::unavailable
+                          : e.code == ErrorCode::invalid_argument ? Status::invalid_argument
+                                                                      : Status::internal;
+    count(status, nullptr);
+    done(Answer{status, e.message, {}});
+    return;
+  }
+  Answer out;
+  auto& response = out.response;
+  bool over = false;
+  // For the headers: the enforcing rules' outcomes, and those over without counting.
+  Evaluation shown;
+  for (const auto& slot : call.slots) {
+    auto* status = response.add_statuses();
+    status->set_code(pb::RateLimitResponse::OK);
+    switch (slot.kind) {
+      case Slot::Kind::no_limit:
+        descriptors_no_limit_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Slot::Kind::over: {
+        const DescriptorLimit& l = *slot.shown.front();
+        set_limit(status->mutable_current_limit(), l);
+        set_duration(status->mutable_duration_until_reset(), unit_length(l.unit));
+        if (slot.shadow) {
+          descriptors_shadow_over_.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+        status->set_code(pb::RateLimitResponse::OVER_LIMIT);
+        descriptors_over_.fetch_add(1, std::memory_order_relaxed);
+        over = true;
+        RuleOutcome& r = shown.rules.emplace_back();
+        auto& lo = r.limits.emplace_back();
+        lo.policy_name = slot.rule_name;
+        lo.limit = l.requests_per_unit > 0 ? l.limit
+                                           : algorithms::Limit{algorithms::Algorithm::fixed_window, 0,
+                                                               unit_length(l.unit)};
+        lo.decision = Decision{.allowed = false,
+                               .limit = l.requests_per_unit,
+                               .remaining = 0,
+                               .retry_after = unit_length(l.unit),
+                               .reset_after = unit_length(l.unit)};
+        r.decision = lo.decision;
+        break;
+      }
+      case Slot::Kind::enforcing:
+      case Slot::Kind::shadow: {
+        const auto& rules = slot.shadow ? evaluation->shadow : evaluation->rules;
+        if (slot.index >= rules.size()) {
+          count(Status::internal, nullptr);
+          done(Answer{Status::internal, "limiter answered fewer rules than asked", {}});
+          return;
+        }
+        const RuleOutcome& r = rules[slot.index];
+        const Decision& d = r.decision;
+        const std::size_t binding = std::min(r.binding, slot.shown.size() - 1);
+        set_limit(status->mutable_current_limit(), *slot.shown[binding]);
+        status->set_limit_remaining(clamp_remaining(d.remaining));
+        set_duration(status->mutable_duration_until_reset(), d.allowed ? d.reset_after : d.retry_after);
+        if (slot.shadow) {
+          if (!d.allowed) descriptors_shadow_over_.fetch_add(1, std::memory_order_relaxed);
+          else descriptors_ok_.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+        if (!d.allowed) {
+          status->set_code(pb::RateLimitResponse::OVER_LIMIT);
+          descriptors_over_.fetch_add(1, std::memory_order_relaxed);
+          over = true;
+        } else {
+          descriptors_ok_.fetch_add(1, std::memory_order_relaxed);
+        }
+        shown.rules.push_back(r);
+        break;
+      }
+    }
+  }
+  response.set_overall_code(over ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
+  if (options_.response_headers && !shown.rules.empty()) {
+    std::vector<Decision> decisions;
+    for (const auto& r : shown.rules) decisions.push_back(r.decision);
+    shown.decision = algorithms::combine(decisions);
+    shown.allowed = !over;
+    if (over && shown.decision.allowed) {
+      // Allowed by every limit but consumed nothing: another descriptor was over.
+      shown.decision.allowed = false;
+    }
+    for (auto& [name, value] : http::rate_limit_headers(shown, http::HeaderOptions{})) {
+      auto* h = response.add_response_headers_to_add();
+      h->set_key(std::move(name));
+      h->set_value(std::move(value));
+    }
+  }
+  count(Status::ok, &response);
+  done(std::move(out));
+}
+
+Answer Service::should_rate_limit_sync(const pb::RateLimitRequest& request) {
+  std::promise<Answer> promise;
+  auto future = promise.get_future();
+  should_rate_limit(request, [&promise](Answer a) { promise.set_value(std::move(a)); });
+  return future.get();
+}
+
+std::string Service::metrics_text() const {
+  const auto v = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  std::string out;
+  out += "# HELP ratekeeper_rls_requests_total ShouldRateLimit calls by answer.\n";
+  out += "# TYPE ratekeeper_rls_requests_total counter\n";
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"ok\"}} {}\n", v(ok_));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"over_limit\"}} {}\n", v(over_limit_));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"invalid_argument\"}} {}\n", v(invalid_));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"unavailable\"}} {}\n", v(unavailable_));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"internal\"}} {}\n", v(internal_));
+  out += "# HELP ratekeeper_rls_unknown_domain_total ShouldRateLimit calls for a domain that is not configured (answered OK).\n";
+  out += "# TYPE ratekeeper_rls_unknown_domain_total counter\n";
+  out += fmt::format("ratekeeper_rls_unknown_domain_total {}\n", v(unknown_domain_));
+  out += "# HELP ratekeeper_rls_descriptors_total Descriptors answered, by status.\n";
+  out += "# TYPE ratekeeper_rls_descriptors_total counter\n";
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"ok\"}} {}\n", v(descriptors_ok_));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"over_limit\"}} {}\n", v(descriptors_over_));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"no_limit\"}} {}\n", v(descriptors_no_limit_));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"shadow_over_limit\"}} {}\n",
+                     v(descriptors_shadow_over_));
+  return out;
+}
+
+}  // namespace ratekeeper::rls
