@@ -28,35 +28,46 @@ class GrpcServer::Impl {
   void stop();
 
   // One ShouldRateLimit call: requested, answered by the Service (on whichever thread it
-  // answers), then deleted when its completion comes back.
-  class Call {
+  // answers), then released when its completion comes back. Shared between the queue (its
+  // reference `self_`, dropped at the last completion) and the Service's callback: whichever
+  // lets go last destroys it, so that everything the answering thread did with the call (the
+  // answer, Finish) happens before its destruction as the reference count orders it.
+  class Call : public std::enable_shared_from_this<Call> {
    public:
     Call(Impl& impl, grpc::ServerCompletionQueue* cq) : impl_(impl), cq_(cq), writer_(&context_) {
       impl_.active_.fetch_add(1, std::memory_order_relaxed);
-      impl_.async_.RequestShouldRateLimit(&context_, &request_, &writer_, cq_, cq_, this);
     }
     ~Call() { impl_.active_.fetch_sub(1, std::memory_order_acq_rel); }
     Call(const Call&) = delete;
     Call& operator=(const Call&) = delete;
 
-    // The completion queue's event for this call.
+    // A new call requested on `cq`.
+    static void request(Impl& impl, grpc::ServerCompletionQueue* cq) {
+      auto call = std::make_shared<Call>(impl, cq);
+      Call& c = *call;
+      c.self_ = std::move(call);
+      impl.async_.RequestShouldRateLimit(&c.context_, &c.request_, &c.writer_, cq, cq, &c);
+    }
+
+    // The completion queue's event for this call. The last use of `this` may be here.
     void proceed(bool ok) {
       if (state_.load(std::memory_order_acquire) == State::answered) {
         if (!ok) impl_.cancelled_.fetch_add(1, std::memory_order_relaxed);
         impl_.in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-        delete this;
+        const auto last = std::move(self_);
         return;
       }
       if (!ok) {  // the server is shutting down: no call came
-        delete this;
+        const auto last = std::move(self_);
         return;
       }
-      if (!impl_.stopping_.load(std::memory_order_acquire)) new Call(impl_, cq_);
+      if (!impl_.stopping_.load(std::memory_order_acquire)) request(impl_, cq_);
       impl_.calls_.fetch_add(1, std::memory_order_relaxed);
       impl_.in_flight_.fetch_add(1, std::memory_order_acq_rel);
-      // The answer may come inline or on a store thread; either way it is the last use of
-      // `this` before the completion event.
-      impl_.service_.should_rate_limit(request_, [this](Answer answer) { finish(std::move(answer)); });
+      // The answer may come inline or on a store thread.
+      impl_.service_.should_rate_limit(request_, [call = shared_from_this()](Answer answer) {
+        call->finish(std::move(answer));
+      });
     }
 
    private:
@@ -65,8 +76,6 @@ class GrpcServer::Impl {
     void finish(Answer answer) {
       const bool ok = answer.status == Status::ok;
       if (ok) response_ = std::move(answer.response);
-      // Published before Finish: the completion may be handled (and `this` deleted) on the
-      // queue's thread before Finish returns.
       state_.store(State::answered, std::memory_order_release);
       if (ok) {
         writer_.Finish(response_, grpc::Status::OK, this);
@@ -83,6 +92,7 @@ class GrpcServer::Impl {
     pb::RateLimitResponse response_;
     grpc::ServerAsyncResponseWriter<pb::RateLimitResponse> writer_;
     std::atomic<State> state_{State::requested};
+    std::shared_ptr<Call> self_;  // the queue's reference
   };
 
   Service& service_;
@@ -127,7 +137,7 @@ Result<void> GrpcServer::Impl::start() {
   }
   started_ = true;
   for (auto& q : queues_) {
-    for (int i = 0; i < kRequestsAhead; ++i) new Call(*this, q.get());
+    for (int i = 0; i < kRequestsAhead; ++i) Call::request(*this, q.get());
     threads_.emplace_back([queue = q.get()] {
       void* tag = nullptr;
       bool ok = false;

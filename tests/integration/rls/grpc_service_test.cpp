@@ -249,7 +249,7 @@ descriptors:
   }
   go = true;
   for (auto& t : threads) t.join();
-  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(failed.load(), 0) << server.process->errors();
   EXPECT_EQ(ok.load(), 100);
   EXPECT_EQ(over.load(), 100);
 }
