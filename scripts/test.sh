@@ -26,11 +26,12 @@ cmake --build build-asan -j"$jobs"
 # Processes the tests start (the ratekeeper server) inherit TSAN_OPTIONS: a race there stops
 # the server, and the test talking to it fails. tests/tsan.supp: reports inside Debian's gRPC
 # and Abseil, which are not built with ThreadSanitizer.
+tsan_supp=$PWD/tests/tsan.supp
 stage "ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DRATEKEEPER_TSAN=ON -DRATEKEEPER_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs"
-(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$tsan_supp" \
   ctest --output-on-failure -j"$jobs" --timeout 900)
 
 stage "fuzzing"
