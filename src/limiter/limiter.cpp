@@ -143,7 +143,9 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
         lo.policy_name += '.';
         lo.policy_name += out.tier;
       }
-      if (policy->size() > 1) {
+      // Limits given with the application are counted on the keys of the rule's own limits
+      // of the same names, named whenever the rule has several (a subset of one keeps its name).
+      if (policy->size() > 1 || (app.limits != nullptr && rule->limits.size() > 1)) {
         if (!suffix.empty()) suffix += ':';
         suffix += named.name;
         lo.policy_name += '.';

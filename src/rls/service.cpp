@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <future>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -104,6 +105,11 @@ struct Slot {
   std::string rule_name;  // over: the policy name of the headers
   DescriptorLimit override_limit;
   limiter::Policy policy;  // an override's, or a node's limits less the replaced ones
+  std::size_t rule = kNoRule;  // enforcing, shadow: the rule that counts it
+  std::string identity;        // enforcing, shadow: what it is counted under
+  // The index of an earlier descriptor of the request with the same rule and identity (one
+  // counter): its hits were added to that one's, and it is answered as that one is.
+  std::optional<std::size_t> same_as;
 };
 
 struct Service::Call {
@@ -214,14 +220,13 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     entries.clear();
     for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
     const DescriptorNode* node = match(*domain, entries);
-    if (node == nullptr || node->unlimited) continue;
-    nodes[i] = node;
+    if (node == nullptr) continue;
+    // An unlimited descriptor's `replaces` apply too (envoyproxy/ratelimit).
     for (const auto& name : node->replaces) replaced.insert(name);
+    if (!node->unlimited) nodes[i] = node;
   }
 
-  // Slots: what each descriptor checks. A descriptor certainly over keeps the others from
-  // consuming (all-or-nothing): they only peek.
-  bool certainly_over = false;
+  // Slots: what each descriptor checks.
   for (int i = 0; i < n; ++i) {
     auto& slot = call->slots[i];
     const auto& d = request.descriptors(i);
@@ -263,11 +268,14 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
         continue;
       }
       if (any_replaced && node->rule != kNoRule) {
-        // The rule's policy holds the node's limits of more than 0 requests, in order.
+        // The rule's policy holds the node's limits of more than 0 requests, in order, each
+        // under its policy_limit_name (limits may count alike: found by name).
         const auto& policy = rules[node->rule].limits;
         for (const auto* l : slot.shown) {
+          if (l->requests_per_unit == 0) continue;
+          const auto name = policy_limit_name(*l);
           for (const auto& named : policy) {
-            if (l->requests_per_unit > 0 && named.limit == l->limit) {
+            if (named.name == name) {
               slot.policy.push_back(named);
               break;
             }
@@ -277,6 +285,33 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     } else {
       continue;
     }
+  }
+
+  // A descriptor given twice (Envoy sends what its actions produce, alike or not) is one
+  // counter: the later one adds its hits to the first and gets the first's answer.
+  for (int i = 0; i < n; ++i) {
+    auto& slot = call->slots[i];
+    if (slot.kind == Slot::Kind::no_limit) continue;
+    const bool is_override = request.descriptors(i).has_limit();
+    slot.rule = is_override ? domain->override_rule : nodes[i]->rule;
+    slot.identity = identity_of(request, i, is_override ? &slot.override_limit : nullptr);
+    for (int j = 0; j < i; ++j) {
+      const auto& first = call->slots[j];
+      if (first.kind != Slot::Kind::no_limit && !first.same_as && first.rule == slot.rule &&
+          first.identity == slot.identity) {
+        slot.same_as = j;
+        costs[j] += costs[i];
+        break;
+      }
+    }
+  }
+
+  // A descriptor certainly over keeps the others from consuming (all-or-nothing): they only
+  // peek.
+  bool certainly_over = false;
+  for (int i = 0; i < n; ++i) {
+    auto& slot = call->slots[i];
+    if (slot.kind == Slot::Kind::no_limit || slot.same_as) continue;
     // Over without counting: a limit of 0 requests, or more hits than a limit holds.
     for (const auto* l : slot.shown) {
       if (l->requests_per_unit == 0 || costs[i] > static_cast<std::int64_t>(l->requests_per_unit)) {
@@ -295,13 +330,12 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
   for (int i = 0; i < n; ++i) {
     auto& slot = call->slots[i];
     if (slot.kind != Slot::Kind::enforcing && slot.kind != Slot::Kind::shadow) continue;
-    const auto& d = request.descriptors(i);
+    if (slot.same_as) continue;
     Application app;
-    const bool is_override = d.has_limit();
-    app.rule = &rules[is_override ? domain->override_rule : nodes[i]->rule];
-    app.identity = identity_of(request, i, is_override ? &slot.override_limit : nullptr);
+    app.rule = &rules[slot.rule];
+    app.identity = std::move(slot.identity);
     app.cost = (certainly_over && !slot.shadow) ? 0 : costs[i];
-    if (!slot.policy.empty() || is_override) app.limits = &slot.policy;
+    if (!slot.policy.empty() || request.descriptors(i).has_limit()) app.limits = &slot.policy;
     slot.index = slot.shadow ? shadow++ : enforcing++;
     apps.push_back(std::move(app));
   }
@@ -331,23 +365,33 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
   bool over = false;
   // For the headers: the enforcing rules' outcomes, and those over without counting.
   Evaluation shown;
-  for (const auto& slot : call.slots) {
+  // The counter of each descriptor's result (a repeated descriptor: its first's).
+  std::vector<std::atomic<std::uint64_t>*> tallies(call.slots.size(), nullptr);
+  for (std::size_t i = 0; i < call.slots.size(); ++i) {
+    const Slot& slot = call.slots[i];
     auto* status = response.add_statuses();
+    if (slot.same_as) {
+      status->CopyFrom(response.statuses(static_cast<int>(*slot.same_as)));
+      tallies[i] = tallies[*slot.same_as];
+      tallies[i]->fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    std::atomic<std::uint64_t>* tally = nullptr;
     status->set_code(pb::RateLimitResponse::OK);
     switch (slot.kind) {
       case Slot::Kind::no_limit:
-        descriptors_no_limit_.fetch_add(1, std::memory_order_relaxed);
+        tally = &descriptors_no_limit_;
         break;
       case Slot::Kind::over: {
         const DescriptorLimit& l = *slot.shown.front();
         set_limit(status->mutable_current_limit(), l);
         set_duration(status->mutable_duration_until_reset(), unit_length(l.unit));
         if (slot.shadow) {
-          descriptors_shadow_over_.fetch_add(1, std::memory_order_relaxed);
+          tally = &descriptors_shadow_over_;
           break;
         }
         status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-        descriptors_over_.fetch_add(1, std::memory_order_relaxed);
+        tally = &descriptors_over_;
         over = true;
         RuleOutcome& r = shown.rules.emplace_back();
         auto& lo = r.limits.emplace_back();
@@ -378,25 +422,27 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
         status->set_limit_remaining(clamp_remaining(d.remaining));
         set_duration(status->mutable_duration_until_reset(), d.allowed ? d.reset_after : d.retry_after);
         if (slot.shadow) {
-          if (!d.allowed) descriptors_shadow_over_.fetch_add(1, std::memory_order_relaxed);
-          else descriptors_ok_.fetch_add(1, std::memory_order_relaxed);
+          tally = d.allowed ? &descriptors_ok_ : &descriptors_shadow_over_;
           break;
         }
         if (!d.allowed) {
           status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-          descriptors_over_.fetch_add(1, std::memory_order_relaxed);
+          tally = &descriptors_over_;
           over = true;
         } else {
-          descriptors_ok_.fetch_add(1, std::memory_order_relaxed);
+          tally = &descriptors_ok_;
         }
         shown.rules.push_back(r);
         break;
       }
     }
+    tally->fetch_add(1, std::memory_order_relaxed);
+    tallies[i] = tally;
   }
   response.set_overall_code(over ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
   if (options_.response_headers && !shown.rules.empty()) {
     std::vector<Decision> decisions;
+    decisions.reserve(shown.rules.size());
     for (const auto& r : shown.rules) decisions.push_back(r.decision);
     shown.decision = algorithms::combine(decisions);
     shown.allowed = !over;

@@ -60,7 +60,8 @@ struct Application {
   std::string endpoint;      // per-endpoint rules: the request path
   std::optional<std::int64_t> cost;  // nullopt: the rule's cost
   // The limits to check instead of the rule's (or its tier's), e.g. a limit the caller was
-  // given with the request; read during evaluate() only. Null: the rule's.
+  // given with the request, or some of the rule's own limits (counted on the keys the rule's
+  // own limits of the same names have); read during evaluate() only. Null: the rule's.
   const Policy* limits = nullptr;
 };
 

@@ -4,7 +4,9 @@
 // name the identity counted, and every descriptor with limits is checked in ONE Limiter
 // evaluation: a request's descriptors are consumed all-or-nothing (across Redis Cluster
 // slots by the store's refunds, see store/redis_cluster_store.hpp). Shadow-mode descriptors
-// are counted on their own and always answered OK.
+// are counted on their own and always answered OK. A descriptor given twice in one request
+// (the same entries finding the same limits) is one counter taking the hits of both, and both
+// get its status.
 //
 // Answers, as envoyproxy/ratelimit gives them: an unknown domain or a descriptor without a
 // limit (or unlimited, or replaced) is OK without current_limit; OVER_LIMIT overall when any
@@ -34,9 +36,9 @@ namespace pb = ::envoy::service::ratelimit::v3;
 struct ServiceOptions {
   // RateLimit-Policy, RateLimit and (when over) Retry-After in response_headers_to_add.
   bool response_headers = true;
-  std::size_t max_message_bytes = 64 * 1024;  // a larger request is invalid_argument
-  std::size_t max_descriptors = 64;           // per request
-  std::size_t max_entries = 32;               // per descriptor
+  std::size_t max_message_bytes = 64 * std::size_t{1024};  // a larger request is invalid_argument
+  std::size_t max_descriptors = 64;                        // per request
+  std::size_t max_entries = 32;                            // per descriptor
 };
 
 // The gRPC status of an answer (gRPC's own numbers).

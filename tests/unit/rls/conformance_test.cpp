@@ -1,9 +1,9 @@
 // Conformance with envoyproxy/ratelimit: the configuration examples of its README (examples 1
-// to 9, and the example.yaml of its docker-compose demo), written here as our own YAML, and
-// for each request descriptor the README explains, the limit that applies to it at the
-// matching level (GetLimit): requests_per_unit / unit / name, unlimited, or none. What the
-// service then answers (counters per value, replaces, shadow mode) is decided above this
-// level.
+// to 9, and the example.yaml of its docker-compose demo, in rls_readme_examples.hpp), and for
+// each request descriptor the README explains, the limit that applies to it at the matching
+// level (GetLimit): requests_per_unit / unit / name, unlimited, or none. What the service then
+// answers (counters per value, replaces, shadow mode) is checked by
+// conformance_decisions_test.
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,12 @@
 
 #include "ratekeeper/rls/descriptors.hpp"
 #include "rls_config.hpp"
+#include "rls_readme_examples.hpp"
 
 namespace ratekeeper::rls {
 namespace {
+
+using namespace ratekeeper::testing::rls_examples;
 
 // What a descriptor finds.
 struct Expected {
@@ -98,12 +101,7 @@ void check(const Example& example) {
 }
 
 TEST(RlsConformance, Example1TwoValuesOfOneKey) {
-  check({"mongo_cps", R"(
-domain: mongo_cps
-descriptors:
-  - {key: database, value: users, rate_limit: {unit: second, requests_per_unit: 500}}
-  - {key: database, value: default, rate_limit: {unit: second, requests_per_unit: 500}}
-)",
+  check({"mongo_cps", std::string(kExample1),
          {
              {{{"database", "users"}}, limit(500, Unit::second)},
              {{{"database", "default"}}, limit(500, Unit::second)},
@@ -112,19 +110,7 @@ descriptors:
 }
 
 TEST(RlsConformance, Example2NestedListsAndAnyValue) {
-  check({"messaging", R"(
-domain: messaging
-descriptors:
-  # A placeholder level: marketing messages, limited per number below it.
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit: {unit: day, requests_per_unit: 5}
-  # Every number, whatever the message.
-  - key: to_number
-    rate_limit: {unit: day, requests_per_unit: 100}
-)",
+  check({"messaging", std::string(kExample2),
          {
              {{{"message_type", "marketing"}, {"to_number", "2061111111"}}, limit(5, Unit::day)},
              {{{"message_type", "marketing"}, {"to_number", "2062222222"}}, limit(5, Unit::day)},
@@ -135,16 +121,7 @@ descriptors:
 }
 
 TEST(RlsConformance, Example3TheMostSpecificMatchAtALevel) {
-  check({"edge_proxy_per_ip", R"(
-domain: edge_proxy_per_ip
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 10}
-  # One address refused altogether.
-  - key: remote_address
-    value: 50.0.0.5
-    rate_limit: {unit: second, requests_per_unit: 0}
-)",
+  check({"edge_proxy_per_ip", std::string(kExample3),
          {
              {{{"remote_address", "50.0.0.1"}}, limit(10, Unit::second)},
              {{{"remote_address", "50.0.0.5"}}, limit(0, Unit::second)},
@@ -153,26 +130,12 @@ descriptors:
 
 TEST(RlsConformance, Example4TheDescriptorsDepthMustBeTheConfigurations) {
   const std::vector<Entry> two_entries = {{"key", "value"}, {"subkey", "subvalue"}};
-  check({"example4", R"(
-domain: example4
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {requests_per_unit: 300, unit: second}
-)",
+  check({"example4", std::string(kExample4Flat),
          {
              {two_entries, none()},
              {{{"key", "value"}}, limit(300, Unit::second)},
          }});
-  check({"example4", R"(
-domain: example4
-descriptors:
-  - key: key
-    value: value
-    descriptors:
-      - key: subkey
-        rate_limit: {requests_per_unit: 300, unit: second}
-)",
+  check({"example4", std::string(kExample4Nested),
          {
              {two_entries, limit(300, Unit::second)},
              {{{"key", "value"}}, none()},
@@ -180,14 +143,7 @@ descriptors:
 }
 
 TEST(RlsConformance, Example5Unlimited) {
-  check({"internal", R"(
-domain: internal
-descriptors:
-  - key: ldap
-    rate_limit: {unlimited: true}
-  - key: azure
-    rate_limit: {unit: minute, requests_per_unit: 100}
-)",
+  check({"internal", std::string(kExample5),
          {
              {{{"ldap", "cn=admin"}}, unlimited()},
              {{{"azure", "tenant-1"}}, limit(100, Unit::minute)},
@@ -196,19 +152,7 @@ descriptors:
 }
 
 TEST(RlsConformance, Example6ShadowMode) {
-  check({"example6", R"(
-domain: example6
-descriptors:
-  - key: service
-    descriptors:
-      - key: user
-        value: user-a
-        shadow_mode: true
-        rate_limit: {requests_per_unit: 10, unit: second}
-      - key: user
-        value: user-b
-        rate_limit: {requests_per_unit: 20, unit: second}
-)",
+  check({"example6", std::string(kExample6),
          {
              {{{"service", "auth-service"}, {"user", "user-a"}},
               limit(10, Unit::second, "", /*shadow_mode=*/true)},
@@ -221,25 +165,7 @@ TEST(RlsConformance, Example7ReplacesIsKeptForTheService) {
   // (key_1, value_1), (user, bkthomps) alone: 5/s; (key_2, value_2), (user, bkthomps): 10/s;
   // both descriptors in one request: the 10/s limit replaces the one named specific_limit
   // (decided by the service, which sees every descriptor of the request).
-  check({"example7", R"(
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: second}
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces: [{name: specific_limit}]
-          requests_per_unit: 10
-          unit: second
-)",
+  check({"example7", std::string(kExample7),
          {
              {{{"key_1", "value_1"}, {"user", "bkthomps"}},
               limit(5, Unit::second, "specific_limit")},
@@ -252,16 +178,7 @@ descriptors:
 TEST(RlsConformance, Example8DetailedMetricChangesNoMatch) {
   // The README's prose says "/ sec" and key_1; its configuration says minute and key1: the
   // configuration is what is matched.
-  const std::string yaml = R"(
-domain: example8
-descriptors:
-  - key: key1
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key1
-    value: value1
-    rate_limit: {unit: minute, requests_per_unit: 20}
-)";
+  const std::string yaml(kExample8);
   check({"example8",
          yaml,
          {
@@ -276,13 +193,7 @@ descriptors:
 
 TEST(RlsConformance, Example9WildcardValues) {
   // As example 8, the prose says "/ sec" and key_1, the configuration minute and key1.
-  check({"example9", R"(
-domain: example9
-descriptors:
-  - key: key1
-    value: value*
-    rate_limit: {unit: minute, requests_per_unit: 20}
-)",
+  check({"example9", std::string(kExample9),
          {
              {{{"key1", "value1"}}, limit(20, Unit::minute)},
              {{{"key1", "value2"}}, limit(20, Unit::minute)},
@@ -295,34 +206,7 @@ descriptors:
 TEST(RlsConformance, TheDockerComposeDemoConfiguration) {
   // The demo's curl calls: /header sends (foo), /twoheader (foo) then (bar) or (baz); the
   // file starts with a document marker, as that one does.
-  check({"rl", R"(---
-domain: rl
-descriptors:
-  - key: source_cluster
-    value: proxy
-    descriptors:
-      - key: destination_cluster
-        value: mock
-        rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: foo
-    rate_limit: {unit: minute, requests_per_unit: 2}
-    descriptors:
-      - key: bar
-        rate_limit: {unit: minute, requests_per_unit: 3}
-      - key: bar
-        value: banned
-        rate_limit: {unit: minute, requests_per_unit: 0}
-      - key: baz
-        rate_limit: {unit: second, requests_per_unit: 1}
-      - key: bay
-        rate_limit: {unlimited: true}
-      - key: baz
-        value: shady
-        shadow_mode: true
-        rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: qux
-    rate_limit: {unlimited: true}
-)",
+  check({"rl", std::string(kDockerComposeDemo),
          {
              {{{"source_cluster", "proxy"}, {"destination_cluster", "mock"}},
               limit(1, Unit::minute)},
