@@ -73,14 +73,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<limiter::Rule> rules;
   rls::append_limiter_rules(config, rules);
   std::set<std::string_view> names;
-  limiter::LimiterConfig counted;  // the rules with limits of their own: not the override rule
+  limiter::LimiterConfig limiter_config;  // every rule, the override rule's placeholder too
   for (std::size_t i = 0; i < rules.size(); ++i) {
     require(limiter::valid_name(rules[i].name));
     require(names.insert(rules[i].name).second);
-    if (i != domain.override_rule) counted.rules.push_back(rules[i]);
+    limiter_config.rules.push_back(rules[i]);
   }
-  require(rules[domain.override_rule].limits.empty());
-  require(limiter::validate(counted).empty());
+  require(rules[domain.override_rule].limits.size() == 1);
+  require(limiter::validate(limiter_config).empty());
   std::vector<rls::Entry> path;
   for (const auto& node : domain.root.descriptors) check_node(domain, rules, node, path, true);
   return 0;
