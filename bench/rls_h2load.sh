@@ -50,7 +50,7 @@ cat >"$work/domains/bench.yaml" <<YAML
 domain: bench
 descriptors:
   - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: token_bucket}
+    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
 YAML
 cat >"$work/ratekeeper.yaml" <<YAML
 listen: 127.0.0.1:$http_port
@@ -60,7 +60,7 @@ logging: {level: warn, decisions: {enabled: false}}
 rules:
   - name: bench
     match: {path: /never}
-    limits: [{algorithm: token_bucket, capacity: 1000000000, refill_rate: 1000000000}]
+    limits: [{algorithm: token_bucket, capacity: 1000000, refill_rate: 1000000}]
 grpc:
   listen: 127.0.0.1:$grpc_port
   config: $work/domains
