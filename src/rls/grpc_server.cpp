@@ -26,6 +26,10 @@ class GrpcServer::Impl {
 
   Result<void> start();
   void stop();
+  std::string address() const;
+  Stats stats() const;
+
+ private:
 
   // One ShouldRateLimit call: requested, answered by the Service (on whichever thread it
   // answers), then released when its completion comes back. Shared between the queue (its
@@ -178,15 +182,18 @@ Result<void> GrpcServer::start() { return impl_->start(); }
 
 void GrpcServer::stop() { impl_->stop(); }
 
-std::string GrpcServer::address() const {
-  const auto& host = impl_->options_.host;
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, impl_->port_)
-                                              : fmt::format("{}:{}", host, impl_->port_);
+std::string GrpcServer::Impl::address() const {
+  const auto& host = options_.host;
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port_)
+                                              : fmt::format("{}:{}", host, port_);
 }
 
-GrpcServer::Stats GrpcServer::stats() const {
-  return Stats{impl_->calls_.load(std::memory_order_relaxed),
-               impl_->cancelled_.load(std::memory_order_relaxed)};
+GrpcServer::Stats GrpcServer::Impl::stats() const {
+  return Stats{calls_.load(std::memory_order_relaxed), cancelled_.load(std::memory_order_relaxed)};
 }
+
+std::string GrpcServer::address() const { return impl_->address(); }
+
+GrpcServer::Stats GrpcServer::stats() const { return impl_->stats(); }
 
 }  // namespace ratekeeper::rls

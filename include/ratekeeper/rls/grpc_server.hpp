@@ -27,7 +27,7 @@ struct GrpcServerOptions {
   // The transport's bound on a received message; the Service answers INVALID_ARGUMENT above
   // its own (smaller) max_message_bytes. Larger messages are refused by gRPC itself
   // (RESOURCE_EXHAUSTED).
-  std::size_t max_receive_bytes = 4 * 1024 * 1024;
+  std::size_t max_receive_bytes = std::size_t{4} << 20;
   Micros drain_timeout = 5 * kMicrosPerSecond;  // stop(): calls in flight get this long
 };
 
