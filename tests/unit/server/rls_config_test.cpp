@@ -465,6 +465,37 @@ void expect_load_error(const std::string& directory, const std::string& file,
   }
 }
 
+// The example of config/envoy.yaml and config/ratelimit/: it loads, its rules join the
+// limiter's, and its descriptors find the limits its comments say.
+TEST(RlsConfigDirectory, TheShippedEnvoyExampleLoads) {
+  const auto c = load_config(std::string(RATEKEEPER_SOURCE_DIR) + "/config/envoy.yaml");
+  ASSERT_TRUE(c.grpc);
+  EXPECT_EQ(c.grpc->port, 8081);
+  auto config = load_rls_config(c.grpc->config_dir);
+  ASSERT_EQ(config.domains.size(), 1u);
+  limiter::LimiterConfig limiter_config = c.limiter;
+  rls::append_limiter_rules(config, limiter_config.rules);
+  EXPECT_TRUE(limiter::validate(limiter_config).empty());
+  const auto& edge = config.domains[0];
+  EXPECT_EQ(edge.name, "edge");
+  const rls::Entry address[] = {{"remote_address", "192.0.2.7"}};
+  const auto* node = rls::match(edge, address);
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->limits.at(0).requests_per_unit, 100u);
+  const rls::Entry user[] = {{"header_match", "api"}, {"user", "alice"}};
+  node = rls::match(edge, user);
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->limits.size(), 2u);
+  const rls::Entry health[] = {{"generic_key", "health"}};
+  node = rls::match(edge, health);
+  ASSERT_NE(node, nullptr);
+  EXPECT_TRUE(node->unlimited);
+  const rls::Entry export_key[] = {{"generic_key", "export"}};
+  node = rls::match(edge, export_key);
+  ASSERT_NE(node, nullptr);
+  EXPECT_TRUE(node->shadow_mode);
+}
+
 TEST(RlsConfigDirectory, LoadsEveryYamlFileInNameOrder) {
   TempDir dir;
   const auto b = dir.write("b.yml", "domain: beta\n");
