@@ -5,8 +5,9 @@
 # one io thread and one gRPC thread, on the same Redis, same limit (a token bucket so large that
 # every request is admitted), same number of requests in flight, one after the other in the
 # same run, each ROUNDS times alternating. Prints per run requests/s and p50/p99 latency
-# (from h2load's per-request log), the medians, and the ratio gRPC / HTTP/1.1; then the server's
-# CPU time per decision and redis-server's (INFO cpu over the decisions) of each path.
+# (from h2load's per-request log), the server's CPU time per decision, redis-server's (INFO cpu
+# over the decisions) and the decisions per script call (INFO commandstats), the medians, and
+# the ratio gRPC / HTTP/1.1.
 #
 #   bench/rls_h2load.sh [path/to/ratekeeper]
 #   REQUESTS=200000 IN_FLIGHT=64 GRPC_CONNECTIONS=4 ROUNDS=3 bench/rls_h2load.sh
@@ -87,14 +88,21 @@ printf '{"rule":"bench","identity":"user:42"}' >"$work/check.json"
 
 server_cpu() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
 redis_cpu() { redis-cli -p "$redis_port" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
+# Script calls Redis ran (FCALL, EVALSHA, EVAL): decisions per call say how well checks batch.
+script_calls() {
+  redis-cli -p "$redis_port" info commandstats |
+    awk -F'[:=,]' '/^cmdstat_(fcall|evalsha|eval):/ {s += $3} END {print s + 0}'
+}
 hz=$(getconf CLK_TCK)
 
-# One run: requests/s, p50 and p99 (ms), server and Redis CPU µs per request.
+# One run: requests/s, p50 and p99 (ms), server and Redis CPU µs per request, decisions per
+# script call.
 run() {
   local kind=$1 log=$work/$1.log
-  local s0 r0 s1 r1 out
+  local s0 r0 s1 r1 c0 c1 out
   s0=$(server_cpu)
   r0=$(redis_cpu)
+  c0=$(script_calls)
   if [ "$kind" = grpc ]; then
     out=$(h2load -n "$requests" -c "$grpc_connections" -m $((in_flight / grpc_connections)) \
       --data="$work/grpc.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
@@ -105,6 +113,7 @@ run() {
   fi
   s1=$(server_cpu)
   r1=$(redis_cpu)
+  c1=$(script_calls)
   local ok rps
   ok=$(echo "$out" | awk '/^status codes:/ {print $3}')
   rps=$(echo "$out" | awk '/^finished in/ {gsub(",", "", $4); print $4}')
@@ -115,10 +124,11 @@ run() {
   fi
   # h2load's log: start time, status, elapsed µs per request.
   sort -n -k3 "$log" | awk -v n="$(wc -l <"$log")" -v rps="$rps" -v s="$((s1 - s0))" -v hz="$hz" \
-    -v r="$(echo "$r1 - $r0" | bc -l)" -v req="$requests" '
+    -v r="$(echo "$r1 - $r0" | bc -l)" -v req="$requests" -v calls="$((c1 - c0))" '
     NR == int(n * 0.50) + 1 {p50 = $3}
     NR == int(n * 0.99) + 1 {p99 = $3}
-    END {printf "%.0f %.3f %.3f %.2f %.2f\n", rps, p50 / 1000, p99 / 1000, s / hz * 1e6 / req, r * 1e6 / req}'
+    END {printf "%.0f %.3f %.3f %.2f %.2f %.1f\n", rps, p50 / 1000, p99 / 1000, s / hz * 1e6 / req, r * 1e6 / req,
+         req / (calls > 0 ? calls : 1)}'
 }
 
 # Warm-up: connections, the library of functions in Redis, the first keys.
@@ -129,24 +139,24 @@ run http >/dev/null
 requests=$REQUESTS_SAVED
 
 echo "requests per run: $requests, in flight: $in_flight (gRPC: $grpc_connections connections × $((in_flight / grpc_connections)) streams; HTTP/1.1: $in_flight connections)"
-printf '%-10s %5s %10s %9s %9s %14s %14s\n' path round req/s p50_ms p99_ms server_us/req redis_us/req
+printf '%-10s %5s %10s %9s %9s %14s %14s %15s\n' path round req/s p50_ms p99_ms server_us/req redis_us/req decisions/call
 : >"$work/results"
 for round in $(seq 1 "$rounds"); do
   for kind in grpc http; do
     line=$(run "$kind")
     echo "$kind $line" >>"$work/results"
     # shellcheck disable=SC2086
-    printf '%-10s %5s %10s %9s %9s %14s %14s\n' "$kind" "$round" $line
+    printf '%-10s %5s %10s %9s %9s %14s %14s %15s\n' "$kind" "$round" $line
   done
 done
 
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 echo
-printf '%-10s %10s %9s %9s %14s %14s\n' median req/s p50_ms p99_ms server_us/req redis_us/req
+printf '%-10s %10s %9s %9s %14s %14s %15s\n' median req/s p50_ms p99_ms server_us/req redis_us/req decisions/call
 for kind in grpc http; do
   cols=()
-  for c in 2 3 4 5 6; do cols+=("$(awk -v k="$kind" -v c="$c" '$1 == k {print $c}' "$work/results" | median)"); done
-  printf '%-10s %10s %9s %9s %14s %14s\n' "$kind" "${cols[@]}"
+  for c in 2 3 4 5 6 7; do cols+=("$(awk -v k="$kind" -v c="$c" '$1 == k {print $c}' "$work/results" | median)"); done
+  printf '%-10s %10s %9s %9s %14s %14s %15s\n' "$kind" "${cols[@]}"
 done
 g=$(awk '$1 == "grpc" {print $2}' "$work/results" | median)
 h=$(awk '$1 == "http" {print $2}' "$work/results" | median)

@@ -155,7 +155,8 @@ int serve(const ServeArgs& args) {
       grpc = std::make_unique<rls::GrpcServer>(
           *rls_service, rls::GrpcServerOptions{.host = config.grpc->host,
                                                .port = config.grpc->port,
-                                               .threads = config.grpc->threads});
+                                               .threads = config.grpc->threads,
+                                               .loop = loop});
     }
     ApiOptions api_options{
         .metrics_enabled = config.metrics_enabled,

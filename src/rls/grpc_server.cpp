@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/rls/service.hpp"
 
 namespace ratekeeper::rls {
@@ -68,14 +69,24 @@ class GrpcServer::Impl {
       if (!impl_.stopping_.load(std::memory_order_acquire)) request(impl_, cq_);
       impl_.calls_.fetch_add(1, std::memory_order_relaxed);
       impl_.in_flight_.fetch_add(1, std::memory_order_acq_rel);
-      // The answer may come inline or on a store thread.
-      impl_.service_.should_rate_limit(request_, [call = shared_from_this()](Answer answer) {
-        call->finish(std::move(answer));
-      });
+      if (impl_.options_.loop) {
+        const std::size_t index = impl_.next_loop_.fetch_add(1, std::memory_order_relaxed);
+        impl_.options_.loop->post(index % impl_.options_.loop->size(),
+                                  [call = shared_from_this()] { call->decide(); });
+      } else {
+        decide();
+      }
     }
 
    private:
     enum class State : std::uint8_t { requested, answered };
+
+    // The answer may come inline or on a store thread.
+    void decide() {
+      impl_.service_.should_rate_limit(request_, [call = shared_from_this()](Answer answer) {
+        call->finish(std::move(answer));
+      });
+    }
 
     void finish(Answer answer) {
       const bool ok = answer.status == Status::ok;
@@ -113,6 +124,7 @@ class GrpcServer::Impl {
   std::atomic<std::int64_t> in_flight_{0};  // calls received and not yet answered and sent
   std::atomic<std::uint64_t> calls_{0};
   std::atomic<std::uint64_t> cancelled_{0};
+  std::atomic<std::size_t> next_loop_{0};
 };
 
 Result<void> GrpcServer::Impl::start() {

@@ -1,8 +1,8 @@
 #pragma once
 // The gRPC server of Envoy's rate limit service: envoy.service.ratelimit.v3.RateLimitService
 // on one listen address (HTTP/2, plaintext), answering ShouldRateLimit through a Service.
-// Completion-queue threads read and write the calls; the decisions are the Service's (the
-// store's event loop). A call's answer goes out as soon as the Service gives it; stop()
+// Completion-queue threads read and write the calls and hand them to the store's event loop,
+// where the Service decides them. A call's answer goes out as soon as the Service gives it; stop()
 // refuses new calls, waits for the calls in flight (each bounded by the store's deadlines),
 // then ends the threads.
 //
@@ -15,6 +15,10 @@
 
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
+
+namespace ratekeeper {
+class EventLoop;
+}
 
 namespace ratekeeper::rls {
 
@@ -29,6 +33,11 @@ struct GrpcServerOptions {
   // (RESOURCE_EXHAUSTED).
   std::size_t max_receive_bytes = std::size_t{4} << 20;
   Micros drain_timeout = 5 * kMicrosPerSecond;  // stop(): calls in flight get this long
+  // The loop of the store's connections: each call is handed to one of its threads (round
+  // robin), where the checks of the calls that arrived together reach the store together and
+  // go out in fewer, larger script calls. Null: calls are checked on the completion-queue
+  // thread.
+  std::shared_ptr<EventLoop> loop;
 };
 
 class GrpcServer {
