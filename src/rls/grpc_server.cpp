@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/rls/service.hpp"
 
@@ -81,14 +82,20 @@ class GrpcServer::Impl {
    private:
     enum class State : std::uint8_t { requested, answered };
 
-    // The answer may come inline or on a store thread.
+    // The answer may come inline or on a store thread. Runs on an event loop: an exception
+    // is contained and the call answered INTERNAL (unless an answer went out first).
     void decide() {
-      impl_.service_.should_rate_limit(request_, [call = shared_from_this()](Answer answer) {
-        call->finish(std::move(answer));
+      const bool decided = contain("rate limit service call", [this] {
+        impl_.service_.should_rate_limit(request_, [call = shared_from_this()](Answer answer) {
+          call->finish(std::move(answer));
+        });
       });
+      if (!decided) finish(Answer{Status::internal, "internal error", {}});
     }
 
+    // At most once per call: a second answer is dropped.
     void finish(Answer answer) {
+      if (finishing_.exchange(true, std::memory_order_acq_rel)) return;
       const bool ok = answer.status == Status::ok;
       if (ok) response_ = std::move(answer.response);
       state_.store(State::answered, std::memory_order_release);
@@ -107,6 +114,7 @@ class GrpcServer::Impl {
     pb::RateLimitResponse response_;
     grpc::ServerAsyncResponseWriter<pb::RateLimitResponse> writer_;
     std::atomic<State> state_{State::requested};
+    std::atomic<bool> finishing_{false};
     std::shared_ptr<Call> self_;  // the queue's reference
   };
 

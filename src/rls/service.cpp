@@ -189,12 +189,8 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
       return refuse(fmt::format("descriptors[{}].hits_addend {} is above {}", i,
                                 d.hits_addend().value(), kMaxHits));
     }
-    if (d.has_limit()) {
-      const auto unit = static_cast<Unit>(d.limit().unit());
-      if (d.limit().unit() <= 0 || d.limit().unit() > static_cast<int>(Unit::week)) {
-        return refuse(fmt::format("descriptors[{}].limit.unit {} is not a unit", i, d.limit().unit()));
-      }
-      (void)unit;
+    if (d.has_limit() && (d.limit().unit() <= 0 || d.limit().unit() > static_cast<int>(Unit::week))) {
+      return refuse(fmt::format("descriptors[{}].limit.unit {} is not a unit", i, d.limit().unit()));
     }
   }
 
