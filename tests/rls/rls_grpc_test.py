@@ -47,13 +47,13 @@ DOMAIN = """domain: edge
 descriptors:
   - key: generic_key
     value: login
-    rate_limit: {unit: minute, requests_per_unit: 5, name: login}
+    rate_limit: {unit: minute, requests_per_unit: 5, name: login, algorithm: sliding_window_log}
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window_log}
   - key: path
     value: /admin*
     shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: sliding_window_log}
 """
 
 

@@ -83,6 +83,9 @@ std::string header(const pb::RateLimitResponse& r, std::string_view name) {
   return {};
 }
 
+// envoyproxy/ratelimit's example with sliding window logs: the tests count exactly, and a
+// fixed window (the default, covered by the unit tests on a manual clock) could be split by a
+// minute or hour boundary between two calls.
 constexpr std::string_view kMongo = R"(domain: mongo_cps
 descriptors:
   - key: database
@@ -90,16 +93,19 @@ descriptors:
     rate_limit:
       unit: minute
       requests_per_unit: 3
+      algorithm: sliding_window_log
   - key: database
     value: default
     rate_limit:
       name: default_db
       unit: minute
       requests_per_unit: 500
+      algorithm: sliding_window_log
   - key: remote_address
     rate_limit:
       unit: hour
       requests_per_unit: 2
+      algorithm: sliding_window_log
 )";
 
 TEST(RlsGrpc, StatusesLimitsAndHeadersAsEnvoyReadsThem) {
@@ -168,9 +174,9 @@ TEST(RlsGrpc, DescriptorsOfOneRequestAreConsumedAllOrNothing) {
   RlsServer server({{"d.yaml", R"(domain: d
 descriptors:
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window_log}
   - key: tenant
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_window_log}
 )"}},
                    redis.url());
   pb::RateLimitResponse r;
