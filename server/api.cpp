@@ -259,7 +259,7 @@ class Api::Routes {
     own(std::move(request), std::move(respond));
   }
 
-  // /healthz, /readyz, /metrics, /v1/check, /v1/auth.
+  // /healthz, /readyz, /metrics, /v1/check, /v1/auth, /admin/reload.
   void own(Request request, Responder respond) {
     const std::string_view path = request.path();
     const std::string_view method = request.method;
@@ -284,6 +284,13 @@ class Api::Routes {
       return check(request, std::move(respond));
     }
     if (path == "/v1/auth") return auth(std::move(request), std::move(respond));
+    if (path == "/admin/reload" && options_.reload) {
+      if (method != "POST") return respond(not_allowed("POST"));
+      if (!from_loopback(request)) {
+        return respond(error_response(403, "POST /admin/reload is accepted from loopback only"));
+      }
+      return options_.reload(std::move(respond));
+    }
     respond(error_response(404, "Not found"));
   }
 
@@ -304,6 +311,14 @@ class Api::Routes {
       if (!options_.loop) options_.loop = std::make_shared<EventLoop>(1);
     });
     return *options_.loop;
+  }
+
+  // Whether the request's socket peer is a loopback address (127.0.0.0/8, ::1).
+  static bool from_loopback(const Request& request) {
+    const auto ip = http::parse_ip(request.peer_address);
+    if (!ip) return false;
+    if (!ip->v6) return ip->bytes[0] == 127;
+    return *ip == *http::parse_address("::1");
   }
 
   static Response not_allowed(std::string_view allow) {

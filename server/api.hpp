@@ -36,6 +36,10 @@ struct ApiOptions {
   std::shared_ptr<EventLoop> loop;
   // More Prometheus text appended to /metrics (e.g. the HTTP server's own counters).
   std::function<std::string()> extra_metrics;
+  // POST /admin/reload: asks for a configuration reload and answers through the responder
+  // (from another thread) with its outcome. Accepted from a loopback peer only (the socket's
+  // peer: forwarding headers are not believed); others get 403. Empty: the route is a 404.
+  std::function<void(http::Responder)> reload;
 };
 
 // The HTTP server's own counters and the contained exceptions, in Prometheus text (for

@@ -13,6 +13,7 @@ void set_exit_code(int code) { g_exit_code = code; }
 void register_commands(CLI::App& app) {
   (void)app;
   register_bench_command(app);
+  register_check_config_command(app);
   register_script_command(app);
   register_serve_command(app);
 }

@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,8 +20,10 @@
 #include "api.hpp"
 #include "commands.hpp"
 #include "config.hpp"
+#include "reload.hpp"
 #include "rls_config.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
@@ -41,10 +47,131 @@ struct ServeArgs {
   int threads = 0;
 };
 
+// The configuration file with the command line's overrides applied (as at start, so that a
+// reload compares like with like). Throws ConfigError.
+Config load_serve_config(const ServeArgs& args) {
+  Config config = load_config(args.config);
+  if (!args.listen.empty()) {
+    auto parsed = parse_listen_address(args.listen);
+    if (!parsed) throw ConfigError("--listen", args.listen, parsed.error().message);
+    config.http.host = std::move(parsed->host);
+    config.http.port = parsed->port;
+  }
+  if (args.threads > 0) config.http.threads = args.threads;
+  if (!args.store.empty()) {
+    config.store.url = args.store;
+  } else if (!config.store_configured) {
+    config.store.url = "memory://";
+  }
+  // The decision log goes to stdout; the library writes none without a sink.
+  if (config.limiter.decision_log.enabled) {
+    config.limiter.decision_log.sink = limiter::stdout_decision_sink();
+  }
+  return config;
+}
+
+// The `store` section of the file as written, to tell whether any of its fields changed;
+// empty when absent (or when the file cannot be read again).
+std::string store_section(const std::string& path) {
+  try {
+    const YAML::Node root = YAML::LoadFile(path);
+    if (!root.IsMap() || !root["store"]) return {};
+    return YAML::Dump(root["store"]);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// What lives as long as the process, shared by every generation of the configuration.
+struct Process {
+  std::shared_ptr<EventLoop> loop;
+  store::Store* store = nullptr;
+  store::DenialCache* denial_cache = nullptr;
+  store::LeasingStore* leasing = nullptr;
+  bool proxy = false;  // the routes are the admin listener
+  bool grpc = false;   // the gRPC rate limit service runs
+  std::shared_ptr<http::RequestMetrics> request_metrics = std::make_shared<http::RequestMetrics>();
+  std::function<std::string()> extra_metrics;
+  std::function<void(Responder)> reload;
+};
+
+// Builds the parts of one configuration over the process's store. `rls_config`: the domains
+// (their rules are appended to the limiter's here); `running`: the generation it replaces,
+// whose metrics it continues. Throws ConfigError or std::invalid_argument.
+std::shared_ptr<Generation> build_generation(Config config, std::optional<rls::RlsConfig> rls_config,
+                                             rls::ServiceOptions rls_options, const Process& process,
+                                             const Generation* running) {
+  auto g = std::make_shared<Generation>();
+  g->config = std::move(config);
+  g->store_section = store_section(g->config.source);
+  if (rls_config) {
+    rls::append_limiter_rules(*rls_config, g->config.limiter.rules);
+    g->rls_options = rls_options;
+  }
+  g->limiter = std::make_shared<limiter::Limiter>(g->config.limiter, *process.store);
+  if (running != nullptr) g->limiter->continue_metrics(*running->limiter);
+  http::MiddlewareOptions middleware_options = g->config.middleware;
+  middleware_options.metrics = process.request_metrics;
+  g->middleware = std::make_unique<http::Middleware>(*g->limiter, std::move(middleware_options));
+  if (rls_config) {
+    g->rls_service = std::make_unique<rls::Service>(std::move(*rls_config), *g->limiter, rls_options);
+    if (running != nullptr && running->rls_service) {
+      g->rls_service->continue_counters(*running->rls_service);
+    }
+  }
+  ApiOptions api_options{
+      .metrics_enabled = g->config.metrics_enabled,
+      .demo_routes = !process.proxy,  // with an upstream the routes are the admin listener
+      .loop = process.loop,
+      .extra_metrics = process.extra_metrics,
+      .reload = process.reload,
+  };
+  g->api = std::make_unique<Api>(*g->limiter, *g->middleware, std::move(api_options));
+  return g;
+}
+
+// The next generation from the file, for a reload. What only a restart can change stays as
+// the process has it: the gRPC service keeps running on the domain directory it last had
+// when `grpc` is gone from the file, and is not started when it appears.
+std::shared_ptr<Generation> reload_generation(const ServeArgs& args, const Process& process,
+                                              const Generation& running) {
+  Config config = load_serve_config(args);
+  const bool leases = std::any_of(config.limiter.rules.begin(), config.limiter.rules.end(),
+                                  [](const limiter::Rule& rule) { return rule.lease.enabled(); });
+  if (leases && process.leasing == nullptr && process.store->kind() != "memory") {
+    spdlog::warn("configuration reload: leased rules are checked against the store directly "
+                 "until a restart (the leasing store is set up at start)");
+  }
+  std::optional<rls::RlsConfig> rls_config;
+  rls::ServiceOptions rls_options = running.rls_options;
+  if (process.grpc) {
+    std::string dir = running.rls_dir;
+    if (config.grpc) {
+      dir = config.grpc->config_dir;
+      rls_options.response_headers = config.grpc->response_headers;
+      rls_options.max_message_bytes = config.grpc->max_message_bytes;
+    }
+    rls_config = load_rls_config(dir);
+    auto g = build_generation(std::move(config), std::move(rls_config), rls_options, process, &running);
+    g->rls_dir = dir;
+    return g;
+  }
+  return build_generation(std::move(config), std::nullopt, rls_options, process, &running);
+}
+
 int serve(const ServeArgs& args) {
+  // A SIGHUP before the servers handle it (while starting) must not end the process.
+  std::signal(SIGHUP, SIG_IGN);
+  if (!args.listen.empty()) {
+    if (auto parsed = parse_listen_address(args.listen); !parsed) {
+      std::fprintf(stderr, "ratekeeper serve: --listen %s: %s\n", args.listen.c_str(),
+                   parsed.error().message.c_str());
+      return 2;
+    }
+  }
   Config config;
   try {
-    config = load_config(args.config);
+    config = load_serve_config(args);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "ratekeeper serve: invalid configuration: %s\n", e.what());
     return 2;
@@ -56,31 +183,13 @@ int serve(const ServeArgs& args) {
   const auto level = spdlog::level::from_str(config.logging.level);
   spdlog::set_level(level);
   spdlog::flush_on(std::min(level, spdlog::level::info));
-  // The decision log goes to stdout; the library writes none without a sink.
-  if (config.limiter.decision_log.enabled) {
-    config.limiter.decision_log.sink = limiter::stdout_decision_sink();
-  }
-
-  if (!args.listen.empty()) {
-    auto parsed = parse_listen_address(args.listen);
-    if (!parsed) {
-      std::fprintf(stderr, "ratekeeper serve: --listen %s: %s\n", args.listen.c_str(),
-                   parsed.error().message.c_str());
-      return 2;
-    }
-    config.http.host = std::move(parsed->host);
-    config.http.port = parsed->port;
-  }
-  if (args.threads > 0) config.http.threads = args.threads;
-  if (!args.store.empty()) {
-    config.store.url = args.store;
-  } else if (!config.store_configured) {
-    config.store.url = "memory://";
+  if (args.store.empty() && !config.store_configured) {
     spdlog::info("no store configured: using memory:// (limits are not shared between instances)");
   }
 
   // Envoy's rate limit service: its domains' limits are rules of the one limiter.
   std::optional<rls::RlsConfig> rls_config;
+  rls::ServiceOptions rls_options;
   if (config.grpc) {
     try {
       rls_config = load_rls_config(config.grpc->config_dir);
@@ -88,10 +197,11 @@ int serve(const ServeArgs& args) {
       std::fprintf(stderr, "ratekeeper serve: invalid rate limit service configuration: %s\n", e.what());
       return 2;
     }
-    rls::append_limiter_rules(*rls_config, config.limiter.rules);
+    rls_options.response_headers = config.grpc->response_headers;
+    rls_options.max_message_bytes = config.grpc->max_message_bytes;
   }
 
-  http::ServerOptions& options = config.http;
+  http::ServerOptions options = config.http;
 
   // One event loop for the HTTP connections and the Redis connections: a request is read,
   // checked against Redis and answered on one thread, without hand-offs between threads.
@@ -99,6 +209,14 @@ int serve(const ServeArgs& args) {
   auto loop = std::make_shared<EventLoop>(options.threads);
   options.loop = loop;
   config.store.loop = loop;
+
+  // The configuration of the moment: each request takes it when it arrives and holds it
+  // until answered (its responder keeps it), so a reload never splits a request.
+  SharedValue<Generation> current;
+  Reloader* reloader = nullptr;  // set before any listener (and so any signal) is up
+  options.on_reload = [&reloader] {
+    if (reloader != nullptr) reloader->request();
+  };
 
   // The routes (own endpoints, decision API, demo API) are served on `listen`, or on `admin`
   // when `listen` proxies to an upstream; then the proxy handles the signals.
@@ -108,13 +226,16 @@ int serve(const ServeArgs& args) {
     routes_options.port = config.admin.port;
     routes_options.handle_signals = false;
   }
-  Api* api = nullptr;
   // Destroyed after the store: callbacks still held by the store post into its sessions.
-  http::Server server(routes_options, [&api](Request request, Responder respond) {
-    api->handle(std::move(request), std::move(respond));
+  http::Server server(routes_options, [&current](Request request, Responder respond) {
+    std::shared_ptr<Generation> generation = current.load();
+    Api& api = *generation->api;
+    api.handle(std::move(request), [generation = std::move(generation),
+                                    respond = std::move(respond)](http::Response r) {
+      respond(std::move(r));
+    });
   });
   std::unique_ptr<http::Proxy> proxy;  // likewise
-  std::unique_ptr<rls::Service> rls_service;  // likewise
   std::unique_ptr<rls::GrpcServer> grpc;
 
   auto opened = store::open_store(config.store);
@@ -124,9 +245,12 @@ int serve(const ServeArgs& args) {
     return 2;
   }
   std::unique_ptr<store::Store> store = std::move(*opened);
+  Process process;
   if (store->kind() != "memory" && config.denied_cache_keys > 0) {
-    store = std::make_unique<store::DenialCache>(std::move(store),
-                                                 store::DenialCacheOptions{config.denied_cache_keys, 16});
+    auto cache = std::make_unique<store::DenialCache>(
+        std::move(store), store::DenialCacheOptions{config.denied_cache_keys, 16});
+    process.denial_cache = cache.get();
+    store = std::move(cache);
   }
   // Leased rules: in front of everything, so that a leased key's checks never reach the
   // store but for its grants. On memory:// leases would only add a second copy of the count.
@@ -141,38 +265,68 @@ int serve(const ServeArgs& args) {
   } else if (leases && store->kind() != "memory") {
     spdlog::warn("store {} does not grant leases: leased rules are checked against it directly", store->kind());
   }
+  process.loop = loop;
+  process.store = store.get();
+  process.leasing = leasing;
+  process.proxy = config.upstream.has_value();
+  process.grpc = rls_config.has_value();
+  process.extra_metrics = [&server, &proxy, &current, &reloader, leasing] {
+    std::string text = build_info_metrics();
+    if (reloader != nullptr) text += reloader->metrics_text();
+    text += http_server_metrics(server);
+    if (proxy) text += http::proxy_metrics(*proxy);
+    if (const auto generation = current.load(); generation && generation->rls_service) {
+      text += generation->rls_service->metrics_text();
+    }
+    if (leasing != nullptr) text += leasing->metrics_text();
+    return text;
+  };
+  process.reload = [&reloader](Responder respond) {
+    if (reloader == nullptr) {
+      respond(http::Response{503, "application/json", {}, R"({"error":"not ready to reload"})"});
+      return;
+    }
+    reloader->request([respond = std::move(respond)](const ReloadOutcome& outcome) {
+      respond(http::Response{outcome.ok ? 200 : 422, "application/json", {}, reload_json(outcome)});
+    });
+  };
   try {
-    limiter::Limiter limiter(config.limiter, *store);
-    http::Middleware middleware(limiter, config.middleware);
+    const std::string rls_dir = config.grpc ? config.grpc->config_dir : std::string();
+    auto first = build_generation(config, std::move(rls_config), rls_options, process, nullptr);
+    first->rls_dir = rls_dir;
+    current.store(std::move(first));
+    // Reloads run on the Reloader's thread; it is stopped before the store goes.
+    auto running_reloader = std::make_unique<Reloader>(
+        current,
+        [&args, &process](const Generation& running) {
+          return reload_generation(args, process, running);
+        },
+        [&process](const Generation& next) {
+          const auto next_level = spdlog::level::from_str(next.config.logging.level);
+          spdlog::set_level(next_level);
+          spdlog::flush_on(std::min(next_level, spdlog::level::info));
+          // A limit raised (or a rule gone) may admit what was denied: known denials go.
+          if (process.denial_cache != nullptr) process.denial_cache->clear();
+        });
+    reloader = running_reloader.get();
+
     if (config.upstream) {
-      proxy = std::make_unique<http::Proxy>(options, *config.upstream, middleware);
+      proxy = std::make_unique<http::Proxy>(options, *config.upstream, [&current] {
+        std::shared_ptr<Generation> generation = current.load();
+        return std::shared_ptr<http::Middleware>(generation, generation->middleware.get());
+      });
     }
-    if (rls_config) {
-      rls_service = std::make_unique<rls::Service>(
-          std::move(*rls_config), limiter,
-          rls::ServiceOptions{.response_headers = config.grpc->response_headers,
-                              .max_message_bytes = config.grpc->max_message_bytes});
+    if (process.grpc) {
       grpc = std::make_unique<rls::GrpcServer>(
-          *rls_service, rls::GrpcServerOptions{.host = config.grpc->host,
-                                               .port = config.grpc->port,
-                                               .threads = config.grpc->threads,
-                                               .loop = loop});
+          [&current] {
+            std::shared_ptr<Generation> generation = current.load();
+            return std::shared_ptr<rls::Service>(generation, generation->rls_service.get());
+          },
+          rls::GrpcServerOptions{.host = config.grpc->host,
+                                 .port = config.grpc->port,
+                                 .threads = config.grpc->threads,
+                                 .loop = loop});
     }
-    ApiOptions api_options{
-        .metrics_enabled = config.metrics_enabled,
-        .demo_routes = !proxy,  // with an upstream the routes are the admin listener
-        .loop = loop,
-        .extra_metrics =
-            [&server, &proxy, &rls_service, leasing] {
-              std::string text = http_server_metrics(server);
-              if (proxy) text += http::proxy_metrics(*proxy);
-              if (rls_service) text += rls_service->metrics_text();
-              if (leasing != nullptr) text += leasing->metrics_text();
-              return text;
-            },
-    };
-    Api routes(limiter, middleware, std::move(api_options));
-    api = &routes;
 
     if (auto listening = server.listen(); !listening) {
       std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
@@ -190,11 +344,11 @@ int serve(const ServeArgs& args) {
         return 1;
       }
       spdlog::info("rate limit service (gRPC) on {}: {} domain(s) from {}", grpc->address(),
-                   rls_service->config().domains.size(), config.grpc->config_dir);
+                   current.load()->rls_service->config().domains.size(), config.grpc->config_dir);
     }
     spdlog::info("store {} ({})", store->kind(), config.store.url);
-    spdlog::info("{} rule(s) from {}, {} io thread(s)", config.limiter.rules.size(), config.source,
-                 options.threads);
+    spdlog::info("{} rule(s) from {}, {} io thread(s)", current.load()->config.limiter.rules.size(),
+                 config.source, options.threads);
     if (proxy) {
       spdlog::info("listening on {}, proxying to http://{}:{}", proxy->address(),
                    config.upstream->host, config.upstream->port);
@@ -209,6 +363,9 @@ int serve(const ServeArgs& args) {
     }
     // Calls in flight are answered (the loop and the store still run), then no more.
     if (grpc) grpc->stop();
+    // No reload from here on; one under way finishes first.
+    reloader = nullptr;
+    running_reloader.reset();
     spdlog::info("drained, exiting");
     // The store goes first: callbacks it still holds refer to the limiter. Leases' unused
     // units go back to the store then.

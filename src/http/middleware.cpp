@@ -11,7 +11,9 @@ namespace ratekeeper::http {
 using limiter::IdentityKind;
 
 Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
-    : limiter_(&limiter), options_(std::move(options)) {
+    : limiter_(&limiter),
+      options_(std::move(options)),
+      metrics_(options_.metrics ? options_.metrics : std::make_shared<RequestMetrics>()) {
   routes_.reserve(options_.matches.size());
   for (const auto& match : options_.matches) {
     const limiter::Rule* rule = limiter.find_rule(match.rule);
@@ -149,7 +151,7 @@ Result<std::vector<limiter::Application>> Middleware::applications(const Request
 void Middleware::handle(const Request& request, MiddlewareCallback done) {
   auto apps = applications(request);
   if (!apps) {
-    metrics_.record(RequestOutcome::bad_request);
+    metrics_->record(RequestOutcome::bad_request);
     MiddlewareResult r;
     r.admitted = false;
     r.status = 400;
@@ -159,7 +161,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
     return;
   }
   if (apps->empty()) {
-    metrics_.record(RequestOutcome::unmatched);
+    metrics_->record(RequestOutcome::unmatched);
     done(MiddlewareResult{});
     return;
   }
@@ -168,7 +170,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
         MiddlewareResult r;
         if (!ev) {
           const bool bad = ev.error().code == ErrorCode::invalid_argument;
-          metrics_.record(bad ? RequestOutcome::bad_request : RequestOutcome::error);
+          metrics_->record(bad ? RequestOutcome::bad_request : RequestOutcome::error);
           r.admitted = false;
           r.status = bad ? 400 : 500;
           r.body = bad ? bad_request_body(ev.error().message)
@@ -179,10 +181,10 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
         }
         r.headers = rate_limit_headers(*ev, options_.headers);
         if (ev->allowed) {
-          metrics_.record(RequestOutcome::admitted);
+          metrics_->record(RequestOutcome::admitted);
           r.delay = ev->decision.delay;
         } else {
-          metrics_.record(RequestOutcome::rejected);
+          metrics_->record(RequestOutcome::rejected);
           r.admitted = false;
           r.status = 429;
           r.body = rejection_body(retry_after_seconds(ev->decision.retry_after));

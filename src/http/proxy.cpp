@@ -163,8 +163,8 @@ std::string_view reason_of(int status) {
 }  // namespace
 
 struct Proxy::Impl : ServerCore {
-  Impl(ServerOptions o, UpstreamOptions u, Middleware& m, EventLoop& l)
-      : ServerCore(std::move(o), l), upstream(std::move(u)), middleware(m), loop(l) {
+  Impl(ServerOptions o, UpstreamOptions u, MiddlewareSource m, EventLoop& l)
+      : ServerCore(std::move(o), l), upstream(std::move(u)), middleware(std::move(m)), loop(l) {
     pools.reserve(loop.size());
     for (std::size_t i = 0; i < loop.size(); ++i) {
       pools.push_back(std::make_unique<UpstreamPool>(upstream.max_idle));
@@ -196,7 +196,7 @@ struct Proxy::Impl : ServerCore {
   void release(std::size_t n) { buffered.fetch_sub(n, std::memory_order_relaxed); }
 
   UpstreamOptions upstream;
-  Middleware& middleware;
+  MiddlewareSource middleware;
   EventLoop& loop;
   std::optional<tcp::endpoint> literal;  // the upstream's address when given as one
   std::vector<std::unique_ptr<UpstreamPool>> pools;  // by loop context index
@@ -312,7 +312,11 @@ class ProxySession final : public Connection {
 
     auto executor = client_.get_executor();
     const bool returned = contain("the proxy's middleware", [&] {
-      proxy_.middleware.handle(request, [self = self<ProxySession>(), executor](MiddlewareResult r) {
+      // The middleware of the moment, held until its decision is delivered.
+      std::shared_ptr<Middleware> middleware = proxy_.middleware();
+      Middleware& decider = *middleware;
+      decider.handle(request, [self = self<ProxySession>(), executor,
+                               middleware = std::move(middleware)](MiddlewareResult r) {
         net::dispatch(executor, [self, r = std::move(r)]() mutable { self->on_decision(std::move(r)); });
       });
     });
@@ -884,8 +888,15 @@ Result<UpstreamOptions> parse_upstream_url(std::string_view url) {
 }
 
 Proxy::Proxy(ServerOptions server, UpstreamOptions upstream, Middleware& middleware)
+    : Proxy(std::move(server), std::move(upstream), [&middleware] {
+        // Not owned: the caller keeps it alive.
+        return std::shared_ptr<Middleware>(std::shared_ptr<void>(), &middleware);
+      }) {}
+
+Proxy::Proxy(ServerOptions server, UpstreamOptions upstream, MiddlewareSource middleware)
     : loop_(server.loop ? server.loop : std::make_shared<EventLoop>(std::max(1, server.threads))),
-      impl_(std::make_shared<Impl>(std::move(server), std::move(upstream), middleware, *loop_)) {
+      impl_(std::make_shared<Impl>(std::move(server), std::move(upstream), std::move(middleware),
+                                   *loop_)) {
   if (impl_->upstream.buffer_size == 0) impl_->upstream.buffer_size = 1;
 }
 

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <vector>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 
 namespace ratekeeper::http {
@@ -124,8 +125,13 @@ void ServerCore::wait_signal() {
   signals_.async_wait([self = shared_from_this()](error_code wait_ec, int signo) {
     if (wait_ec) return;
     if (signo == SIGHUP) {
-      spdlog::warn("SIGHUP received: the configuration is not reloaded while running; serving "
-                   "on with the configuration loaded at start");
+      if (self->options.on_reload) {
+        spdlog::info("SIGHUP received: reloading the configuration");
+        contain("the SIGHUP reload hook", [&] { self->options.on_reload(); });
+      } else {
+        spdlog::warn("SIGHUP received: the configuration is not reloaded while running; serving "
+                     "on with the configuration loaded at start");
+      }
       self->wait_signal();
       return;
     }

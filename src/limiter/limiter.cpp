@@ -24,6 +24,7 @@ struct Limiter::Prepared {
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
   std::size_t item_count = 0;           // items.size() before they were handed to the store
   Limiter* limiter = nullptr;
+  std::shared_ptr<Limiter> keep_alive;  // when shared: the limiter, until the store answers
   Micros started = 0;  // Clock::steady
   EvaluationCallback done;
 };
@@ -53,6 +54,10 @@ Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
 }
 
 Limiter::~Limiter() = default;
+
+void Limiter::continue_metrics(const Limiter& previous) {
+  metrics_ = std::make_unique<Metrics>(metrics_->rule_names(), *previous.metrics_);
+}
 
 const Rule* Limiter::find_rule(std::string_view name) const noexcept {
   for (const auto& rule : config_.rules) {
@@ -281,7 +286,7 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
   for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost, 0, rule.rule->lease});
   const Micros t0 = steady_clock_->steady();
   store_->check(std::move(items), now(),
-                [this, prepared = std::move(prepared), index, t0,
+                [this, keep_alive = weak_from_this().lock(), prepared = std::move(prepared), index, t0,
                  then = std::move(then)](Result<store::CheckOutcome> r) {
                   const Micros latency = steady_clock_->steady() - t0;
                   metrics_->record_store_latency(latency);
@@ -309,6 +314,7 @@ void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done
     return;
   }
   p->limiter = this;
+  p->keep_alive = weak_from_this().lock();
   p->started = steady_clock_->steady();
   p->done = std::move(done);
   p->item_count = p->items.size();

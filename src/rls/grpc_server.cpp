@@ -24,7 +24,8 @@ constexpr int kRequestsAhead = 8;
 
 class GrpcServer::Impl {
  public:
-  Impl(Service& service, GrpcServerOptions options) : service_(service), options_(std::move(options)) {}
+  Impl(ServiceSource service, GrpcServerOptions options)
+      : service_(std::move(service)), options_(std::move(options)) {}
 
   Result<void> start();
   void stop();
@@ -86,7 +87,11 @@ class GrpcServer::Impl {
     // is contained and the call answered INTERNAL (unless an answer went out first).
     void decide() {
       const bool decided = contain("rate limit service call", [this] {
-        impl_.service_.should_rate_limit(request_, [call = shared_from_this()](Answer answer) {
+        // The service of the moment, held until the call is answered.
+        std::shared_ptr<Service> service = impl_.service_();
+        Service& decider = *service;
+        decider.should_rate_limit(request_, [call = shared_from_this(),
+                                             service = std::move(service)](Answer answer) {
           call->finish(std::move(answer));
         });
       });
@@ -118,7 +123,7 @@ class GrpcServer::Impl {
     std::shared_ptr<Call> self_;  // the queue's reference
   };
 
-  Service& service_;
+  ServiceSource service_;
   GrpcServerOptions options_;
   pb::RateLimitService::AsyncService async_;
   std::unique_ptr<grpc::Server> server_;
@@ -194,7 +199,15 @@ void GrpcServer::Impl::stop() {
 }
 
 GrpcServer::GrpcServer(Service& service, GrpcServerOptions options)
-    : impl_(std::make_unique<Impl>(service, std::move(options))) {}
+    : GrpcServer(
+          [&service] {
+            // Not owned: the caller keeps it alive.
+            return std::shared_ptr<Service>(std::shared_ptr<void>(), &service);
+          },
+          std::move(options)) {}
+
+GrpcServer::GrpcServer(ServiceSource service, GrpcServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(service), std::move(options))) {}
 
 GrpcServer::~GrpcServer() { stop(); }
 

@@ -118,7 +118,10 @@ struct Service::Call {
 };
 
 Service::Service(RlsConfig config, limiter::Limiter& limiter, ServiceOptions options)
-    : config_(std::move(config)), limiter_(&limiter), options_(options) {
+    : config_(std::move(config)),
+      limiter_(&limiter),
+      options_(options),
+      counters_(std::make_shared<Counters>()) {
   const auto& rules = limiter.config().rules;
   const auto check = [&](std::size_t index, std::string_view what) {
     if (index >= rules.size()) {
@@ -142,18 +145,20 @@ Service::Service(RlsConfig config, limiter::Limiter& limiter, ServiceOptions opt
 
 Service::~Service() = default;
 
+void Service::continue_counters(const Service& previous) { counters_ = previous.counters_; }
+
 void Service::count(Status status, const pb::RateLimitResponse* response) {
   switch (status) {
     case Status::ok:
       if (response != nullptr && response->overall_code() == pb::RateLimitResponse::OVER_LIMIT) {
-        over_limit_.fetch_add(1, std::memory_order_relaxed);
+        counters_->over_limit.fetch_add(1, std::memory_order_relaxed);
       } else {
-        ok_.fetch_add(1, std::memory_order_relaxed);
+        counters_->ok.fetch_add(1, std::memory_order_relaxed);
       }
       break;
-    case Status::invalid_argument: invalid_.fetch_add(1, std::memory_order_relaxed); break;
-    case Status::unavailable: unavailable_.fetch_add(1, std::memory_order_relaxed); break;
-    case Status::internal: internal_.fetch_add(1, std::memory_order_relaxed); break;
+    case Status::invalid_argument: counters_->invalid.fetch_add(1, std::memory_order_relaxed); break;
+    case Status::unavailable: counters_->unavailable.fetch_add(1, std::memory_order_relaxed); break;
+    case Status::internal: counters_->internal.fetch_add(1, std::memory_order_relaxed); break;
   }
 }
 
@@ -199,7 +204,7 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
   call->slots.resize(static_cast<std::size_t>(n));
   const Domain* domain = config_.find(request.domain());
   if (domain == nullptr) {
-    unknown_domain_.fetch_add(1, std::memory_order_relaxed);
+    counters_->unknown_domain.fetch_add(1, std::memory_order_relaxed);
     answer(*call, Evaluation{});
     return;
   }
@@ -376,18 +381,18 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
     status->set_code(pb::RateLimitResponse::OK);
     switch (slot.kind) {
       case Slot::Kind::no_limit:
-        tally = &descriptors_no_limit_;
+        tally = &counters_->descriptors_no_limit;
         break;
       case Slot::Kind::over: {
         const DescriptorLimit& l = *slot.shown.front();
         set_limit(status->mutable_current_limit(), l);
         set_duration(status->mutable_duration_until_reset(), unit_length(l.unit));
         if (slot.shadow) {
-          tally = &descriptors_shadow_over_;
+          tally = &counters_->descriptors_shadow_over;
           break;
         }
         status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-        tally = &descriptors_over_;
+        tally = &counters_->descriptors_over;
         over = true;
         RuleOutcome& r = shown.rules.emplace_back();
         auto& lo = r.limits.emplace_back();
@@ -418,15 +423,15 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
         status->set_limit_remaining(clamp_remaining(d.remaining));
         set_duration(status->mutable_duration_until_reset(), d.allowed ? d.reset_after : d.retry_after);
         if (slot.shadow) {
-          tally = d.allowed ? &descriptors_ok_ : &descriptors_shadow_over_;
+          tally = d.allowed ? &counters_->descriptors_ok : &counters_->descriptors_shadow_over;
           break;
         }
         if (!d.allowed) {
           status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-          tally = &descriptors_over_;
+          tally = &counters_->descriptors_over;
           over = true;
         } else {
-          tally = &descriptors_ok_;
+          tally = &counters_->descriptors_ok;
         }
         shown.rules.push_back(r);
         break;
@@ -468,21 +473,21 @@ std::string Service::metrics_text() const {
   std::string out;
   out += "# HELP ratekeeper_rls_requests_total ShouldRateLimit calls by answer.\n";
   out += "# TYPE ratekeeper_rls_requests_total counter\n";
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"ok\"}} {}\n", v(ok_));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"over_limit\"}} {}\n", v(over_limit_));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"invalid_argument\"}} {}\n", v(invalid_));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"unavailable\"}} {}\n", v(unavailable_));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"internal\"}} {}\n", v(internal_));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"ok\"}} {}\n", v(counters_->ok));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"over_limit\"}} {}\n", v(counters_->over_limit));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"invalid_argument\"}} {}\n", v(counters_->invalid));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"unavailable\"}} {}\n", v(counters_->unavailable));
+  out += fmt::format("ratekeeper_rls_requests_total{{result=\"internal\"}} {}\n", v(counters_->internal));
   out += "# HELP ratekeeper_rls_unknown_domain_total ShouldRateLimit calls for a domain that is not configured (answered OK).\n";
   out += "# TYPE ratekeeper_rls_unknown_domain_total counter\n";
-  out += fmt::format("ratekeeper_rls_unknown_domain_total {}\n", v(unknown_domain_));
+  out += fmt::format("ratekeeper_rls_unknown_domain_total {}\n", v(counters_->unknown_domain));
   out += "# HELP ratekeeper_rls_descriptors_total Descriptors answered, by status.\n";
   out += "# TYPE ratekeeper_rls_descriptors_total counter\n";
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"ok\"}} {}\n", v(descriptors_ok_));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"over_limit\"}} {}\n", v(descriptors_over_));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"no_limit\"}} {}\n", v(descriptors_no_limit_));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"ok\"}} {}\n", v(counters_->descriptors_ok));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"over_limit\"}} {}\n", v(counters_->descriptors_over));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"no_limit\"}} {}\n", v(counters_->descriptors_no_limit));
   out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"shadow_over_limit\"}} {}\n",
-                     v(descriptors_shadow_over_));
+                     v(counters_->descriptors_shadow_over));
   return out;
 }
 

@@ -36,6 +36,15 @@ DenialCache::DenialCache(std::unique_ptr<Store> inner, DenialCacheOptions option
 
 DenialCache::~DenialCache() = default;
 
+void DenialCache::clear() {
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    Shard& shard = shards_[i];
+    std::lock_guard lock(shard.mu);
+    held_.fetch_sub(shard.denials.size(), std::memory_order_relaxed);
+    shard.denials.clear();
+  }
+}
+
 DenialCache::Shard& DenialCache::shard_for(std::size_t hash) const noexcept { return shards_[hash & shard_mask_]; }
 
 std::optional<CheckOutcome> DenialCache::lookup(const std::vector<CheckItem>& items, Micros now_steady) {

@@ -6,6 +6,7 @@
 // Thread-safe; the Limiter must outlive the Middleware.
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,9 @@ struct MiddlewareOptions {
   // The requests each rule applies to, in configuration order; a rule without one is not
   // applied to HTTP requests (the decision API still checks it).
   std::vector<RuleMatch> matches;
+  // Where it counts its answers; shared by the middlewares built from successive
+  // configurations (a reload), so the counters continue. Null: its own.
+  std::shared_ptr<RequestMetrics> metrics;
 };
 
 class Middleware {
@@ -61,7 +65,7 @@ class Middleware {
 
   const MiddlewareOptions& options() const noexcept { return options_; }
   // What it answered, by result (ratekeeper_http_requests_total).
-  const RequestMetrics& metrics() const noexcept { return metrics_; }
+  const RequestMetrics& metrics() const noexcept { return *metrics_; }
 
  private:
   limiter::Limiter* limiter_;
@@ -75,7 +79,7 @@ class Middleware {
   };
   std::vector<Route> routes_;
   bool has_defaults_ = false;  // some route is `unmatched`
-  RequestMetrics metrics_;
+  std::shared_ptr<RequestMetrics> metrics_;
 };
 
 }  // namespace ratekeeper::http

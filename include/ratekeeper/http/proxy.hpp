@@ -7,10 +7,11 @@
 // The transport (Boost.Beast) stays inside the implementation.
 //
 // Thread-safety: stop() may be called from any thread; everything else from the thread that
-// owns the Proxy. The Middleware must outlive the Proxy.
+// owns the Proxy. A Middleware given by reference must outlive the Proxy.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,6 +23,11 @@
 namespace ratekeeper::http {
 
 class Middleware;
+
+// The middleware to decide the next request with (e.g. the current one of a configuration
+// that can be reloaded); a request holds what it returned until it is decided. Called on the
+// io threads, concurrently: thread-safe, quick, never null.
+using MiddlewareSource = std::function<std::shared_ptr<Middleware>()>;
 
 // The defaults are the configuration's (docs/configuration.md: upstream.*).
 struct UpstreamOptions {
@@ -65,6 +71,8 @@ class Proxy {
   // Listens and serves as `server` says (address, threads or shared loop, header limit, read
   // timeout, drain, signals); its body_limit does not apply: bodies are streamed.
   Proxy(ServerOptions server, UpstreamOptions upstream, Middleware& middleware);
+  // Each request decided by the middleware `middleware` returns at the time.
+  Proxy(ServerOptions server, UpstreamOptions upstream, MiddlewareSource middleware);
   ~Proxy();
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;

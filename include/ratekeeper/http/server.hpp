@@ -44,7 +44,11 @@ struct ServerOptions {
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
   Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long
-  bool handle_signals = true;  // SIGINT/SIGTERM call stop(); SIGHUP is logged and ignored
+  // SIGINT/SIGTERM call stop(); SIGHUP calls on_reload, or is logged and ignored without one.
+  bool handle_signals = true;
+  // Called on an io thread when SIGHUP arrives (with handle_signals): it must return quickly
+  // (hand the work to another thread). What it throws is contained.
+  std::function<void()> on_reload;
 };
 
 class Server {

@@ -13,7 +13,9 @@
 // limit, a check spanning Redis Cluster slots, a failure policy's answer and shadow rules
 // never delay.
 //
-// Thread-safe. The Limiter must outlive every check in flight (callbacks capture it).
+// Thread-safe. The Limiter must outlive every check in flight (callbacks capture it); one
+// owned by a std::shared_ptr is kept alive by its checks in flight (shadow checks included,
+// which outlive the answer), so its owner may let it go at any time (a configuration reload).
 
 #include <functional>
 #include <memory>
@@ -117,7 +119,7 @@ struct EvaluateOptions {
 
 using EvaluationCallback = std::function<void(Result<Evaluation>)>;
 
-class Limiter {
+class Limiter : public std::enable_shared_from_this<Limiter> {
  public:
   // Throws std::invalid_argument ("<field>: <reason>", the first issue) when validate(config)
   // finds any: a LimiterConfig from the configuration loader is already valid. `clock` gives
@@ -159,6 +161,9 @@ class Limiter {
   const Tiers& tiers() const noexcept { return config_.tiers; }
   const LimiterConfig& config() const noexcept { return config_; }
   Metrics& metrics() noexcept { return *metrics_; }
+  // Its metrics continue `previous`'s (Metrics' continuing constructor): rules of the same
+  // name count on from where they were. Call before the first check: not thread-safe.
+  void continue_metrics(const Limiter& previous);
   const Metrics& metrics() const noexcept { return *metrics_; }
   DecisionLog& decision_log() noexcept { return *log_; }
   store::Store& store() noexcept { return *store_; }

@@ -36,6 +36,10 @@ class Metrics {
 
   // One counter row per rule, by index (Rule order in the limiter).
   explicit Metrics(std::vector<std::string> rule_names);
+  // Counters that continue `previous`'s (a limiter rebuilt from a reloaded configuration):
+  // the rows of rules named as in `previous`, the store latency, store errors and suppressed
+  // log lines are shared with it (counted once, by either); new rules start at zero.
+  Metrics(std::vector<std::string> rule_names, const Metrics& previous);
   ~Metrics();
 
   void record_decision(std::size_t rule, Outcome outcome) noexcept;
@@ -61,13 +65,10 @@ class Metrics {
 
  private:
   struct RuleRow;
+  struct Totals;  // the counters that are not per rule
   std::vector<std::string> rule_names_;
-  std::unique_ptr<RuleRow[]> rows_;
-  std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> latency_buckets_{};
-  std::atomic<std::uint64_t> latency_count_{0};
-  std::atomic<std::uint64_t> latency_sum_us_{0};
-  std::array<std::atomic<std::uint64_t>, kErrorCodeCount> store_errors_{};
-  std::atomic<std::uint64_t> log_suppressed_{0};
+  std::vector<std::shared_ptr<RuleRow>> rows_;
+  std::shared_ptr<Totals> totals_;
 };
 
 }  // namespace ratekeeper::limiter

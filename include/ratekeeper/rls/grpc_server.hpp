@@ -6,10 +6,12 @@
 // refuses new calls, waits for the calls in flight (each bounded by the store's deadlines),
 // then ends the threads.
 //
-// Thread-safe: start() and stop() from one thread; the Service must outlive the server.
+// Thread-safe: start() and stop() from one thread; a Service given by reference must outlive
+// the server.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +25,11 @@ class EventLoop;
 namespace ratekeeper::rls {
 
 class Service;
+
+// The service to answer the next call with (e.g. the current one of a configuration that can
+// be reloaded); a call holds what it returned until it is answered. Called concurrently:
+// thread-safe, quick, never null.
+using ServiceSource = std::function<std::shared_ptr<Service>()>;
 
 struct GrpcServerOptions {
   std::string host = "127.0.0.1";
@@ -43,6 +50,8 @@ struct GrpcServerOptions {
 class GrpcServer {
  public:
   GrpcServer(Service& service, GrpcServerOptions options);
+  // Each call answered by the service `service` returns at the time.
+  GrpcServer(ServiceSource service, GrpcServerOptions options);
   ~GrpcServer();  // stop()
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;

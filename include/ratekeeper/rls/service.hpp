@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
@@ -69,6 +70,9 @@ class Service {
   const RlsConfig& config() const noexcept { return config_; }
   // Prometheus text: requests by result, descriptors by result.
   std::string metrics_text() const;
+  // Its counters become `previous`'s, shared (a service rebuilt from a reloaded
+  // configuration counts on). Call before the first call: not thread-safe.
+  void continue_counters(const Service& previous);
 
  private:
   struct Call;
@@ -79,16 +83,19 @@ class Service {
   limiter::Limiter* limiter_;
   ServiceOptions options_;
 
-  std::atomic<std::uint64_t> ok_{0};
-  std::atomic<std::uint64_t> over_limit_{0};
-  std::atomic<std::uint64_t> invalid_{0};
-  std::atomic<std::uint64_t> unavailable_{0};
-  std::atomic<std::uint64_t> internal_{0};
-  std::atomic<std::uint64_t> unknown_domain_{0};
-  std::atomic<std::uint64_t> descriptors_ok_{0};
-  std::atomic<std::uint64_t> descriptors_over_{0};
-  std::atomic<std::uint64_t> descriptors_no_limit_{0};
-  std::atomic<std::uint64_t> descriptors_shadow_over_{0};
+  struct Counters {
+    std::atomic<std::uint64_t> ok{0};
+    std::atomic<std::uint64_t> over_limit{0};
+    std::atomic<std::uint64_t> invalid{0};
+    std::atomic<std::uint64_t> unavailable{0};
+    std::atomic<std::uint64_t> internal{0};
+    std::atomic<std::uint64_t> unknown_domain{0};
+    std::atomic<std::uint64_t> descriptors_ok{0};
+    std::atomic<std::uint64_t> descriptors_over{0};
+    std::atomic<std::uint64_t> descriptors_no_limit{0};
+    std::atomic<std::uint64_t> descriptors_shadow_over{0};
+  };
+  std::shared_ptr<Counters> counters_;  // shared with the services it continues
 };
 
 }  // namespace ratekeeper::rls

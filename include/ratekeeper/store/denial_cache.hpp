@@ -60,6 +60,9 @@ class DenialCache final : public Store {
     std::size_t size = 0;        // denials held now (expired ones included until swept)
   };
   Stats stats() const;
+  // Forgets every denial held (a reloaded configuration may admit what was denied): the
+  // next check of each key goes to the store. Checks in flight may record theirs afterwards.
+  void clear();
 
  private:
   struct Shard;

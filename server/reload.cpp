@@ -1,0 +1,253 @@
+#include "reload.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "ratekeeper/core/contained.hpp"
+
+#ifndef RATEKEEPER_VERSION
+#define RATEKEEPER_VERSION "unknown"
+#endif
+#ifndef RATEKEEPER_BUILD_TYPE
+#define RATEKEEPER_BUILD_TYPE ""
+#endif
+
+namespace ratekeeper::server {
+namespace {
+
+bool same_server(const http::ServerOptions& a, const http::ServerOptions& b) {
+  return a.header_limit == b.header_limit && a.body_limit == b.body_limit &&
+         a.read_timeout == b.read_timeout && a.max_pipelined == b.max_pipelined &&
+         a.drain_timeout == b.drain_timeout;
+}
+
+bool same_upstream(const std::optional<http::UpstreamOptions>& a,
+                   const std::optional<http::UpstreamOptions>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) return true;
+  return a->host == b->host && a->port == b->port && a->connect_timeout == b->connect_timeout &&
+         a->timeout == b->timeout && a->max_idle == b->max_idle &&
+         a->buffer_size == b->buffer_size && a->lowercase_path == b->lowercase_path;
+}
+
+std::vector<std::string> rule_names(const Generation& g) {
+  std::vector<std::string> names;
+  for (const auto& rule : g.config.limiter.rules) names.push_back(rule.name);
+  return names;
+}
+
+// Names in `a` and not in `b`.
+std::vector<std::string> missing_from(const std::vector<std::string>& a,
+                                      const std::vector<std::string>& b) {
+  std::vector<std::string> out;
+  for (const auto& name : a) {
+    if (std::find(b.begin(), b.end(), name) == b.end()) out.push_back(name);
+  }
+  return out;
+}
+
+double unix_seconds_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string compiler() {
+#if defined(__clang__)
+  return fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+  return fmt::format("gcc {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+  return "unknown";
+#endif
+}
+
+// Label values escape backslash, double quote and newline.
+std::string label(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> restart_fields(const Generation& running, const Generation& next) {
+  const Config& a = running.config;
+  const Config& b = next.config;
+  std::vector<std::string> fields;
+  if (a.http.host != b.http.host || a.http.port != b.http.port) fields.emplace_back("listen");
+  if (a.http.threads != b.http.threads) fields.emplace_back("threads");
+  if (a.store.url != b.store.url || running.store_section != next.store_section ||
+      a.denied_cache_keys != b.denied_cache_keys) {
+    fields.emplace_back("store");
+  }
+  if (!same_server(a.http, b.http)) fields.emplace_back("http");
+  if (!same_upstream(a.upstream, b.upstream)) fields.emplace_back("upstream");
+  if (a.upstream && b.upstream &&
+      (a.admin.host != b.admin.host || a.admin.port != b.admin.port)) {
+    fields.emplace_back("admin");
+  }
+  if (a.grpc.has_value() != b.grpc.has_value()) {
+    fields.emplace_back("grpc");
+  } else if (a.grpc) {
+    if (a.grpc->host != b.grpc->host || a.grpc->port != b.grpc->port) {
+      fields.emplace_back("grpc.listen");
+    }
+    if (a.grpc->threads != b.grpc->threads) fields.emplace_back("grpc.threads");
+  }
+  return fields;
+}
+
+std::string reload_json(const ReloadOutcome& outcome) {
+  using json = nlohmann::json;
+  json body;
+  if (outcome.ok) {
+    body = json{{"status", "reloaded"},
+                {"rules", outcome.rules},
+                {"added", outcome.added},
+                {"removed", outcome.removed},
+                {"needs_restart", outcome.needs_restart}};
+  } else {
+    body = json{{"status", "failed"}, {"error", outcome.error}};
+  }
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Reloader::Reloader(SharedValue<Generation>& current, Build build, AfterSwap after_swap)
+    : current_(current),
+      build_(std::move(build)),
+      after_swap_(std::move(after_swap)),
+      last_success_seconds_(unix_seconds_now()),
+      thread_([this] { run(); }) {}
+
+Reloader::~Reloader() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Reloader::request(std::function<void(const ReloadOutcome&)> done) {
+  {
+    std::lock_guard lock(mu_);
+    if (done) pending_.push_back(std::move(done));
+    ++requested_;
+  }
+  wake_.notify_one();
+}
+
+void Reloader::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || requested_ > 0; });
+    if (stopping_) return;
+    // Every request taken here arrived before the file is read: one reading answers them all.
+    auto waiting = std::move(pending_);
+    pending_.clear();
+    requested_ = 0;
+    lock.unlock();
+    ReloadOutcome outcome;
+    contain("configuration reload", [&] { outcome = reload_once(); });
+    for (auto& done : waiting) contain("configuration reload answer", [&] { done(outcome); });
+    waiting.clear();  // answers (and the generations they hold) are released unlocked
+    lock.lock();
+  }
+}
+
+ReloadOutcome Reloader::reload_once() {
+  const std::shared_ptr<Generation> running = current_.load();
+  ReloadOutcome outcome;
+  std::shared_ptr<Generation> next;
+  try {
+    next = build_(*running);
+    if (!next) outcome.error = "the configuration built nothing";
+  } catch (const std::exception& e) {
+    outcome.error = e.what();
+  }
+  if (!next) {
+    {
+      std::lock_guard lock(mu_);
+      ++failures_;
+      last_ok_ = false;
+    }
+    spdlog::error("configuration reload failed, the running configuration is kept: {}",
+                  outcome.error);
+    return outcome;
+  }
+  outcome.needs_restart = restart_fields(*running, *next);
+  const auto before = rule_names(*running);
+  const auto after = rule_names(*next);
+  outcome.added = missing_from(after, before);
+  outcome.removed = missing_from(before, after);
+  outcome.rules = after.size();
+  current_.store(next);
+  if (after_swap_) contain("after a configuration reload", [&] { after_swap_(*next); });
+  outcome.ok = true;
+  {
+    std::lock_guard lock(mu_);
+    ++successes_;
+    last_ok_ = true;
+    last_success_seconds_ = unix_seconds_now();
+  }
+  spdlog::info("configuration reloaded from {}: {} rule(s), added [{}], removed [{}]",
+               next->config.source, outcome.rules, fmt::join(outcome.added, ", "),
+               fmt::join(outcome.removed, ", "));
+  for (const auto& field : outcome.needs_restart) {
+    spdlog::warn("configuration reload: `{}` changed in {}; it needs a restart and is kept as "
+                 "it was until then",
+                 field, next->config.source);
+  }
+  return outcome;
+}
+
+std::string Reloader::metrics_text() const {
+  std::uint64_t successes = 0;
+  std::uint64_t failures = 0;
+  bool last_ok = true;
+  double last_success = 0;
+  {
+    std::lock_guard lock(mu_);
+    successes = successes_;
+    failures = failures_;
+    last_ok = last_ok_;
+    last_success = last_success_seconds_;
+  }
+  return fmt::format(
+      "# HELP ratekeeper_config_reloads_total Configuration reloads (SIGHUP, POST /admin/reload) "
+      "by result; a failed one keeps the running configuration.\n"
+      "# TYPE ratekeeper_config_reloads_total counter\n"
+      "ratekeeper_config_reloads_total{{result=\"success\"}} {}\n"
+      "ratekeeper_config_reloads_total{{result=\"failure\"}} {}\n"
+      "# HELP ratekeeper_config_last_reload_successful Whether the last reload succeeded (1; also "
+      "before any) or failed (0).\n"
+      "# TYPE ratekeeper_config_last_reload_successful gauge\n"
+      "ratekeeper_config_last_reload_successful {}\n"
+      "# HELP ratekeeper_config_last_reload_success_timestamp_seconds Unix time the running "
+      "configuration was loaded (at start or by the last successful reload).\n"
+      "# TYPE ratekeeper_config_last_reload_success_timestamp_seconds gauge\n"
+      "ratekeeper_config_last_reload_success_timestamp_seconds {:.3f}\n",
+      successes, failures, last_ok ? 1 : 0, last_success);
+}
+
+std::string build_info_metrics() {
+  return fmt::format(
+      "# HELP ratekeeper_build_info The running build: version, compiler and build type (value "
+      "1).\n"
+      "# TYPE ratekeeper_build_info gauge\n"
+      "ratekeeper_build_info{{version=\"{}\",compiler=\"{}\",build_type=\"{}\"}} 1\n",
+      label(RATEKEEPER_VERSION), label(compiler()), label(RATEKEEPER_BUILD_TYPE));
+}
+
+}  // namespace ratekeeper::server
