@@ -19,7 +19,10 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   clang-tidy-16
   # tests/recipes: the seed's FastAPI application under uvicorn (Debian's /usr/bin/python3);
   # bench/http_wrk.sh: the same application with the seed's own limiter on Redis (redis-py)
-  python3-fastapi python3-uvicorn python3-redis)
+  python3-fastapi python3-uvicorn python3-redis
+  # tests/packaging: the Debian packages (CPack's DEB generator: dpkg-shlibdeps, file), their
+  # unit checked by systemd-analyze (no running systemd needed)
+  dpkg-dev file systemd)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
