@@ -92,7 +92,7 @@ else
 fi
 
 # The installed program serves from the installed configuration (in memory instead of the
-# configured local Redis, on a free port) and drains on SIGTERM.
+# configured local Redis, on a free port), reloads it on SIGHUP and drains on SIGTERM.
 /usr/bin/ratekeeper serve --config /etc/ratekeeper/ratekeeper.yaml --listen 127.0.0.1:0 --store memory:// \
   >"$tmp/serve.log" 2>&1 &
 server_pid=$!
@@ -106,12 +106,20 @@ done
 [[ $(curl -s -m 5 "http://$address/healthz") == '{"status":"ok"}' ]] || fail "/healthz"
 reply=$(curl -s -m 5 "http://$address/v1/check" -d '{"rule":"default","identity":"ip:192.0.2.7"}')
 [[ $reply == *'"allowed":true'* && $reply == *'"remaining":99'* ]] || fail "/v1/check: $reply"
+# What `systemctl reload` does (ExecReload): SIGHUP, the configuration is read again.
+kill -HUP "$server_pid"
+reloaded=
+for _ in $(seq 50); do
+  reloaded=$(curl -s -m 5 "http://$address/metrics" | grep -x 'ratekeeper_config_reloads_total{result="success"} 1') && break
+  sleep 0.1
+done
+[[ -n $reloaded ]] || { cat "$tmp/serve.log"; fail "SIGHUP did not reload the configuration"; }
 kill -TERM "$server_pid"
 code=0
 wait "$server_pid" || code=$?
 server_pid=
 ((code == 0)) || { cat "$tmp/serve.log"; fail "the server exited $code on SIGTERM"; }
-echo "served on $address from /etc/ratekeeper/ratekeeper.yaml, drained on SIGTERM"
+echo "served on $address from /etc/ratekeeper/ratekeeper.yaml, reloaded on SIGHUP, drained on SIGTERM"
 
 # A changed configuration survives reinstalling; removal keeps it, purge removes it.
 echo "# changed here" >>/etc/ratekeeper/ratekeeper.yaml
