@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -213,9 +214,10 @@ int serve(const ServeArgs& args) {
   // The configuration of the moment: each request takes it when it arrives and holds it
   // until answered (its responder keeps it), so a reload never splits a request.
   SharedValue<Generation> current;
-  Reloader* reloader = nullptr;  // set before any listener (and so any signal) is up
+  // Set before any listener (and so any signal) is up, cleared once they are drained.
+  std::atomic<Reloader*> reloader{nullptr};
   options.on_reload = [&reloader] {
-    if (reloader != nullptr) reloader->request();
+    if (Reloader* r = reloader.load(); r != nullptr) r->request();
   };
 
   // The routes (own endpoints, decision API, demo API) are served on `listen`, or on `admin`
@@ -272,7 +274,7 @@ int serve(const ServeArgs& args) {
   process.grpc = rls_config.has_value();
   process.extra_metrics = [&server, &proxy, &current, &reloader, leasing] {
     std::string text = build_info_metrics();
-    if (reloader != nullptr) text += reloader->metrics_text();
+    if (Reloader* r = reloader.load(); r != nullptr) text += r->metrics_text();
     text += http_server_metrics(server);
     if (proxy) text += http::proxy_metrics(*proxy);
     if (const auto generation = current.load(); generation && generation->rls_service) {
@@ -282,11 +284,12 @@ int serve(const ServeArgs& args) {
     return text;
   };
   process.reload = [&reloader](Responder respond) {
-    if (reloader == nullptr) {
+    Reloader* r = reloader.load();
+    if (r == nullptr) {
       respond(http::Response{503, "application/json", {}, R"({"error":"not ready to reload"})"});
       return;
     }
-    reloader->request([respond = std::move(respond)](const ReloadOutcome& outcome) {
+    r->request([respond = std::move(respond)](const ReloadOutcome& outcome) {
       respond(http::Response{outcome.ok ? 200 : 422, "application/json", {}, reload_json(outcome)});
     });
   };
@@ -308,7 +311,7 @@ int serve(const ServeArgs& args) {
           // A limit raised (or a rule gone) may admit what was denied: known denials go.
           if (process.denial_cache != nullptr) process.denial_cache->clear();
         });
-    reloader = running_reloader.get();
+    reloader.store(running_reloader.get());
 
     if (config.upstream) {
       proxy = std::make_unique<http::Proxy>(options, *config.upstream, [&current] {
@@ -364,7 +367,7 @@ int serve(const ServeArgs& args) {
     // Calls in flight are answered (the loop and the store still run), then no more.
     if (grpc) grpc->stop();
     // No reload from here on; one under way finishes first.
-    reloader = nullptr;
+    reloader.store(nullptr);
     running_reloader.reset();
     spdlog::info("drained, exiting");
     // The store goes first: callbacks it still holds refer to the limiter. Leases' unused

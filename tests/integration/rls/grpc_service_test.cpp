@@ -3,6 +3,7 @@
 // statuses and headers as Envoy reads them, bad requests refused, a burst admitted exactly,
 // a dead store answered within the deadline.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
@@ -331,6 +332,49 @@ TEST(RlsGrpc, InvalidDomainFileStopsTheServerWithFileAndField) {
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(result.errors.find("bad.yaml"), std::string::npos) << result.errors;
   EXPECT_NE(result.errors.find("descriptors[0].rate_limit.unit"), std::string::npos) << result.errors;
+}
+
+
+// A reload reads the domain files again: a descriptor's limit raised keeps its count, a domain
+// file with an error keeps the domains in force, and calls go on throughout.
+TEST(RlsGrpc, ReloadReadsTheDomainFilesAgain) {
+  RedisServer redis;
+  const auto domain = [](int limit, std::string_view unit = "hour") {
+    return fmt::format(R"(domain: r
+descriptors:
+  - key: user
+    rate_limit: {{unit: {}, requests_per_unit: {}, algorithm: sliding_window_log}}
+)",
+                       unit, limit);
+  };
+  RlsServer server({{"r.yaml", domain(2)}}, redis.url());
+  const auto code = [&] {
+    pb::RateLimitResponse r;
+    EXPECT_TRUE(server.call(request("r", {{{"user", "u"}}}), r).ok());
+    return r.overall_code();
+  };
+  const auto reload = [&] {
+    return http_post(server.process->port(), "/admin/reload", "");
+  };
+  ASSERT_EQ(code(), pb::RateLimitResponse::OK);
+  ASSERT_EQ(code(), pb::RateLimitResponse::OK);
+  ASSERT_EQ(code(), pb::RateLimitResponse::OVER_LIMIT);
+
+  std::ofstream(server.dir / "domains" / "r.yaml", std::ios::trunc) << domain(2, "fortnight");
+  const auto refused = reload();
+  EXPECT_EQ(refused.status, 422) << refused.body;
+  EXPECT_NE(refused.body.find("descriptors[0].rate_limit.unit"), std::string::npos) << refused.body;
+  EXPECT_EQ(code(), pb::RateLimitResponse::OVER_LIMIT);  // still 2 per hour
+
+  std::ofstream(server.dir / "domains" / "r.yaml", std::ios::trunc) << domain(4);
+  const auto accepted = reload();
+  ASSERT_EQ(accepted.status, 200) << accepted.body;
+  EXPECT_EQ(code(), pb::RateLimitResponse::OK);  // 2 of the new 4 taken before
+  EXPECT_EQ(code(), pb::RateLimitResponse::OK);
+  EXPECT_EQ(code(), pb::RateLimitResponse::OVER_LIMIT);
+  const auto metrics = http_get(server.process->port(), "/metrics").body;
+  // The service's counters went on across the reloads: 2 over limit, then 1 after.
+  EXPECT_EQ(metric_value(metrics, R"(ratekeeper_rls_requests_total{result="over_limit"})"), 3.0);
 }
 
 }  // namespace
