@@ -37,6 +37,7 @@ bool same_upstream(const std::optional<http::UpstreamOptions>& a,
 
 std::vector<std::string> rule_names(const Generation& g) {
   std::vector<std::string> names;
+  names.reserve(g.config.limiter.rules.size());
   for (const auto& rule : g.config.limiter.rules) names.push_back(rule.name);
   return names;
 }

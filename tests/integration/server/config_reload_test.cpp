@@ -21,6 +21,7 @@
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_upstream.hpp"
 
 namespace ratekeeper::testing {
 namespace {
@@ -315,6 +316,56 @@ TEST(ConfigReload, MetricsCarryTheBuildInfo) {
             std::string::npos)
       << text;
   EXPECT_GT(metric(server.port(), "ratekeeper_config_last_reload_success_timestamp_seconds"), 0);
+}
+
+// With an upstream the proxy decides by the configuration of the moment too; the own
+// endpoints, POST /admin/reload among them, are on the admin listener.
+TEST(ConfigReload, TheProxyFollowsAReload) {
+  TestUpstream upstream;
+  const auto config = [&](int limit) {
+    return fmt::format(R"(upstream: {{url: http://127.0.0.1:{}}}
+admin: {{listen: 127.0.0.1:0}}
+rules:
+  - name: orders
+    match: {{path: /orders}}
+    limits: [{{algorithm: sliding_window_log, limit: {}, window: 1h}}]
+)",
+                       upstream.port(), limit);
+  };
+  const auto process = serve(config(2));
+  ServerProcess& server = *process;
+  const std::string out = server.output();
+  constexpr std::string_view kAdmin = "admin endpoints on 127.0.0.1:";
+  const auto at = out.find(kAdmin);
+  ASSERT_NE(at, std::string::npos) << out;
+  const int admin = std::stoi(out.substr(at + kAdmin.size()));
+  // The proxy's own port (the log line names the upstream's after it).
+  constexpr std::string_view kProxy = "listening on 127.0.0.1:";
+  const auto proxy_at = out.find(kProxy);
+  ASSERT_NE(proxy_at, std::string::npos) << out;
+  const int proxy = std::stoi(out.substr(proxy_at + kProxy.size()));
+
+  HttpClient client(proxy);
+  EXPECT_EQ(client.get("/orders").status, 200);
+  EXPECT_EQ(client.get("/orders").status, 200);
+  EXPECT_EQ(client.get("/orders").status, 429);
+
+  rewrite(server.config_path(), config(4));
+  server.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_reloads(admin, "success", 1)) << server.output();
+  EXPECT_EQ(client.get("/orders").status, 200);
+  EXPECT_EQ(client.get("/orders").status, 200);
+  EXPECT_EQ(client.get("/orders").status, 429);
+
+  rewrite(server.config_path(), config(5));
+  const auto r = http_post(admin, "/admin/reload", "");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(client.get("/orders").status, 200);
+  EXPECT_EQ(client.get("/orders").status, 429);
+  // The proxy's listener serves no own endpoint: the request goes to the upstream.
+  EXPECT_EQ(http_post(proxy, "/admin/reload", "").status, 200);
+  EXPECT_EQ(reloads(admin, "success"), 2);
+  EXPECT_EQ(upstream.request_count(), 6u);
 }
 
 TEST(CheckConfig, AValidFileIsSummarised) {
