@@ -81,6 +81,22 @@ TEST(DenialCache, KnownDenialIsAnsweredWithoutTheStore) {
 
 // A check that may wait for its turn is admitted (later) where a plain one is denied: the
 // store decides it, even with a live denial of its key.
+TEST(DenialCache, ClearForgetsEveryDenial) {
+  Fixture f;
+  const Limit l = limit(1, 60 * kMicrosPerSecond);
+  for (const char* key : {"a", "b"}) {
+    ASSERT_TRUE(f.cache->check_sync({{key, l, 1}})->decision.allowed);
+    ASSERT_FALSE(f.cache->check_sync({{key, l, 1}})->decision.allowed);
+  }
+  EXPECT_EQ(f.cache->stats().size, 2u);
+  f.cache->clear();
+  EXPECT_EQ(f.cache->stats().size, 0u);
+  const int calls = f.counting->calls.load();
+  EXPECT_FALSE(f.cache->check_sync({{"a", l, 1}})->decision.allowed);
+  EXPECT_EQ(f.counting->calls.load(), calls + 1);  // asked the store again
+  EXPECT_EQ(f.cache->stats().hits, 0u);
+}
+
 TEST(DenialCache, ChecksThatMayWaitAlwaysReachTheStore) {
   Fixture f;
   const Limit l = limit(2, 60 * kMicrosPerSecond);
