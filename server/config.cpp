@@ -12,6 +12,7 @@
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/keys.hpp"
+#include "ratekeeper/redis/tls.hpp"
 #include "yaml_reader.hpp"
 
 namespace ratekeeper::server {
@@ -173,10 +174,46 @@ FailureMode failure_mode(const Reader& r, const YAML::Node& node, const std::str
   return *m;
 }
 
+// store.tls: the certificates and checks of the rediss* schemes. Relative paths are resolved
+// against the configuration file's directory. The files are loaded here, so that a missing
+// or unreadable one is a configuration error naming its field.
+void read_store_tls(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
+  r.expect_map(node, path, {"ca_file", "ca_dir", "cert_file", "key_file", "server_name", "verify"});
+  auto& t = c.store.tls;
+  const auto file = [&](const char* name, std::string& out) {
+    if (!node[name]) return;
+    const auto field = Reader::field(path, name);
+    out = r.string(node[name], field);
+    if (out.empty()) r.fail(field, "must not be empty");
+    if (const std::filesystem::path p(out); p.is_relative()) {
+      out = (std::filesystem::path(c.source).parent_path() / p).lexically_normal().string();
+    }
+  };
+  file("ca_file", t.ca_file);
+  file("ca_dir", t.ca_dir);
+  file("cert_file", t.cert_file);
+  file("key_file", t.key_file);
+  if (node["server_name"]) {
+    t.server_name = r.string(node["server_name"], Reader::field(path, "server_name"));
+    if (t.server_name.empty()) r.fail(Reader::field(path, "server_name"), "must not be empty");
+  }
+  if (node["verify"]) t.verify = r.boolean(node["verify"], Reader::field(path, "verify"));
+  if (t.cert_file.empty() != t.key_file.empty()) {
+    r.fail(Reader::field(path, t.cert_file.empty() ? "cert_file" : "key_file"),
+           "cert_file and key_file go together (a client certificate and its key)");
+  }
+  if (!c.store.url.starts_with("rediss")) {
+    r.fail(path, fmt::format("TLS options need a TLS store url (rediss://, rediss-cluster://, "
+                             "rediss-sentinel://), not '{}'",
+                             c.store.url));
+  }
+  if (auto context = redis::make_tls_context(t); !context) r.fail(path, context.error().message);
+}
+
 void read_store(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
   r.expect_map(node, path,
                {"url", "connect_timeout", "command_timeout", "breaker", "reconnect", "instances",
-                "io_threads", "max_keys", "denied_cache_keys", "functions"});
+                "io_threads", "max_keys", "denied_cache_keys", "functions", "tls"});
   auto& s = c.store;
   c.store_configured = true;
   if (node["url"]) s.url = r.string(node["url"], Reader::field(path, "url"));
@@ -224,6 +261,7 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
         r.integer(node["denied_cache_keys"], Reader::field(path, "denied_cache_keys"), 0,
                   std::int64_t{1} << 32));
   }
+  if (node["tls"]) read_store_tls(r, node["tls"], Reader::field(path, "tls"), c);
 }
 
 void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {

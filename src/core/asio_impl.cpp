@@ -1,4 +1,5 @@
-// The one translation unit that compiles Boost.Asio and Boost.Beast
+// The one translation unit that compiles Boost.Asio (its TLS streams included) and Boost.Beast
 // (BOOST_ASIO_SEPARATE_COMPILATION, BOOST_BEAST_SEPARATE_COMPILATION).
 #include <boost/asio/impl/src.hpp>
+#include <boost/asio/ssl/impl/src.hpp>
 #include <boost/beast/src.hpp>

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
@@ -19,6 +20,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "connect.hpp"
 #include "resp.hpp"
+#include "transport.hpp"
 
 namespace ratekeeper::redis {
 namespace asio = boost::asio;
@@ -28,6 +30,11 @@ namespace {
 
 constexpr Micros kNever = std::numeric_limits<Micros>::max();
 constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
+
+// The peer closed the connection: EOF, or over TLS a close without close_notify.
+bool closed_by_server(const error_code& ec) {
+  return ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
+}
 
 }  // namespace
 
@@ -53,7 +60,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
         options(std::move(opts)),
         clock(clock_or_system(options.clock)),
         breaker(options.breaker),
-        socket(ctx),
+        transport(ctx, options.tls),
         resolver(ctx),
         deadline_timer(ctx),
         connect_timer(ctx),
@@ -80,7 +87,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   Error last_error{ErrorCode::unavailable, "connecting"};
 
   // Loop thread only.
-  asio::generic::stream_protocol::socket socket;
+  detail::Transport transport;
   asio::ip::tcp::resolver resolver;
   asio::steady_timer deadline_timer;
   asio::steady_timer connect_timer;
@@ -183,10 +190,9 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
 
   void do_write(std::uint64_t gen) {
     writes.fetch_add(1, std::memory_order_relaxed);
-    asio::async_write(socket, asio::buffer(inflight),
-                      [self = shared_from_this(), gen](const error_code& ec, std::size_t) {
-                        self->on_write(gen, ec);
-                      });
+    transport.async_write(asio::buffer(inflight), [self = shared_from_this(), gen](const error_code& ec, std::size_t) {
+      self->on_write(gen, ec);
+    });
   }
 
   void on_write(std::uint64_t gen, const error_code& ec) {
@@ -270,11 +276,14 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
     connect_timer.async_wait([self = shared_from_this(), gen](const error_code& ec) {
       if (ec || gen != self->generation) return;
       self->fail_connection(Error{ErrorCode::unavailable,
-                                  fmt::format("redis {}: connect timed out after {} ms",
+                                  fmt::format("redis {}: {} timed out after {} ms",
                                               self->options.endpoint.to_string(),
+                                              self->transport.in_tls_handshake()
+                                                  ? "TLS handshake (is it a TLS port?)"
+                                                  : "connect",
                                               self->options.connect_timeout / kMicrosPerMilli)});
     });
-    detail::async_open(socket, resolver, options.endpoint, [self = shared_from_this(), gen](std::string error) {
+    transport.open(resolver, options.endpoint, [self = shared_from_this(), gen](std::string error) {
       if (gen != self->generation) return;
       if (!error.empty()) {
         self->fail_connection(
@@ -286,10 +295,6 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void on_connected(std::uint64_t gen) {
-    if (!options.endpoint.is_unix()) {
-      error_code ignored;
-      socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-    }
     reader.reset();
     // Handshake: AUTH, SELECT, the extra commands, or a PING so a frozen server is noticed.
     std::string hello;
@@ -364,10 +369,9 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void do_read(std::uint64_t gen) {
-    socket.async_read_some(asio::buffer(read_buffer),
-                           [self = shared_from_this(), gen](const error_code& ec, std::size_t n) {
-                             self->on_read(gen, ec, n);
-                           });
+    transport.async_read_some(asio::buffer(read_buffer), [self = shared_from_this(), gen](const error_code& ec, std::size_t n) {
+      self->on_read(gen, ec, n);
+    });
   }
 
   void on_read(std::uint64_t gen, const error_code& ec, std::size_t n) {
@@ -375,7 +379,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
     if (ec) {
       fail_connection(Error{ErrorCode::unavailable,
                             fmt::format("redis {}: connection lost: {}", options.endpoint.to_string(),
-                                        ec == asio::error::eof ? std::string("closed by server") : ec.message())});
+                                        closed_by_server(ec) ? std::string("closed by server") : ec.message())});
       return;
     }
     if (auto ok = reader.feed(read_buffer.data(), n); !ok) {
@@ -432,8 +436,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
   // Drops the socket, fails everything pending and schedules a reconnect.
   void fail_connection(const Error& error) {
     ++generation;
-    error_code ignored;
-    socket.close(ignored);
+    transport.close();
     resolver.cancel();
     connect_timer.cancel();
     handshake_left = 0;

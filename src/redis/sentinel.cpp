@@ -45,6 +45,7 @@ struct Sentinel::Impl {
       detail::SubscriberOptions so;
       so.endpoint = options.sentinels[i];
       so.credentials = options.sentinel.credentials;
+      so.tls = options.sentinel.tls;
       so.channels = {std::string(kSwitchMaster)};
       so.connect_timeout = options.sentinel.connect_timeout;
       so.reconnect_min = options.sentinel.reconnect_min;

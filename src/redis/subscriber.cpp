@@ -8,12 +8,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <mutex>
 
 #include "connect.hpp"
 #include "resp.hpp"
+#include "transport.hpp"
 
 namespace ratekeeper::redis::detail {
 namespace asio = boost::asio;
@@ -25,7 +27,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
         options(std::move(opts)),
         on_message(std::move(message)),
         on_subscribed(std::move(subscribed)),
-        socket(ctx),
+        transport(ctx, options.tls),
         resolver(ctx),
         connect_timer(ctx),
         reconnect_timer(ctx),
@@ -44,7 +46,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
   SubscribedCallback on_subscribed;
 
   // Loop thread only.
-  asio::generic::stream_protocol::socket socket;
+  Transport transport;
   asio::ip::tcp::resolver resolver;
   asio::steady_timer connect_timer;
   asio::steady_timer reconnect_timer;
@@ -86,7 +88,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
       self->fail(fmt::format("redis {}: no subscription within {} ms", self->endpoint().to_string(),
                              self->options.connect_timeout / kMicrosPerMilli));
     });
-    detail::async_open(socket, resolver, endpoint(), [self = shared_from_this(), gen](std::string error) {
+    transport.open(resolver, endpoint(), [self = shared_from_this(), gen](std::string error) {
       if (gen != self->generation) return;
       if (!error.empty()) {
         self->fail(fmt::format("redis {}: {}", self->endpoint().to_string(), error));
@@ -97,10 +99,6 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void on_connected(std::uint64_t gen) {
-    if (!endpoint().is_unix()) {
-      error_code ignored;
-      socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-    }
     reader.reset();
     std::string hello;
     awaiting_auth = !options.credentials.empty();
@@ -132,7 +130,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
     }
     writing = true;
     inflight = std::move(data);
-    asio::async_write(socket, asio::buffer(inflight), [self = shared_from_this(), gen](const error_code& ec, std::size_t) {
+    transport.async_write(asio::buffer(inflight), [self = shared_from_this(), gen](const error_code& ec, std::size_t) {
       if (gen != self->generation) return;
       self->writing = false;
       if (ec) {
@@ -168,7 +166,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
   // ---- reading ----
 
   void do_read(std::uint64_t gen) {
-    socket.async_read_some(asio::buffer(read_buffer), [self = shared_from_this(), gen](const error_code& ec, std::size_t n) {
+    transport.async_read_some(asio::buffer(read_buffer), [self = shared_from_this(), gen](const error_code& ec, std::size_t n) {
       self->on_read(gen, ec, n);
     });
   }
@@ -177,7 +175,9 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
     if (gen != generation) return;
     if (ec) {
       fail(fmt::format("redis {}: subscription lost: {}", endpoint().to_string(),
-                       ec == asio::error::eof ? std::string("closed by server") : ec.message()));
+                       ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
+                           ? std::string("closed by server")
+                           : ec.message()));
       return;
     }
     heard = true;
@@ -240,8 +240,7 @@ struct Subscriber::Impl : std::enable_shared_from_this<Impl> {
 
   void teardown() {
     ++generation;
-    error_code ignored;
-    socket.close(ignored);
+    transport.close();
     resolver.cancel();
     connect_timer.cancel();
     ping_timer.cancel();

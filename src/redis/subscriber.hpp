@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ratekeeper/core/time.hpp"
+#include "ratekeeper/redis/tls.hpp"
 #include "ratekeeper/redis/url.hpp"
 
 namespace boost::asio {
@@ -28,6 +29,7 @@ namespace ratekeeper::redis::detail {
 struct SubscriberOptions {
   Endpoint endpoint;
   Credentials credentials;
+  std::shared_ptr<TlsContext> tls;  // set: TLS over TCP
   std::vector<std::string> channels;
   Micros connect_timeout = 1 * kMicrosPerSecond;  // connect, AUTH and SUBSCRIBE confirmation
   Micros reconnect_min = 50 * kMicrosPerMilli;

@@ -48,9 +48,9 @@ Result<std::string_view> take_credentials(std::string_view url, std::string_view
   return rest.substr(at + 1);
 }
 
-// "?db=N" (the only query parameter understood).
-Result<int> parse_query(std::string_view url, std::string_view query) {
-  int db = 0;
+// "?db=N" and, on a TLS scheme, the TLS options (tls.hpp): ca_file, ca_dir, cert_file,
+// key_file, server_name (percent-decoded), verify=true|false.
+Result<void> parse_query(std::string_view url, std::string_view query, Url& out) {
   while (!query.empty()) {
     const auto amp = query.find('&');
     std::string_view param = query.substr(0, amp);
@@ -58,12 +58,38 @@ Result<int> parse_query(std::string_view url, std::string_view query) {
     const auto eq = param.find('=');
     std::string_view name = param.substr(0, eq);
     std::string_view value = eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
-    if (name != "db") return bad(url, "query", fmt::format("unknown parameter '{}' (only db=N)", name));
-    auto n = parse_int(value, 0, 1'000'000, "db");
-    if (!n) return bad(url, "db", n.error().message);
-    db = *n;
+    if (name == "db") {
+      auto n = parse_int(value, 0, 1'000'000, "db");
+      if (!n) return bad(url, "db", n.error().message);
+      out.db = *n;
+      continue;
+    }
+    std::string* file = name == "ca_file"       ? &out.tls.ca_file
+                        : name == "ca_dir"      ? &out.tls.ca_dir
+                        : name == "cert_file"   ? &out.tls.cert_file
+                        : name == "key_file"    ? &out.tls.key_file
+                        : name == "server_name" ? &out.tls.server_name
+                                                : nullptr;
+    if (file == nullptr && name != "verify") {
+      return bad(url, "query",
+                 fmt::format("unknown parameter '{}' (db, and with rediss: ca_file, ca_dir, cert_file, "
+                             "key_file, server_name, verify)",
+                             name));
+    }
+    if (!out.tls.enabled) {
+      return bad(url, name, "a TLS option: the scheme must be rediss, rediss-cluster or rediss-sentinel");
+    }
+    if (file == nullptr) {
+      if (value != "true" && value != "false") return bad(url, "verify", "expected true or false");
+      out.tls.verify = value == "true";
+      continue;
+    }
+    auto decoded = percent_decode(value);
+    if (!decoded) return bad(url, name, decoded.error().message);
+    if (decoded->empty()) return bad(url, name, "empty");
+    *file = std::move(*decoded);
   }
-  return db;
+  return {};
 }
 
 Result<std::vector<Endpoint>> parse_hosts(std::string_view url, std::string_view hosts) {
@@ -146,17 +172,21 @@ Result<Url> parse_url(std::string_view url) {
   if (sep == std::string_view::npos) return bad(url, "scheme", "missing '://'");
   const std::string_view scheme = url.substr(0, sep);
   std::string_view rest = url.substr(sep + 3);
-  if (scheme == "redis") {
+  if (scheme == "redis" || scheme == "rediss") {
     out.scheme = UrlScheme::redis;
   } else if (scheme == "unix") {
     out.scheme = UrlScheme::unix_socket;
-  } else if (scheme == "redis-cluster") {
+  } else if (scheme == "redis-cluster" || scheme == "rediss-cluster") {
     out.scheme = UrlScheme::cluster;
-  } else if (scheme == "redis-sentinel") {
+  } else if (scheme == "redis-sentinel" || scheme == "rediss-sentinel") {
     out.scheme = UrlScheme::sentinel;
   } else {
-    return bad(url, "scheme", fmt::format("unsupported '{}' (redis, unix, redis-cluster, redis-sentinel)", scheme));
+    return bad(url, "scheme",
+               fmt::format("unsupported '{}' (redis, rediss, unix, redis-cluster, rediss-cluster, "
+                           "redis-sentinel, rediss-sentinel)",
+                           scheme));
   }
+  out.tls.enabled = scheme.starts_with("rediss");
 
   // Query first (a password may not contain a raw '?': percent-encode it).
   std::string_view query;
@@ -174,9 +204,7 @@ Result<Url> parse_url(std::string_view url) {
     Endpoint ep;
     ep.path = std::string(rest);
     out.endpoints.push_back(std::move(ep));
-    auto db = parse_query(url, query);
-    if (!db) return std::unexpected(db.error());
-    out.db = *db;
+    if (auto ok = parse_query(url, query, out); !ok) return std::unexpected(ok.error());
     return out;
   }
 
@@ -187,13 +215,13 @@ Result<Url> parse_url(std::string_view url) {
   auto endpoints = parse_hosts(url, hosts);
   if (!endpoints) return std::unexpected(endpoints.error());
   out.endpoints = std::move(*endpoints);
-  auto db = parse_query(url, query);
-  if (!db) return std::unexpected(db.error());
-  out.db = *db;
+  if (auto ok = parse_query(url, query, out); !ok) return std::unexpected(ok.error());
 
   switch (out.scheme) {
     case UrlScheme::redis:
-      if (out.endpoints.size() != 1) return bad(url, "host", "redis:// takes one host (use redis-cluster:// for several)");
+      if (out.endpoints.size() != 1) {
+        return bad(url, "host", "redis:// takes one host (use redis-cluster:// for several)");
+      }
       if (!path.empty()) {
         auto n = parse_int(path, 0, 1'000'000, "db");
         if (!n) return bad(url, "db", n.error().message);

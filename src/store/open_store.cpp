@@ -11,20 +11,41 @@
 namespace ratekeeper::store {
 namespace {
 
-Result<std::unique_ptr<Store>> open_redis(const StoreOptions& options, const redis::Url& url) {
-  if (options.command_timeout <= 0 || options.connect_timeout <= 0) {
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("store url '{}': connect and command timeouts must be > 0", options.url));
-  }
-  return std::make_unique<RedisStore>(redis_store_options(options, url));
-}
-
 Result<void> check_timeouts(const StoreOptions& options) {
   if (options.command_timeout <= 0 || options.connect_timeout <= 0) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("store url '{}': connect and command timeouts must be > 0", options.url));
   }
   return {};
+}
+
+// The store's TLS context: StoreOptions::tls under the URL's own options; nullptr without TLS.
+Result<std::shared_ptr<redis::TlsContext>> tls_context(const StoreOptions& options, const redis::Url& url) {
+  const redis::TlsOptions& base = options.tls;
+  if (!url.tls.enabled) {
+    if (base != redis::TlsOptions{}) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("store url '{}': TLS options are set but the scheme is not one of "
+                                    "rediss, rediss-cluster, rediss-sentinel",
+                                    options.url));
+    }
+    return nullptr;
+  }
+  redis::TlsOptions merged = url.tls;
+  const auto pick = [](std::string& field, const std::string& fallback) {
+    if (field.empty()) field = fallback;
+  };
+  pick(merged.ca_file, base.ca_file);
+  pick(merged.ca_dir, base.ca_dir);
+  pick(merged.cert_file, base.cert_file);
+  pick(merged.key_file, base.key_file);
+  pick(merged.server_name, base.server_name);
+  merged.verify = url.tls.verify && base.verify;
+  auto context = redis::make_tls_context(merged);
+  if (!context) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("store url '{}': {}", options.url, context.error().message));
+  }
+  return std::move(*context);
 }
 
 }  // namespace
@@ -37,24 +58,37 @@ Result<std::unique_ptr<Store>> open_store(const StoreOptions& options) {
     if (options.clock != nullptr) m.clock = options.clock;
     return std::make_unique<MemoryStore>(m);
   }
-  if (url.starts_with("redis://") || url.starts_with("unix://") || url.starts_with("redis-cluster://") ||
-      url.starts_with("redis-sentinel://")) {
+  if (url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") ||
+      url.starts_with("redis-cluster://") || url.starts_with("rediss-cluster://") ||
+      url.starts_with("redis-sentinel://") || url.starts_with("rediss-sentinel://")) {
     auto parsed = redis::parse_url(url);
     if (!parsed) return std::unexpected(parsed.error());
+    if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
+    auto tls = tls_context(options, *parsed);
+    if (!tls) return std::unexpected(tls.error());
     switch (parsed->scheme) {
       case redis::UrlScheme::redis:
-      case redis::UrlScheme::unix_socket: return open_redis(options, *parsed);
-      case redis::UrlScheme::cluster:
-        if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
-        return std::make_unique<RedisClusterStore>(redis_cluster_store_options(options, *parsed));
-      case redis::UrlScheme::sentinel:
-        if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
-        return std::make_unique<RedisSentinelStore>(redis_sentinel_store_options(options, *parsed));
+      case redis::UrlScheme::unix_socket: {
+        auto o = redis_store_options(options, *parsed);
+        o.connection.tls = *tls;
+        return std::make_unique<RedisStore>(std::move(o));
+      }
+      case redis::UrlScheme::cluster: {
+        auto o = redis_cluster_store_options(options, *parsed);
+        o.cluster.node.tls = *tls;
+        return std::make_unique<RedisClusterStore>(std::move(o));
+      }
+      case redis::UrlScheme::sentinel: {
+        auto o = redis_sentinel_store_options(options, *parsed);
+        o.sentinel.master.tls = *tls;
+        o.sentinel.sentinel.tls = *tls;
+        return std::make_unique<RedisSentinelStore>(std::move(o));
+      }
     }
   }
   return make_error(ErrorCode::invalid_argument,
-                    fmt::format("store url '{}': unsupported scheme (memory://, redis://, unix://, "
-                                "redis-cluster://, redis-sentinel://)",
+                    fmt::format("store url '{}': unsupported scheme (memory://, redis://, rediss://, unix://, "
+                                "redis-cluster://, rediss-cluster://, redis-sentinel://, rediss-sentinel://)",
                                 url));
 }
 

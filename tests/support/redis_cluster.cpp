@@ -1,5 +1,7 @@
 #include "support/redis_cluster.hpp"
 
+#include "support/tls_certs.hpp"
+
 #include <arpa/inet.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
@@ -105,6 +107,16 @@ RedisCluster::RedisCluster(Options options) : options_(std::move(options)) {
     o.port = free_cluster_port();
     o.args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"};
     o.args.insert(o.args.end(), options_.args.begin(), options_.args.end());
+    if (options_.tls) {
+      int tls_port = 0;
+      do {  // the bus is on tls_port + 10000
+        tls_port = free_cluster_port();
+      } while (tls_port == o.port || tls_port == o.port + 10000 || tls_port + 10000 == o.port);
+      tls_ports_.push_back(tls_port);
+      const auto tls = redis_tls_args(tls_ports_.back());
+      o.args.insert(o.args.end(), tls.begin(), tls.end());
+      o.args.insert(o.args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+    }
     servers_.push_back(std::make_unique<RedisServer>(o));
     create.push_back(fmt::format("127.0.0.1:{}", servers_.back()->port()));
   }
@@ -120,6 +132,15 @@ RedisCluster::RedisCluster(Options options) : options_(std::move(options)) {
 }
 
 RedisCluster::~RedisCluster() = default;
+
+std::string RedisCluster::tls_url() const {
+  std::string out = "rediss-cluster://";
+  for (std::size_t i = 0; i < tls_ports_.size(); ++i) {
+    if (i > 0) out += ',';
+    out += fmt::format("127.0.0.1:{}", tls_ports_[i]);
+  }
+  return out;
+}
 
 std::string RedisCluster::url() const {
   std::string out = "redis-cluster://";
@@ -258,7 +279,12 @@ std::size_t RedisCluster::migrate_keys(std::uint16_t slot, RedisServer& from, Re
     auto keys = split(command_on(from.port(), {"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "100"}), '\n');
     std::erase_if(keys, [](const std::string& k) { return k.empty(); });
     if (keys.empty()) return moved;
-    std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(to.port()), "", "0", "5000", "KEYS"};
+    // With a TLS cluster bus the source migrates over TLS: to the target's TLS port.
+    int port = to.port();
+    for (std::size_t i = 0; i < tls_ports_.size(); ++i) {
+      if (servers_[i].get() == &to) port = tls_ports_[i];
+    }
+    std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(port), "", "0", "5000", "KEYS"};
     argv.insert(argv.end(), keys.begin(), keys.end());
     auto r = command_on(from.port(), argv);
     if (r != "OK" && r != "NOKEY") throw std::runtime_error("MIGRATE failed: " + r);

@@ -23,6 +23,10 @@ class RedisCluster {
     int masters = 3;
     int replicas_per_master = 1;
     std::vector<std::string> args;  // extra redis-server arguments for every node
+    // Every node also serves TLS (tls_certs.hpp) on a port of its own, and the cluster bus
+    // runs over TLS: clients on a TLS port are told TLS ports (CLUSTER SLOTS, MOVED, ASK),
+    // clients on a plain port plain ones.
+    bool tls = false;
   };
 
   RedisCluster();
@@ -33,6 +37,8 @@ class RedisCluster {
 
   // redis-cluster://127.0.0.1:p1,127.0.0.1:p2,... (every node as a seed).
   std::string url() const;
+  // rediss-cluster://127.0.0.1:t1,... (Options::tls only).
+  std::string tls_url() const;
   std::size_t size() const { return servers_.size(); }
   RedisServer& node(std::size_t index) { return *servers_.at(index); }
 
@@ -65,6 +71,7 @@ class RedisCluster {
  private:
   Options options_;
   std::vector<std::unique_ptr<RedisServer>> servers_;
+  std::vector<int> tls_ports_;
 };
 
 // One 3-master, 3-replica cluster per test process, started on first use and stopped at

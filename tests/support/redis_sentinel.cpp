@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "support/redis_cluster.hpp"
+#include "support/tls_certs.hpp"
 
 namespace ratekeeper::testing {
 namespace {
@@ -35,7 +36,7 @@ std::string field_of(const std::string& flat, const std::string& field) {
 
 }  // namespace
 
-SentinelProcess::SentinelProcess(const std::string& master_name, int master_port) : port_(free_port()) {
+SentinelProcess::SentinelProcess(const std::string& master_name, int master_port, bool tls) : port_(free_port()) {
   dir_ = std::filesystem::temp_directory_path() / fmt::format("ratekeeper-sentinel-{}-{}", ::getpid(), port_);
   std::filesystem::create_directories(dir_);
   const auto conf = dir_ / "sentinel.conf";
@@ -48,6 +49,15 @@ SentinelProcess::SentinelProcess(const std::string& master_name, int master_port
         "sentinel failover-timeout {} 3000\n"
         "sentinel parallel-syncs {} 1\n",
         port_, dir_.string(), master_name, master_port, master_name, master_name, master_name);
+    if (tls) {
+      do {
+        tls_port_ = free_port();
+      } while (tls_port_ == port_);
+      const auto& c = tls_certs();
+      out << fmt::format("tls-port {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n"
+                         "tls-auth-clients no\ntls-replication yes\n",
+                         tls_port_, c.server_cert.string(), c.server_key.string(), c.ca.string());
+    }
   }
   const auto log = dir_ / "sentinel.log";
   pid_ = ::fork();

@@ -19,18 +19,22 @@ namespace ratekeeper::testing {
 // One redis-sentinel process with its own config file.
 class SentinelProcess {
  public:
-  SentinelProcess(const std::string& master_name, int master_port);
+  // `tls`: the sentinel also serves TLS on tls_port() and talks to the master (given by its TLS
+  // port) over TLS (tls_certs.hpp); the plain port stays open for the test's own commands.
+  SentinelProcess(const std::string& master_name, int master_port, bool tls = false);
   ~SentinelProcess();
   SentinelProcess(const SentinelProcess&) = delete;
   SentinelProcess& operator=(const SentinelProcess&) = delete;
 
   int port() const { return port_; }
+  int tls_port() const { return tls_port_; }
   void kill();
   void pause();   // SIGSTOP: connections stay open, nothing is answered or published
   void resume();  // SIGCONT
 
  private:
   int port_ = 0;
+  int tls_port_ = 0;
   pid_t pid_ = -1;
   std::filesystem::path dir_;
 };

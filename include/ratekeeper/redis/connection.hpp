@@ -6,8 +6,8 @@
 // command completes with ErrorCode::timeout and its late reply is discarded. When the oldest
 // pending command is overdue by more than the grace period the connection is considered
 // broken: it is closed, everything pending fails with unavailable, and it reconnects.
-// Connect (TCP or unix socket) and the handshake (AUTH, SELECT, or PING) have their own
-// deadline; reconnection backs off exponentially. While a connection attempt is in progress
+// Connect (TCP, TLS over TCP, or unix socket), the TLS handshake and the handshake (AUTH,
+// SELECT, or PING) have their own deadline; reconnection backs off exponentially. While a connection attempt is in progress
 // commands wait (within their deadline); while backing off they fail at once with
 // unavailable (or auth, when the server refused the credentials). A circuit breaker fails
 // calls with circuit_open in microseconds after repeated timeouts and connection errors.
@@ -30,6 +30,7 @@
 #include "ratekeeper/core/time.hpp"
 #include "ratekeeper/redis/circuit_breaker.hpp"
 #include "ratekeeper/redis/reply.hpp"
+#include "ratekeeper/redis/tls.hpp"
 #include "ratekeeper/redis/url.hpp"
 
 namespace ratekeeper::redis {
@@ -38,7 +39,9 @@ struct ConnectionOptions {
   Endpoint endpoint;
   Credentials credentials;
   int db = 0;
-  Micros connect_timeout = 1 * kMicrosPerSecond;   // TCP/unix connect plus handshake
+  // Set: TLS over TCP, with this context's certificates and checks (make_tls_context).
+  std::shared_ptr<TlsContext> tls;
+  Micros connect_timeout = 1 * kMicrosPerSecond;   // connect, TLS handshake, AUTH/SELECT/PING
   Micros command_timeout = 100 * kMicrosPerMilli;  // default deadline of a command
   // Overdue time of the oldest pending command after which the connection is dropped.
   // 0: max(command_timeout, 200 ms).

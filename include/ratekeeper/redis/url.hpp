@@ -1,6 +1,10 @@
 #pragma once
 // Redis URLs: redis://[user:pass@]host[:port][/db], unix://[user:pass@]/path.sock[?db=N],
 // redis-cluster://[user:pass@]h:p[,h:p...] and redis-sentinel://[user:pass@]h:p[,h:p...]/master[?db=N].
+// Their TLS forms add an s to "redis": rediss://, rediss-cluster://, rediss-sentinel:// (TLS to
+// every server the store talks to: the cluster's nodes, the sentinels and the master), with
+// optional query parameters ca_file, ca_dir, cert_file, key_file, server_name (percent-encoded
+// values) and verify=false; see tls.hpp.
 // Pure functions; errors are invalid_argument naming the part of the URL that is wrong.
 
 #include <string>
@@ -8,6 +12,7 @@
 #include <vector>
 
 #include "ratekeeper/core/error.hpp"
+#include "ratekeeper/redis/tls.hpp"
 
 namespace ratekeeper::redis {
 
@@ -39,9 +44,10 @@ struct Url {
   Credentials credentials;
   int db = 0;
   std::string master;  // redis-sentinel:// only: the monitored master's name
+  TlsOptions tls;      // enabled by the rediss* schemes; files and checks from the query
 };
 
-// Parses any of the four schemes above. User and password may be percent-encoded.
+// Parses any of the schemes above. User and password may be percent-encoded.
 Result<Url> parse_url(std::string_view url);
 
 // "host", "host:port", "[v6]:port", "[v6]" (port defaults to `default_port`).

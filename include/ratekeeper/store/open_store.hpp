@@ -1,11 +1,13 @@
 #pragma once
 // Opens a store from its URL: memory://, redis://[user:pass@]host:port[/db],
-// unix:///path/redis.sock[?db=N], redis-cluster://h:p[,h:p...], redis-sentinel://h:p[,h:p...]/master.
+// unix:///path/redis.sock[?db=N], redis-cluster://h:p[,h:p...], redis-sentinel://h:p[,h:p...]/master,
+// and over TLS rediss://, rediss-cluster://, rediss-sentinel:// (redis/url.hpp, redis/tls.hpp).
 
 #include <memory>
 #include <string>
 
 #include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/redis/tls.hpp"
 #include "ratekeeper/store/store.hpp"
 
 namespace ratekeeper {
@@ -23,6 +25,10 @@ struct ReplyHealthOptions {
 
 struct StoreOptions {
   std::string url = "memory://";
+  // TLS files and checks for the rediss* schemes (`enabled` is the scheme's); the URL's query
+  // parameters override them one by one, and verify=false in either turns verification off.
+  // Set with a scheme without TLS: invalid_argument.
+  redis::TlsOptions tls;
   Micros connect_timeout = 1 * kMicrosPerSecond;  // per connection attempt
   Micros command_timeout = 100 * kMicrosPerMilli; // deadline of every check, queueing included
   // Circuit breaker: open after this many consecutive failures, for this long, then probe.

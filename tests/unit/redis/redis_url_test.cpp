@@ -1,5 +1,5 @@
 // Redis URL and host:port parsing (redis/url.hpp) without a server: what an endpoint prints
-// parses back to the same endpoint. (Every scheme: integration/redis/redis_client_test.cpp.)
+// parses back to the same endpoint; the TLS schemes and their options. (Every scheme: integration/redis/redis_client_test.cpp.)
 
 #include <gtest/gtest.h>
 
@@ -27,6 +27,52 @@ TEST(RedisHostPort, BracketsInsideAHostAreRefused) {
   }
   EXPECT_FALSE(parse_url("redis://[[J]:6379"));
   EXPECT_FALSE(parse_url("redis-cluster://a:1,b]:2"));
+}
+
+// The TLS schemes: an s after "redis" on every TCP form; their options in the query,
+// percent-decoded; refused on a scheme without TLS.
+TEST(RedisUrl, TlsSchemesAndTheirOptions) {
+  auto plain = parse_url("redis://h:1");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->tls.enabled);
+  auto tls = parse_url("rediss://u:p@h:6380/2?ca_file=%2Fetc%2Fca.pem&server_name=redis.example&verify=false");
+  ASSERT_TRUE(tls) << tls.error().message;
+  EXPECT_EQ(tls->scheme, UrlScheme::redis);
+  EXPECT_TRUE(tls->tls.enabled);
+  EXPECT_EQ(tls->tls.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(tls->tls.server_name, "redis.example");
+  EXPECT_FALSE(tls->tls.verify);
+  EXPECT_EQ(tls->db, 2);
+  EXPECT_EQ(tls->credentials.user, "u");
+  auto files = parse_url("rediss://h?ca_dir=/c&cert_file=/a.crt&key_file=/a.key&db=4&verify=true");
+  ASSERT_TRUE(files) << files.error().message;
+  EXPECT_EQ(files->tls.ca_dir, "/c");
+  EXPECT_EQ(files->tls.cert_file, "/a.crt");
+  EXPECT_EQ(files->tls.key_file, "/a.key");
+  EXPECT_TRUE(files->tls.verify);
+  EXPECT_EQ(files->db, 4);
+  auto cluster = parse_url("rediss-cluster://a:7000,b:7001");
+  ASSERT_TRUE(cluster);
+  EXPECT_EQ(cluster->scheme, UrlScheme::cluster);
+  EXPECT_TRUE(cluster->tls.enabled);
+  auto sentinel = parse_url("rediss-sentinel://s1:26379/mymaster?ca_file=/ca.pem");
+  ASSERT_TRUE(sentinel);
+  EXPECT_EQ(sentinel->scheme, UrlScheme::sentinel);
+  EXPECT_EQ(sentinel->master, "mymaster");
+  EXPECT_TRUE(sentinel->tls.enabled);
+  EXPECT_EQ(sentinel->tls.ca_file, "/ca.pem");
+
+  const auto error = [](std::string_view url) {
+    auto parsed = parse_url(url);
+    return parsed ? std::string("parsed") : parsed.error().message;
+  };
+  EXPECT_NE(error("redis://h?ca_file=/ca.pem").find("ca_file: a TLS option"), std::string::npos);
+  EXPECT_NE(error("redis-cluster://h?verify=false").find("verify: a TLS option"), std::string::npos);
+  EXPECT_NE(error("rediss://h?verify=no").find("expected true or false"), std::string::npos);
+  EXPECT_NE(error("rediss://h?ca_file=").find("ca_file: empty"), std::string::npos);
+  EXPECT_NE(error("rediss://h?ca_file=%zz").find("ca_file"), std::string::npos);
+  EXPECT_NE(error("rediss://h?tls=yes").find("unknown parameter 'tls'"), std::string::npos);
+  EXPECT_NE(error("rediss-unix:///tmp/r.sock").find("unsupported"), std::string::npos);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/store/memory_store.hpp"
+#include "support/tls_certs.hpp"
 
 namespace ratekeeper::server {
 namespace {
@@ -740,6 +741,32 @@ TEST(ConfigTest, UpstreamErrorsNameTheField) {
   expect_error("listen: 0.0.0.0:8080\nupstream: {url: 'http://app'}\nadmin: {listen: "
                "127.0.0.1:8080}\n",
                "admin.listen", "must differ from listen");
+}
+
+// store.tls: files resolved against the configuration's directory and loaded when the file
+// is, so a missing one is an error naming its field; only with a TLS url.
+TEST(Config, StoreTlsOptions) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("ratekeeper-config-tls-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(testing::tls_certs().ca, dir / "ca.pem", std::filesystem::copy_options::overwrite_existing);
+  const auto source = (dir / "ratekeeper.yaml").string();
+  auto c = parse_config(
+      "store:\n  url: rediss://redis.example:6380\n  tls: {ca_file: ca.pem, server_name: redis.example, verify: true}\n",
+      source);
+  EXPECT_EQ(c.store.tls.ca_file, (dir / "ca.pem").string());
+  EXPECT_EQ(c.store.tls.server_name, "redis.example");
+  EXPECT_TRUE(c.store.tls.verify);
+  auto off = parse_config("store: {url: 'rediss-cluster://a:1', tls: {verify: false}}\n", source);
+  EXPECT_FALSE(off.store.tls.verify);
+
+  expect_error("store: {url: 'rediss://h:1', tls: {ca_file: /nonexistent/ca.pem}}\n", "store.tls",
+               "tls ca_file '/nonexistent/ca.pem': cannot load");
+  expect_error("store: {url: 'rediss://h:1', tls: {cert_file: /x.crt}}\n", "store.tls.key_file",
+               "go together");
+  expect_error("store: {url: 'redis://h:1', tls: {verify: false}}\n", "store.tls", "need a TLS store url");
+  expect_error("store: {url: 'rediss://h:1', tls: {ca: /x}}\n", "store.tls.ca", "unknown field");
+  expect_error("store: {url: 'rediss://h:1', tls: {server_name: ''}}\n", "store.tls.server_name", "must not be empty");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
