@@ -66,7 +66,14 @@ std::string redis_rule(const RedisServer& redis, std::string_view rules) {
   return fmt::format("store: {{url: {}}}\nrules:\n{}", redis.url(), rules);
 }
 
+// The load's rules: one it checks by name, and a shadow rule over the requests it describes
+// (a shadow check may still be in the store when its answer has gone and a reload has let
+// its configuration go).
 constexpr std::string_view kLoadRule = R"(  - name: load
+    limits: [{capacity: 1000000, refill_rate: 1000}]
+  - name: watch
+    match: {path_prefix: /watched}
+    shadow: true
     limits: [{capacity: 1000000, refill_rate: 1000}]
 )";
 
@@ -111,8 +118,11 @@ TEST(ConfigReload, UnderLoadNoRequestFailsAndTheNewRulesApply) {
         HttpClient c(port);
         int i = 0;
         while (!stop.load()) {
-          const auto r = (i++ % 2 == 0) ? check(c, "load", fmt::format("user:{}", t))
-                                        : c.get("/healthz");
+          const int kind = i++ % 3;
+          const auto r =
+              kind == 0   ? check(c, "load", fmt::format("user:{}", t))
+              : kind == 1 ? c.post("/v1/check", R"({"request":{"method":"GET","path":"/watched"}})")
+                          : c.get("/healthz");
           if (r.status != 200 && r.status != 429) {
             failures.fetch_add(1);
             failure_text[t] = fmt::format("{} {}", r.status, r.body);
@@ -155,8 +165,9 @@ TEST(ConfigReload, UnderLoadNoRequestFailsAndTheNewRulesApply) {
   EXPECT_GT(requests.load() - before, kReloads * 200);
   EXPECT_EQ(reloads(port, "success"), kReloads + 1);
   EXPECT_EQ(reloads(port, "failure"), 0);
+  EXPECT_GT(metric(port, R"(ratekeeper_decisions_total{rule="watch",outcome="allowed"})"), 0);
   const auto body = json::parse(last.body);
-  EXPECT_EQ(body["rules"], 4);
+  EXPECT_EQ(body["rules"], 5);
   EXPECT_EQ(body["added"], json::array({"added"}));
   EXPECT_EQ(body["removed"], json::array({"removed"}));
   EXPECT_EQ(body["needs_restart"], json::array());
