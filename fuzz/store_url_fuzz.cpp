@@ -1,7 +1,7 @@
 // Fuzz target: the parsers of store URLs (redis/url.hpp) and the store options derived from
 // a parsed URL, as open_store does before it connects (nothing here connects). Checks what a
 // parsed URL promises: one endpoint for redis:// and unix://, ports and db in range, and
-// endpoints that print back to themselves.
+// endpoints that print back to themselves, TLS options only on the rediss* schemes.
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +42,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   require(!url->endpoints.empty());
   for (const auto& ep : url->endpoints) check_endpoint(ep);
   require(url->db >= 0 && url->db <= 1'000'000);
+  // TLS: only the rediss* schemes, never on a unix socket; its options only with TLS.
+  require(url->tls.enabled == text.starts_with("rediss"));
+  if (!url->tls.enabled) {
+    redis::TlsOptions none;
+    none.enabled = false;
+    require(url->tls == none);
+  }
   store::StoreOptions options;
   options.url = std::string(text);
   switch (url->scheme) {
