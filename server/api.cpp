@@ -21,6 +21,8 @@
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
+#include "ratekeeper/store/leasing_store.hpp"
+#include "ratekeeper/store/redis_cluster_store.hpp"
 
 namespace ratekeeper::server {
 namespace {
@@ -206,8 +208,30 @@ class Api::Routes {
       : limiter_(limiter), middleware_(middleware), options_(std::move(options)) {}
 
   // The denial cache in front of the store, when there is one.
+  // The store of the given type among the limiter's store and the stores it wraps (leases in
+  // front of the denial cache in front of Redis); nullptr if there is none.
+  template <class S>
+  const S* store_layer() const {
+    store::Store* s = &limiter_.store();
+    while (true) {
+      if (auto* found = dynamic_cast<const S*>(s)) return found;
+      if (auto* leasing = dynamic_cast<store::LeasingStore*>(s)) {
+        s = &leasing->inner();
+      } else if (auto* cache = dynamic_cast<store::DenialCache*>(s)) {
+        s = &cache->inner();
+      } else {
+        return nullptr;
+      }
+    }
+  }
+
+  std::string store_layers_text() const {
+    const auto* cluster = store_layer<store::RedisClusterStore>();
+    return denial_cache_text() + (cluster != nullptr ? cluster->metrics_text() : std::string{});
+  }
+
   std::string denial_cache_text() const {
-    const auto* cache = dynamic_cast<const store::DenialCache*>(&limiter_.store());
+    const auto* cache = store_layer<store::DenialCache>();
     if (cache == nullptr) return {};
     const auto stats = cache->stats();
     return fmt::format(
@@ -275,7 +299,7 @@ class Api::Routes {
       if (method != "GET" && method != "HEAD") return respond(not_allowed("GET, HEAD"));
       if (!options_.metrics_enabled) return respond(error_response(404, "Not found"));
       std::string text =
-          limiter_.metrics_text() + middleware_.metrics().render() + denial_cache_text();
+          limiter_.metrics_text() + middleware_.metrics().render() + store_layers_text();
       if (options_.extra_metrics) text += options_.extra_metrics();
       return respond(Response{200, std::string(kPrometheus), {}, std::move(text)});
     }

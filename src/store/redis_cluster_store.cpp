@@ -252,6 +252,34 @@ RedisClusterStore::Stats RedisClusterStore::stats() const noexcept {
                refunds_failed_.load(std::memory_order_relaxed), health_->library_loads()};
 }
 
+std::string RedisClusterStore::metrics_text() const {
+  const Stats s = stats();
+  const redis::Cluster::Stats c = cluster_->stats();
+  return fmt::format(
+      "# HELP ratekeeper_cluster_cross_slot_checks_total Checks whose keys span several slots of the cluster.\n"
+      "# TYPE ratekeeper_cluster_cross_slot_checks_total counter\n"
+      "ratekeeper_cluster_cross_slot_checks_total {}\n"
+      "# HELP ratekeeper_cluster_cross_slot_partial_total Of those, checks some slots admitted while another denied "
+      "(their consumption refunded).\n"
+      "# TYPE ratekeeper_cluster_cross_slot_partial_total counter\n"
+      "ratekeeper_cluster_cross_slot_partial_total {}\n"
+      "# HELP ratekeeper_cluster_refunds_total Refund calls sent, one per slot that consumed.\n"
+      "# TYPE ratekeeper_cluster_refunds_total counter\n"
+      "ratekeeper_cluster_refunds_total {}\n"
+      "# HELP ratekeeper_cluster_refund_failures_total Refunds not confirmed (failed, or left unsent by the "
+      "deadline): their consumption stays.\n"
+      "# TYPE ratekeeper_cluster_refund_failures_total counter\n"
+      "ratekeeper_cluster_refund_failures_total {}\n"
+      "# HELP ratekeeper_cluster_redirects_total Redirections followed.\n"
+      "# TYPE ratekeeper_cluster_redirects_total counter\n"
+      "ratekeeper_cluster_redirects_total{{kind=\"moved\"}} {}\n"
+      "ratekeeper_cluster_redirects_total{{kind=\"ask\"}} {}\n"
+      "# HELP ratekeeper_cluster_slot_map_refreshes_total Slot maps loaded from the cluster.\n"
+      "# TYPE ratekeeper_cluster_slot_map_refreshes_total counter\n"
+      "ratekeeper_cluster_slot_map_refreshes_total {}\n",
+      s.cross_slot_checks, s.cross_slot_partial, s.refunds_sent, s.refunds_failed, c.moved, c.ask, c.refreshes);
+}
+
 void RedisClusterStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
   const Micros deadline = clock_->steady() + options_.cluster.node.command_timeout;
   detail::run_lease_grant(*client_, redis::key_slot(item.key), item, want, std::nullopt, deadline, std::move(done));

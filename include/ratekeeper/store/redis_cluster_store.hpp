@@ -99,6 +99,11 @@ class RedisClusterStore final : public Store {
   };
   Stats stats() const noexcept;
   redis::Cluster& cluster() noexcept { return *cluster_; }
+  // Stats and the cluster client's redirections, in Prometheus' text format:
+  // ratekeeper_cluster_cross_slot_checks_total, ..._cross_slot_partial_total,
+  // ..._refunds_total, ..._refund_failures_total, ..._redirects_total{kind="moved"|"ask"},
+  // ..._slot_map_refreshes_total.
+  std::string metrics_text() const;
 
  private:
   void run(std::vector<CheckItem> items, std::uint16_t slot, std::optional<Micros> now, Micros deadline,

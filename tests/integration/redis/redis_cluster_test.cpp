@@ -340,6 +340,10 @@ TEST(RedisClusterStore, AFailedRefundIsCountedAndItsConsumptionStays) {
   EXPECT_EQ(after.cross_slot_partial, before.cross_slot_partial + 1);
   EXPECT_EQ(after.refunds_sent, before.refunds_sent + 1);
   EXPECT_EQ(after.refunds_failed, before.refunds_failed + 1);
+  // ... and in /metrics.
+  EXPECT_NE(store->metrics_text().find(fmt::format("\nratekeeper_cluster_refund_failures_total {}\n", after.refunds_failed)),
+            std::string::npos)
+      << store->metrics_text();
 
   for (auto* m : masters) testing::command_on(m->port(), {"ACL", "SETUSER", "default", "+eval"});
   auto peek = store->check_sync({{ip, limit, 0}});

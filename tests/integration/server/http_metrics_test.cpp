@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/http_client.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 
 namespace ratekeeper::testing {
@@ -107,6 +108,52 @@ rules:
   EXPECT_EQ(metric_value(m, R"(ratekeeper_http_requests_total{result="unmatched"})"), 4.0) << m;
   EXPECT_EQ(metric_value(m, "ratekeeper_store_latency_seconds_count"), 11.0) << m;
   EXPECT_EQ(metric_value(m, R"(ratekeeper_store_ready{kind="redis"})"), 1.0) << m;
+}
+
+// On a Redis Cluster store the cluster's counters are in /metrics, behind the leasing store and
+// the denial cache that wrap it: a request checked by a rule per IP and a rule per user spans
+// two slots (one cross-slot check).
+TEST(HttpMetrics, ClusterCountersAreExposedBehindTheStoresThatWrapIt) {
+  auto& cluster = shared_cluster();
+  ServerProcess::Options o;
+  o.config_yaml = R"(
+rules:
+  - name: per_ip
+    match: {path: /api/data}
+    limits:
+      - capacity: 100
+        refill_rate: 1
+  - name: per_user
+    match: {path: /api/data}
+    identity: {type: header, header: X-User-ID}
+    limits:
+      - capacity: 100
+        refill_rate: 1
+  - name: leased
+    match: {path: /api/other}
+    lease: {max: 10, ttl: 1s}
+    limits:
+      - capacity: 1000
+        refill_rate: 100
+)";
+  o.store_url = cluster.url();
+  ServerProcess server(std::move(o));
+  HttpClient client(server.port());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (client.get("/readyz").status != 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto metric = [&](const char* name) {
+    return metric_value(client.get("/metrics").body, name).value_or(-1);
+  };
+  const double before = metric("ratekeeper_cluster_cross_slot_checks_total");
+  ASSERT_GE(before, 0.0);
+  ASSERT_EQ(client.get("/api/data", {{"X-User-ID", "metrics-user"}}).status, 200);
+  const auto metrics = client.get("/metrics");
+  expect_exposition_format(metrics.body);
+  EXPECT_EQ(metric_value(metrics.body, "ratekeeper_cluster_cross_slot_checks_total"), before + 1) << metrics.body;
+  EXPECT_EQ(metric_value(metrics.body, "ratekeeper_cluster_refund_failures_total"), 0.0) << metrics.body;
+  EXPECT_TRUE(metric_value(metrics.body, "ratekeeper_denial_cache_entries").has_value()) << metrics.body;
 }
 
 // `ratekeeper serve` gives the library's decision log a stdout sink: denials are written as
