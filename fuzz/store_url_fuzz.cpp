@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   if (auto decoded = redis::percent_decode(text)) require(decoded->size() <= text.size());
   if (auto ep = redis::parse_host_port(text)) check_endpoint(*ep);
+  require(redis::redact_url(text).size() <= text.size() + 3);
 
   auto url = redis::parse_url(text);
   if (!url) return 0;

@@ -30,6 +30,7 @@
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/algorithms/lease.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
+#include "ratekeeper/redis/url.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
@@ -323,7 +324,7 @@ int run_bench(const BenchOptions& o) {
     health = store->health();
   }
   if (!health.ready) {
-    return fail(fmt::format("store {} is not ready after {} ms: {}", o.store_url, o.ready_timeout_ms,
+    return fail(fmt::format("store {} is not ready after {} ms: {}", redis::redact_url(o.store_url), o.ready_timeout_ms,
                             health.detail));
   }
   {
@@ -331,7 +332,7 @@ int run_bench(const BenchOptions& o) {
     warm.push_back(store::CheckItem{"ratelimit:{bench:warmup}:bench", *limit, 0});
     auto r = store->check_sync(std::move(warm));
     if (!r) {
-      return fail(fmt::format("store {} failed the warm-up check: {}: {}", o.store_url,
+      return fail(fmt::format("store {} failed the warm-up check: {}: {}", redis::redact_url(o.store_url),
                               to_string(r.error().code), r.error().message));
     }
   }
@@ -425,7 +426,7 @@ int run_bench(const BenchOptions& o) {
 
   if (o.json) {
     nlohmann::json j;
-    j["store"] = o.store_url;
+    j["store"] = redis::redact_url(o.store_url);
     j["kind"] = kind;
     j["algorithm"] = to_string(limit->algorithm);
     j["capacity"] = limit->capacity;
@@ -463,7 +464,7 @@ int run_bench(const BenchOptions& o) {
     std::fputs((j.dump() + "\n").c_str(), stdout);
   } else {
     std::string text;
-    text += fmt::format("store         {}\n", o.store_url);
+    text += fmt::format("store         {}\n", redis::redact_url(o.store_url));
     text += fmt::format("limit         {} capacity={} period={}us cost={}\n",
                         to_string(limit->algorithm), limit->capacity, limit->period, o.cost);
     text += fmt::format("load          {} requests over {} keys, concurrency {}, threads {}\n",

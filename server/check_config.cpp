@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "config.hpp"
+#include "ratekeeper/redis/url.hpp"
 #include "rls_config.hpp"
 
 namespace ratekeeper::server {
@@ -102,7 +103,7 @@ int check_config(const std::string& path) {
     std::printf("listen: %s:%u\n", config.http.host.c_str(), config.http.port);
   }
   std::printf("threads: %d\n", config.http.threads);
-  std::printf("store: %s%s\n", config.store.url.c_str(),
+  std::printf("store: %s%s\n", redis::redact_url(config.store.url).c_str(),
               config.store_configured ? "" : " (no store configured)");
   std::printf("rules: %zu\n", config.limiter.rules.size());
   bool tiered = false;

@@ -13,6 +13,7 @@
 #include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/redis/tls.hpp"
+#include "ratekeeper/redis/url.hpp"
 #include "yaml_reader.hpp"
 
 namespace ratekeeper::server {
@@ -205,7 +206,7 @@ void read_store_tls(const Reader& r, const YAML::Node& node, const std::string& 
   if (!c.store.url.starts_with("rediss")) {
     r.fail(path, fmt::format("TLS options need a TLS store url (rediss://, rediss-cluster://, "
                              "rediss-sentinel://), not '{}'",
-                             c.store.url));
+                             redis::redact_url(c.store.url)));
   }
   if (auto context = redis::make_tls_context(t); !context) r.fail(path, context.error().message);
 }

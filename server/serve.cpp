@@ -33,6 +33,7 @@
 #include "ratekeeper/rls/service.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
+#include "ratekeeper/redis/url.hpp"
 #include "ratekeeper/store/open_store.hpp"
 
 namespace ratekeeper::server {
@@ -242,7 +243,7 @@ int serve(const ServeArgs& args) {
 
   auto opened = store::open_store(config.store);
   if (!opened) {
-    std::fprintf(stderr, "ratekeeper serve: store %s: %s\n", config.store.url.c_str(),
+    std::fprintf(stderr, "ratekeeper serve: store %s: %s\n", redis::redact_url(config.store.url).c_str(),
                  opened.error().message.c_str());
     return 2;
   }
@@ -349,7 +350,7 @@ int serve(const ServeArgs& args) {
       spdlog::info("rate limit service (gRPC) on {}: {} domain(s) from {}", grpc->address(),
                    current.load()->rls_service->config().domains.size(), config.grpc->config_dir);
     }
-    spdlog::info("store {} ({})", store->kind(), config.store.url);
+    spdlog::info("store {} ({})", store->kind(), redis::redact_url(config.store.url));
     spdlog::info("{} rule(s) from {}, {} io thread(s)", current.load()->config.limiter.rules.size(),
                  config.source, options.threads);
     if (proxy) {

@@ -10,7 +10,7 @@ namespace ratekeeper::redis {
 namespace {
 
 std::unexpected<Error> bad(std::string_view url, std::string_view part, std::string_view why) {
-  return make_error(ErrorCode::invalid_argument, fmt::format("redis url '{}': {}: {}", url, part, why));
+  return make_error(ErrorCode::invalid_argument, fmt::format("redis url '{}': {}: {}", redact_url(url), part, why));
 }
 
 Result<int> parse_int(std::string_view text, int min, int max, std::string_view what) {
@@ -106,6 +106,19 @@ Result<std::vector<Endpoint>> parse_hosts(std::string_view url, std::string_view
 }
 
 }  // namespace
+
+std::string redact_url(std::string_view url) {
+  // As parse_url reads it: the query first, then "user:pass@" up to the last '@'.
+  const auto sep = url.find("://");
+  if (sep == std::string_view::npos) return std::string(url);
+  const std::size_t start = sep + 3;
+  const std::string_view rest = url.substr(start, url.find('?', start) - start);
+  const auto at = rest.rfind('@');
+  if (at == std::string_view::npos) return std::string(url);
+  const auto colon = rest.substr(0, at).find(':');
+  const std::size_t secret = colon == std::string_view::npos ? 0 : colon + 1;  // no colon: a password alone
+  return fmt::format("{}***{}", url.substr(0, start + secret), url.substr(start + at));
+}
 
 std::string Endpoint::to_string() const {
   if (is_unix()) return "unix:" + path;

@@ -14,7 +14,8 @@ namespace {
 Result<void> check_timeouts(const StoreOptions& options) {
   if (options.command_timeout <= 0 || options.connect_timeout <= 0) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("store url '{}': connect and command timeouts must be > 0", options.url));
+                      fmt::format("store url '{}': connect and command timeouts must be > 0",
+                                  redis::redact_url(options.url)));
   }
   return {};
 }
@@ -27,7 +28,7 @@ Result<std::shared_ptr<redis::TlsContext>> tls_context(const StoreOptions& optio
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("store url '{}': TLS options are set but the scheme is not one of "
                                     "rediss, rediss-cluster, rediss-sentinel",
-                                    options.url));
+                                    redis::redact_url(options.url)));
     }
     return nullptr;
   }
@@ -43,7 +44,7 @@ Result<std::shared_ptr<redis::TlsContext>> tls_context(const StoreOptions& optio
   merged.verify = url.tls.verify && base.verify;
   auto context = redis::make_tls_context(merged);
   if (!context) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("store url '{}': {}", options.url, context.error().message));
+    return make_error(ErrorCode::invalid_argument, fmt::format("store url '{}': {}", redis::redact_url(options.url), context.error().message));
   }
   return std::move(*context);
 }
@@ -89,7 +90,7 @@ Result<std::unique_ptr<Store>> open_store(const StoreOptions& options) {
   return make_error(ErrorCode::invalid_argument,
                     fmt::format("store url '{}': unsupported scheme (memory://, redis://, rediss://, unix://, "
                                 "redis-cluster://, rediss-cluster://, redis-sentinel://, rediss-sentinel://)",
-                                url));
+                                redis::redact_url(url)));
 }
 
 }  // namespace ratekeeper::store

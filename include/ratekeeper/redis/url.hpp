@@ -53,6 +53,10 @@ Result<Url> parse_url(std::string_view url);
 // "host", "host:port", "[v6]:port", "[v6]" (port defaults to `default_port`).
 Result<Endpoint> parse_host_port(std::string_view text, int default_port = 6379);
 
+// The URL as logs and error messages show it: the password (what parse_url would take as
+// one) replaced by "***"; anything else as given.
+std::string redact_url(std::string_view url);
+
 // "%40" → "@"; a malformed escape is an error.
 Result<std::string> percent_decode(std::string_view text);
 

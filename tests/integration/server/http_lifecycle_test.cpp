@@ -89,5 +89,24 @@ TEST(HttpLifecycle, SigintOnAnIdleServerExitsZero) {
   EXPECT_EQ(*status, 0) << server.errors();
 }
 
+// The store's password never reaches the log: the url is logged with "***" in its place.
+TEST(HttpLifecycle, TheStorePasswordIsNotLogged) {
+  RedisServer::Options ro;
+  ro.args = {"--requirepass", "pw-not-for-logs"};
+  ro.password = "pw-not-for-logs";
+  RedisServer redis(ro);
+  ServerProcess::Options o;
+  o.config_yaml = "rules: []\n";
+  o.store_url = fmt::format("redis://default:pw-not-for-logs@127.0.0.1:{}", redis.port());
+  ServerProcess server(std::move(o));
+  HttpClient client(server.port());
+  ASSERT_EQ(client.get("/healthz").status, 200);
+  server.signal(SIGTERM);
+  ASSERT_TRUE(server.wait(std::chrono::seconds(20)).has_value());
+  const std::string log = server.output() + server.errors();
+  EXPECT_NE(log.find(fmt::format("redis://default:***@127.0.0.1:{}", redis.port())), std::string::npos) << log;
+  EXPECT_EQ(log.find("pw-not-for-logs"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace ratekeeper::testing

@@ -75,5 +75,26 @@ TEST(RedisUrl, TlsSchemesAndTheirOptions) {
   EXPECT_NE(error("rediss-unix:///tmp/r.sock").find("unsupported"), std::string::npos);
 }
 
+// Logs and error messages never carry a password: every form parse_url reads one from.
+TEST(RedisUrl, RedactedUrlsHideThePasswordOnly) {
+  EXPECT_EQ(redact_url("redis://user:s3cret@h:6379/1"), "redis://user:***@h:6379/1");
+  EXPECT_EQ(redact_url("rediss://:s3cret@h?ca_file=/a@b"), "rediss://:***@h?ca_file=/a@b");
+  EXPECT_EQ(redact_url("redis://s3cret@h"), "redis://***@h");
+  EXPECT_EQ(redact_url("redis-sentinel://u:p@ss:w@s1:1,s2:2/m"), "redis-sentinel://u:***@s1:1,s2:2/m");
+  EXPECT_EQ(redact_url("unix://u:pw@/tmp/r.sock?db=1"), "unix://u:***@/tmp/r.sock?db=1");
+  EXPECT_EQ(redact_url("redis://h:6379"), "redis://h:6379");
+  EXPECT_EQ(redact_url("memory://"), "memory://");
+  EXPECT_EQ(redact_url("not a url @ all"), "not a url @ all");
+  // What parse_url takes as the password is what is hidden.
+  const std::string_view url = "redis://a:b%40c@h";
+  auto parsed = parse_url(url);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->credentials.password, "b@c");
+  EXPECT_EQ(redact_url(url).find("b%40c"), std::string::npos);
+  auto error = parse_url("redis://u:s3cret@h:99999");
+  ASSERT_FALSE(error);
+  EXPECT_EQ(error.error().message.find("s3cret"), std::string::npos) << error.error().message;
+}
+
 }  // namespace
 }  // namespace ratekeeper::redis
