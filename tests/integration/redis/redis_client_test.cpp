@@ -16,6 +16,7 @@
 #include "ratekeeper/redis/connection.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/url.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 
 namespace ratekeeper::redis {
@@ -42,16 +43,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Polls `ok` until it holds or `limit` passes.
-template <class F>
-bool eventually(F ok, std::chrono::milliseconds limit = 5000ms) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return ok();
-}
+using testing::eventually;
 
 TEST(RedisUrl, ParsesEverySchemeAndNamesTheWrongPart) {
   auto tcp = parse_url("redis://user:p%40ss@example.com:6380/3");

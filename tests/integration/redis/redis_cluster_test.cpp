@@ -19,6 +19,7 @@
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_cluster_store.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_cluster.hpp"
 
@@ -30,15 +31,7 @@ using testing::RedisCluster;
 using testing::RedisServer;
 using namespace std::chrono_literals;
 
-template <class F>
-bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return ok();
-}
+using testing::eventually;
 
 std::unique_ptr<RedisClusterStore> open_cluster(const std::string& url, Micros command_timeout,
                                                 bool reject_cross_slot = false, bool functions = true) {

@@ -17,6 +17,7 @@
 #include "ratekeeper/redis/sentinel.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_sentinel_store.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_sentinel.hpp"
 #include "support/redis_server.hpp"
@@ -27,15 +28,7 @@ namespace {
 using algorithms::Algorithm;
 using namespace std::chrono_literals;
 
-template <class F>
-bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return ok();
-}
+using testing::eventually;
 
 std::unique_ptr<Store> open(const std::string& url, Micros command_timeout) {
   StoreOptions o;

@@ -17,6 +17,7 @@
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_cluster_store.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_sentinel.hpp"
 #include "support/redis_server.hpp"
@@ -29,15 +30,7 @@ using algorithms::Algorithm;
 using namespace std::chrono_literals;
 using testing::tls_certs;
 
-template <class F>
-bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return ok();
-}
+using testing::eventually;
 
 // A redis-server with a plain port (the test's own commands) and a TLS port.
 struct TlsRedis {

@@ -23,6 +23,7 @@
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_store.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 #include "support/script_runner.hpp"
 
@@ -57,15 +58,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-template <class F>
-bool eventually(F ok, std::chrono::milliseconds limit = 5000ms) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (ok()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return ok();
-}
+using testing::eventually;
 
 // One server for the tests that do not stop or freeze it; keys are unique per test.
 RedisServer& shared_server() {
