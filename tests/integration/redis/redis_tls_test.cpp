@@ -17,6 +17,7 @@
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/redis_cluster_store.hpp"
+#include "ratekeeper/store/redis_sentinel_store.hpp"
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_sentinel.hpp"
@@ -249,6 +250,12 @@ TEST(RedisTls, SentinelAndMasterOverTls) {
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->decision.remaining, 9);
   EXPECT_EQ(master.server.command({"EXISTS", "t:{sentinel}:r"}), "1");
+  // The +switch-master subscriptions are over TLS too.
+  auto* sentinel_store = dynamic_cast<RedisSentinelStore*>(store.get());
+  ASSERT_NE(sentinel_store, nullptr);
+  EXPECT_TRUE(eventually([&] {
+    return sentinel_store->sentinel().subscription_status().starts_with("subscribed to 3 of 3 sentinels");
+  })) << sentinel_store->sentinel().subscription_status();
 }
 
 }  // namespace
