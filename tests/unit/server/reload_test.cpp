@@ -231,5 +231,57 @@ rules:
   EXPECT_EQ(next.metrics().store_latency_count(), 3u);
 }
 
+// Answers each check only when the test says so.
+class HeldStore final : public store::Store {
+ public:
+  void check(std::vector<store::CheckItem> items, std::optional<Micros>,
+             store::CheckCallback done) override {
+    held.push_back({std::move(items), std::move(done)});
+  }
+  std::string_view kind() const noexcept override { return "held"; }
+  void answer(std::size_t i) {
+    algorithms::Decision d;
+    d.allowed = true;
+    d.limit = held[i].first.front().limit.capacity;
+    d.remaining = d.limit - 1;
+    auto done = std::move(held[i].second);
+    done(store::CheckOutcome{d, std::vector<algorithms::Decision>(held[i].first.size(), d)});
+  }
+  std::vector<std::pair<std::vector<store::CheckItem>, store::CheckCallback>> held;
+};
+
+// A reload lets the running limiter go while a shadow check (which does not hold up the
+// answer) may still be in the store: the limiter lives until that check is answered.
+TEST(SharedLimiter, LivesUntilItsChecksInFlightAreAnswered) {
+  const auto config = parse_config(R"(
+rules:
+  - name: real
+    limits: [{capacity: 10, refill_rate: 1}]
+  - name: watch
+    shadow: true
+    limits: [{capacity: 10, refill_rate: 1}]
+)");
+  HeldStore store;
+  auto owner = std::make_shared<limiter::Limiter>(config.limiter, store);
+  const std::weak_ptr<limiter::Limiter> watched = owner;
+  std::vector<limiter::Application> apps;
+  apps.push_back(*owner->application("real", "user:a", 1));
+  apps.push_back(*owner->application("watch", "user:a", 1));
+  bool answered = false;
+  owner->evaluate(std::move(apps), [&answered](Result<limiter::Evaluation> ev) {
+    EXPECT_TRUE(ev);
+    answered = true;
+  });
+  ASSERT_EQ(store.held.size(), 2u);  // the shadow batch, then the enforcing one
+  ASSERT_NE(store.held[1].first.front().key.find("real"), std::string::npos);
+  store.answer(1);
+  EXPECT_TRUE(answered);
+  owner.reset();  // the running configuration is replaced
+  EXPECT_FALSE(watched.expired());  // the shadow check holds it
+  store.answer(0);
+  store.held.clear();
+  EXPECT_TRUE(watched.expired());
+}
+
 }  // namespace
 }  // namespace ratekeeper::server
