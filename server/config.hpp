@@ -51,7 +51,7 @@ struct AdminConfig {
 
 // Envoy's gRPC rate limit service (envoy.service.ratelimit.v3): where it listens and the
 // directory of its domain files (envoyproxy/ratelimit's format, loaded by load_rls_config in
-// rls_config.hpp when the server starts).
+// rls_config.hpp when the server starts and again on each reload).
 struct GrpcConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8081;
