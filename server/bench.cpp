@@ -501,7 +501,7 @@ void register_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* sub = app.add_subcommand(
       "bench", "Measure a store: decisions/s, allowed/denied/error counts, latency percentiles");
-  sub->add_option("--store", o->store_url, "Store URL (memory://, redis://host:port, unix:///path)")
+  sub->add_option("--store", o->store_url, "Store URL (memory://, redis://host:port, rediss://host:port?ca_file=..., unix:///path, redis-cluster://..., redis-sentinel://.../master)")
       ->capture_default_str();
   sub->add_option("--algorithm", o->algorithm,
                   "token_bucket, sliding_window_log, sliding_window_counter or fixed_window")
