@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 
 #include "support/redis_server.hpp"
 
@@ -78,8 +79,16 @@ TlsCerts make_certs() {
 }  // namespace
 
 const TlsCerts& tls_certs() {
-  static const TlsCerts certs = make_certs();
-  return certs;
+  // Removed at exit (servers that loaded them keep what they read).
+  struct Owned {
+    TlsCerts certs = make_certs();
+    ~Owned() {
+      std::error_code ignored;
+      std::filesystem::remove_all(certs.dir, ignored);
+    }
+  };
+  static const Owned owned;
+  return owned.certs;
 }
 
 std::vector<std::string> redis_tls_args(int tls_port, bool client_certs, const std::filesystem::path& cert) {

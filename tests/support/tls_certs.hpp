@@ -23,7 +23,7 @@ struct TlsCerts {
   std::filesystem::path client_key;
 };
 
-// Made on first use; throws when openssl fails (its output in the message).
+// Made on first use, removed at exit; throws when openssl fails (its output in the message).
 const TlsCerts& tls_certs();
 
 // redis-server arguments for a TLS port `tls_port` (the plain port stays open for the test's
