@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 
@@ -34,6 +35,8 @@ rules:
   auto b = serve(yaml, redis.url());
   HttpClient ca(a->port());
   HttpClient cb(b->port());
+  // Both connected to Redis (before that the failure policy would answer without counting).
+  ASSERT_TRUE(eventually([&] { return ca.get("/readyz").status == 200 && cb.get("/readyz").status == 200; }));
   int ok = 0;
   for (int i = 0; i < 5; ++i) {
     ok += ca.get("/api/data").status == 200;
@@ -84,7 +87,10 @@ rules:
                                 redis_.url(), denied_cache_keys()),
                     "");
     client_ = std::make_unique<HttpClient>(server_->port());
-    // Healthy first: Redis answers and the limits hold.
+    // Healthy first: Redis answers and the limits hold. Each io thread's Redis connection
+    // connects in the background: until it has, the failure policy would answer (and count
+    // nothing), so wait for readiness.
+    ASSERT_TRUE(eventually([&] { return client_->get("/readyz").status == 200; }));
     ASSERT_EQ(client_->get("/api/data").status, 200);
     ASSERT_EQ(client_->get("/api/data").status, 429);
     ASSERT_EQ(client_->get("/readyz").status, 200);
