@@ -88,7 +88,9 @@ bool bindable(int port) {
 int free_cluster_port() {
   static std::mt19937 rng(static_cast<unsigned>(::getpid()) * 7919u +
                           static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  std::uniform_int_distribution<int> pick(20000, 55000);
+  // Below the kernel's ephemeral ports (32768 and up, bus ports included), which outgoing
+  // connections and free_port() take.
+  std::uniform_int_distribution<int> pick(10000, 22767);
   for (;;) {
     const int port = pick(rng);
     if (bindable(port) && bindable(port + 10000)) return port;
@@ -104,19 +106,23 @@ RedisCluster::RedisCluster(Options options) : options_(std::move(options)) {
   std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
   for (int i = 0; i < n; ++i) {
     RedisServer::Options o;
-    o.port = free_cluster_port();
     o.args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"};
     o.args.insert(o.args.end(), options_.args.begin(), options_.args.end());
+    int tls_port = 0;  // its cluster bus is on tls_port + 10000
     if (options_.tls) {
-      int tls_port = 0;
-      do {  // the bus is on tls_port + 10000
-        tls_port = free_cluster_port();
-      } while (tls_port == o.port || tls_port == o.port + 10000 || tls_port + 10000 == o.port);
+      tls_port = free_cluster_port();
       tls_ports_.push_back(tls_port);
-      const auto tls = redis_tls_args(tls_ports_.back());
+      const auto tls = redis_tls_args(tls_port);
       o.args.insert(o.args.end(), tls.begin(), tls.end());
       o.args.insert(o.args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
     }
+    o.pick_port = [tls_port] {
+      int port = 0;
+      do {
+        port = free_cluster_port();
+      } while (tls_port != 0 && (port == tls_port || port == tls_port + 10000 || port + 10000 == tls_port));
+      return port;
+    };
     servers_.push_back(std::make_unique<RedisServer>(o));
     create.push_back(fmt::format("127.0.0.1:{}", servers_.back()->port()));
   }

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -82,10 +84,24 @@ int run_process(const std::vector<std::string>& argv, const std::filesystem::pat
 RedisServer::RedisServer() : RedisServer(Options{}) {}
 
 RedisServer::RedisServer(Options options) : options_(std::move(options)) {
-  port_ = options_.port ? options_.port : free_port();
-  dir_ = std::filesystem::temp_directory_path() / fmt::format("ratekeeper-redis-{}-{}", ::getpid(), port_);
-  std::filesystem::create_directories(dir_);
-  start();
+  // A port found free may be taken by another process before redis-server binds it (tests run
+  // in parallel): a port chosen here is chosen again then, a few times.
+  for (int attempt = 1;; ++attempt) {
+    port_ = options_.port != 0 ? options_.port : options_.pick_port ? options_.pick_port() : free_port();
+    dir_ = std::filesystem::temp_directory_path() / fmt::format("ratekeeper-redis-{}-{}", ::getpid(), port_);
+    std::filesystem::create_directories(dir_);
+    try {
+      start();
+      return;
+    } catch (const std::runtime_error&) {
+      std::ifstream log(dir_ / "redis.log");
+      const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      if (options_.port != 0 || attempt == 5 || text.find("Address already in use") == std::string::npos) throw;
+      pid_ = -1;  // exited, and reaped by wait_ready
+      std::error_code ignored;
+      std::filesystem::remove_all(dir_, ignored);
+    }
+  }
 }
 
 RedisServer::~RedisServer() {

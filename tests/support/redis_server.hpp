@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,9 @@ class RedisServer {
  public:
   struct Options {
     std::vector<std::string> args;  // extra redis-server arguments, e.g. {"--requirepass", "x"}
-    int port = 0;                   // 0: pick a free one
+    int port = 0;                   // 0: pick a free one (again if taken before the server binds it)
     std::string password;           // used by command() to authenticate
+    std::function<int()> pick_port = {};  // with port 0: how to pick one (default: free_port())
   };
 
   RedisServer();
