@@ -100,4 +100,27 @@ std::vector<std::string> redis_tls_args(int tls_port, bool client_certs, const s
           "--tls-auth-clients", client_certs ? "yes" : "no"};
 }
 
+namespace {
+
+RedisServer::Options tls_server_options(int& tls_port, bool client_certs, const std::filesystem::path& cert,
+                                        std::vector<std::string> extra) {
+  RedisServer::Options o;
+  o.port = free_port();
+  do {
+    tls_port = free_port();
+  } while (tls_port == o.port);
+  o.args = redis_tls_args(tls_port, client_certs, cert);
+  o.args.insert(o.args.end(), extra.begin(), extra.end());
+  return o;
+}
+
+}  // namespace
+
+TlsRedisServer::TlsRedisServer(bool client_certs, const std::filesystem::path& cert, std::vector<std::string> extra)
+    : server(tls_server_options(tls_port, client_certs, cert, std::move(extra))) {}
+
+std::string TlsRedisServer::url(std::string_view credentials) const {
+  return fmt::format("rediss://{}127.0.0.1:{}", credentials, tls_port);
+}
+
 }  // namespace ratekeeper::testing

@@ -7,7 +7,10 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "support/redis_server.hpp"
 
 namespace ratekeeper::testing {
 
@@ -31,5 +34,17 @@ const TlsCerts& tls_certs();
 // certificate signed by the CA.
 std::vector<std::string> redis_tls_args(int tls_port, bool client_certs = false,
                                         const std::filesystem::path& cert = {});
+
+// A redis-server serving TLS on tls_port (redis_tls_args) and plain TCP on server.port() for
+// the test's own commands; `extra`: more redis-server arguments (e.g. an ACL user).
+struct TlsRedisServer {
+  explicit TlsRedisServer(bool client_certs = false, const std::filesystem::path& cert = {},
+                          std::vector<std::string> extra = {});
+  // rediss://[credentials]127.0.0.1:<tls_port>
+  std::string url(std::string_view credentials = {}) const;
+
+  int tls_port = 0;
+  RedisServer server;
+};
 
 }  // namespace ratekeeper::testing

@@ -33,31 +33,7 @@ using testing::tls_certs;
 
 using testing::eventually;
 
-// A redis-server with a plain port (the test's own commands) and a TLS port.
-struct TlsRedis {
-  explicit TlsRedis(bool client_certs = false, const std::filesystem::path& cert = {},
-                    std::vector<std::string> extra = {})
-      : server(options(client_certs, cert, std::move(extra))) {}
-
-  testing::RedisServer::Options options(bool client_certs, const std::filesystem::path& cert,
-                                        std::vector<std::string> extra) {
-    testing::RedisServer::Options o;
-    o.port = testing::free_port();
-    do {
-      tls_port = testing::free_port();
-    } while (tls_port == o.port);
-    o.args = testing::redis_tls_args(tls_port, client_certs, cert);
-    o.args.insert(o.args.end(), extra.begin(), extra.end());
-    return o;
-  }
-
-  std::string url(std::string_view credentials = {}) const {
-    return fmt::format("rediss://{}127.0.0.1:{}", credentials, tls_port);
-  }
-
-  int tls_port = 0;
-  testing::RedisServer server;
-};
+using TlsRedis = testing::TlsRedisServer;
 
 redis::TlsOptions trusting(const std::filesystem::path& ca) {
   redis::TlsOptions tls;

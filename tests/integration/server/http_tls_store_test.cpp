@@ -17,20 +17,7 @@
 namespace ratekeeper::testing {
 namespace {
 
-struct TlsRedis {
-  TlsRedis() : server(options()) {}
-  RedisServer::Options options() {
-    RedisServer::Options o;
-    o.port = free_port();
-    do {
-      tls_port = free_port();
-    } while (tls_port == o.port);
-    o.args = redis_tls_args(tls_port);
-    return o;
-  }
-  int tls_port = 0;
-  RedisServer server;
-};
+using TlsRedis = TlsRedisServer;
 
 std::string config(int tls_port, const std::filesystem::path& ca) {
   return fmt::format(R"(
