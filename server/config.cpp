@@ -14,6 +14,7 @@
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/redis/tls.hpp"
 #include "ratekeeper/redis/url.hpp"
+#include "ratekeeper/store/open_store.hpp"
 #include "yaml_reader.hpp"
 
 namespace ratekeeper::server {
@@ -263,6 +264,10 @@ void read_store(const Reader& r, const YAML::Node& node, const std::string& path
                   std::int64_t{1} << 32));
   }
   if (node["tls"]) read_store_tls(r, node["tls"], Reader::field(path, "tls"), c);
+  // What `serve` would refuse when it opens the store, refused here (check-config included).
+  if (auto ok = store::check_store_options(s); !ok) {
+    r.fail(Reader::field(path, "url"), ok.error().message);
+  }
 }
 
 void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {

@@ -49,48 +49,79 @@ Result<std::shared_ptr<redis::TlsContext>> tls_context(const StoreOptions& optio
   return std::move(*context);
 }
 
+bool is_memory_url(std::string_view url) { return url == "memory://" || url == "memory:"; }
+
+bool is_redis_url(std::string_view url) {
+  return url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") ||
+         url.starts_with("redis-cluster://") || url.starts_with("rediss-cluster://") ||
+         url.starts_with("redis-sentinel://") || url.starts_with("rediss-sentinel://");
+}
+
+Error unsupported_scheme(std::string_view url) {
+  return Error{ErrorCode::invalid_argument,
+               fmt::format("store url '{}': unsupported scheme (memory://, redis://, rediss://, unix://, "
+                           "redis-cluster://, rediss-cluster://, redis-sentinel://, rediss-sentinel://)",
+                           redis::redact_url(url))};
+}
+
+// A Redis store's URL and TLS context, checked as one: what open_store opens and what
+// check_store_options refuses.
+struct RedisTarget {
+  redis::Url url;
+  std::shared_ptr<redis::TlsContext> tls;
+};
+
+Result<RedisTarget> redis_target(const StoreOptions& options) {
+  auto parsed = redis::parse_url(options.url);
+  if (!parsed) return std::unexpected(parsed.error());
+  if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
+  auto tls = tls_context(options, *parsed);
+  if (!tls) return std::unexpected(tls.error());
+  return RedisTarget{std::move(*parsed), std::move(*tls)};
+}
+
 }  // namespace
+
+Result<void> check_store_options(const StoreOptions& options) {
+  if (is_memory_url(options.url)) return {};
+  if (!is_redis_url(options.url)) return std::unexpected(unsupported_scheme(options.url));
+  auto target = redis_target(options);
+  if (!target) return std::unexpected(target.error());
+  return {};
+}
 
 Result<std::unique_ptr<Store>> open_store(const StoreOptions& options) {
   const std::string_view url = options.url;
-  if (url == "memory://" || url == "memory:") {
+  if (is_memory_url(url)) {
     MemoryStoreOptions m;
     m.max_keys = options.max_keys;
     if (options.clock != nullptr) m.clock = options.clock;
     return std::make_unique<MemoryStore>(m);
   }
-  if (url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") ||
-      url.starts_with("redis-cluster://") || url.starts_with("rediss-cluster://") ||
-      url.starts_with("redis-sentinel://") || url.starts_with("rediss-sentinel://")) {
-    auto parsed = redis::parse_url(url);
-    if (!parsed) return std::unexpected(parsed.error());
-    if (auto ok = check_timeouts(options); !ok) return std::unexpected(ok.error());
-    auto tls = tls_context(options, *parsed);
-    if (!tls) return std::unexpected(tls.error());
-    switch (parsed->scheme) {
-      case redis::UrlScheme::redis:
-      case redis::UrlScheme::unix_socket: {
-        auto o = redis_store_options(options, *parsed);
-        o.connection.tls = *tls;
-        return std::make_unique<RedisStore>(std::move(o));
-      }
-      case redis::UrlScheme::cluster: {
-        auto o = redis_cluster_store_options(options, *parsed);
-        o.cluster.node.tls = *tls;
-        return std::make_unique<RedisClusterStore>(std::move(o));
-      }
-      case redis::UrlScheme::sentinel: {
-        auto o = redis_sentinel_store_options(options, *parsed);
-        o.sentinel.master.tls = *tls;
-        o.sentinel.sentinel.tls = *tls;
-        return std::make_unique<RedisSentinelStore>(std::move(o));
-      }
+  if (!is_redis_url(url)) return std::unexpected(unsupported_scheme(url));
+  auto target = redis_target(options);
+  if (!target) return std::unexpected(target.error());
+  auto& [parsed, tls] = *target;
+  switch (parsed.scheme) {
+    case redis::UrlScheme::redis:
+    case redis::UrlScheme::unix_socket: {
+      auto o = redis_store_options(options, parsed);
+      o.connection.tls = tls;
+      return std::make_unique<RedisStore>(std::move(o));
+    }
+    case redis::UrlScheme::cluster: {
+      auto o = redis_cluster_store_options(options, parsed);
+      o.cluster.node.tls = tls;
+      return std::make_unique<RedisClusterStore>(std::move(o));
+    }
+    case redis::UrlScheme::sentinel: {
+      auto o = redis_sentinel_store_options(options, parsed);
+      o.sentinel.master.tls = tls;
+      o.sentinel.sentinel.tls = tls;
+      return std::make_unique<RedisSentinelStore>(std::move(o));
     }
   }
-  return make_error(ErrorCode::invalid_argument,
-                    fmt::format("store url '{}': unsupported scheme (memory://, redis://, rediss://, unix://, "
-                                "redis-cluster://, rediss-cluster://, redis-sentinel://, rediss-sentinel://)",
-                                redis::redact_url(url)));
+  return std::unexpected(unsupported_scheme(url));
 }
 
 }  // namespace ratekeeper::store

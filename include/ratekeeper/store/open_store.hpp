@@ -63,4 +63,8 @@ struct StoreOptions {
 // its health() says whether it can answer.
 Result<std::unique_ptr<Store>> open_store(const StoreOptions& options);
 
+// What open_store would refuse (the URL, the timeouts, the TLS files), checked without opening
+// anything: the configuration loader refuses exactly what `serve` would.
+Result<void> check_store_options(const StoreOptions& options);
+
 }  // namespace ratekeeper::store

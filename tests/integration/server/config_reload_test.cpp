@@ -410,6 +410,33 @@ TEST(CheckConfig, AnInvalidFileNamesTheFileAndField) {
   EXPECT_EQ(result.output.find("configuration is valid"), std::string::npos) << result.output;
 }
 
+// check-config refuses every store url that `serve` refuses, with the same reason: both load
+// the file through one reader, which checks the store as opening it would.
+TEST(CheckConfig, RefusesTheStoreUrlsServeRefuses) {
+  const std::vector<std::pair<std::string, std::string>> urls = {
+      {"redis:/127.0.0.1:6379", "unsupported scheme"},
+      {"redis+tls://127.0.0.1:6379", "unsupported scheme"},
+      {"redis://127.0.0.1:6379x", "port"},
+      {"redis-cluster://127.0.0.1:70000", "port"},
+  };
+  for (const auto& [url, reason] : urls) {
+    SCOPED_TRACE(url);
+    const auto path = write_temp_file("store-url.yaml", fmt::format(R"(store: {{url: "{}"}}
+rules:
+  - name: api
+    limits: [{{capacity: 20, refill_rate: 2}}]
+)",
+                                                                     url));
+    const auto checked = run_ratekeeper({"check-config", path.string()});
+    EXPECT_EQ(checked.exit_code, 2) << checked.output;
+    EXPECT_NE(checked.errors.find("store.url"), std::string::npos) << checked.errors;
+    EXPECT_NE(checked.errors.find(reason), std::string::npos) << checked.errors;
+    const auto served = run_ratekeeper({"serve", "--config", path.string()});
+    EXPECT_NE(served.exit_code, 0) << served.output;
+    EXPECT_NE(served.errors.find(reason), std::string::npos) << served.errors;
+  }
+}
+
 TEST(CheckConfig, AMissingFileIsSaidSo) {
   const auto path = fresh_dir("check-config") / "absent.yaml";
   const auto result = run_ratekeeper({"check-config", path.string()});
