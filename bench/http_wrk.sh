@@ -59,6 +59,7 @@ fi
 
 cat >"$work/limited.yaml" <<YAML
 logging: {level: warn}
+demo_api: true
 rules:
   - name: api
     match: {path: /api/data}
@@ -66,9 +67,10 @@ rules:
       - capacity: 1000000000
         refill_rate: 1000000
 YAML
-printf 'logging: {level: warn}\nrules: []\n' >"$work/unlimited.yaml"
+printf 'logging: {level: warn}\ndemo_api: true\nrules: []\n' >"$work/unlimited.yaml"
 cat >"$work/users.yaml" <<YAML
 logging: {level: warn}
+demo_api: true
 rules:
   - name: api
     match: {path: /api/data}
@@ -79,6 +81,7 @@ rules:
 YAML
 cat >"$work/denied.yaml" <<YAML
 logging: {level: warn}
+demo_api: true
 rules:
   - name: api
     match: {path: /api/data}

@@ -540,7 +540,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
-                "admin", "grpc"});
+                "admin", "grpc", "demo_api"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
     if (!listen) r.fail("listen", listen.error().message);
@@ -551,6 +551,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     c.http.threads = static_cast<int>(r.integer(root["threads"], "threads", 1, 1024));
   }
   if (root["store"]) read_store(r, root["store"], "store", c);
+  if (root["demo_api"]) c.demo_api = r.boolean(root["demo_api"], "demo_api");
 
   FailureMode default_mode = FailureMode::allow;
   if (const auto fp = root["failure_policy"]) {
@@ -633,6 +634,9 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     }
   }
   if (const auto u = root["upstream"]) read_upstream(r, u, "upstream", c);
+  if (c.demo_api && c.upstream) {
+    r.fail("demo_api", "only without an upstream: with one, every request on listen goes to it");
+  }
   if (const auto a = root["admin"]) {
     if (!c.upstream) {
       r.fail("admin", "only with an upstream: without one, ratekeeper's endpoints are served on "

@@ -84,8 +84,11 @@ struct Config {
   bool metrics_enabled = true;
   // Set: every request to `listen` goes through the rules to this upstream (http/proxy.hpp),
   // and ratekeeper's own endpoints are served on `admin` instead. Unset: `listen` serves the
-  // demo API and the own endpoints.
+  // own endpoints (and the demo API when `demo_api` asks for it).
   std::optional<http::UpstreamOptions> upstream;
+  // `demo_api: true`: without an upstream, `listen` also serves the seed's demo API (/api/data,
+  // /api/profile, /api/search, /api/export/..., /auth/login). Off unless asked for.
+  bool demo_api = false;
   AdminConfig admin;  // used only with an upstream
   std::optional<GrpcConfig> grpc;  // set: serve the gRPC rate limit service too
 };

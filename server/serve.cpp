@@ -123,7 +123,8 @@ std::shared_ptr<Generation> build_generation(Config config, std::optional<rls::R
   }
   ApiOptions api_options{
       .metrics_enabled = g->config.metrics_enabled,
-      .demo_routes = !process.proxy,  // with an upstream the routes are the admin listener
+      // With an upstream the routes are the admin listener's: never the demo API.
+      .demo_routes = g->config.demo_api && !process.proxy,
       .loop = process.loop,
       .extra_metrics = process.extra_metrics,
       .reload = process.reload,

@@ -332,10 +332,24 @@ std::filesystem::path write_temp_file(std::string_view name, std::string_view te
   return path;
 }
 
+namespace {
+
+// The servers of the HTTP tests serve the seed's demo API (off by default in ratekeeper) unless
+// their configuration says otherwise or proxies to an upstream.
+std::string with_demo_api(const std::string& yaml) {
+  const auto top_level = [&](std::string_view key) {
+    return yaml.starts_with(key) || yaml.find("\n" + std::string(key)) != std::string::npos;
+  };
+  if (top_level("demo_api:") || top_level("upstream:")) return yaml;
+  return yaml + "\ndemo_api: true\n";
+}
+
+}  // namespace
+
 ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
   dir_ = fresh_dir("serve");
   config_path_ = dir_ / "ratekeeper.yaml";
-  std::ofstream(config_path_, std::ios::binary) << options_.config_yaml;
+  std::ofstream(config_path_, std::ios::binary) << (options_.demo_api ? with_demo_api(options_.config_yaml) : options_.config_yaml);
   std::vector<std::string> argv = {
       RATEKEEPER_BINARY, "serve",       "--config",  config_path_.string(),
       "--listen",        "127.0.0.1:0", "--threads", std::to_string(options_.threads)};

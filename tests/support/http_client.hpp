@@ -84,7 +84,8 @@ class ServerProcess {
     std::vector<std::string> extra_args;
     std::chrono::milliseconds start_timeout{20'000};
     int max_open_files = 0;  // > 0: the process's RLIMIT_NOFILE
-
+    // Adds `demo_api: true` to a configuration that names neither it nor an upstream.
+    bool demo_api = true;
   };
 
   explicit ServerProcess(Options options);

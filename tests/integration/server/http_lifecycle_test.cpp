@@ -6,7 +6,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -87,6 +89,35 @@ TEST(HttpLifecycle, SigintOnAnIdleServerExitsZero) {
   const auto status = server.wait(std::chrono::seconds(20));
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(*status, 0) << server.errors();
+}
+
+// The packaged configuration (/etc/ratekeeper/ratekeeper.yaml) serves the decision API and
+// ratekeeper's own endpoints, not the seed's demo API: that is served only when asked for.
+TEST(HttpLifecycle, ThePackagedConfigurationServesNoDemoApi) {
+  RedisServer redis;
+  std::ifstream file(std::string(RATEKEEPER_SOURCE_DIR) + "/packaging/ratekeeper.yaml");
+  ASSERT_TRUE(file) << "packaging/ratekeeper.yaml";
+  std::stringstream text;
+  text << file.rdbuf();
+  ServerProcess::Options o;
+  o.config_yaml = text.str();
+  o.store_url = redis.url();
+  o.demo_api = false;  // the file as packaged
+  ServerProcess server(std::move(o));
+  HttpClient client(server.port());
+  EXPECT_EQ(client.get("/healthz").status, 200);
+  for (const char* path : {"/api/data", "/api/profile", "/api/search?q=x", "/api/export/x"}) {
+    EXPECT_EQ(client.get(path).status, 404) << path;
+  }
+  EXPECT_EQ(client.post("/auth/login", "{}").status, 404);
+
+  // The same file asking for the demo API serves it.
+  ServerProcess::Options demo;
+  demo.config_yaml = text.str() + "\ndemo_api: true\n";
+  demo.store_url = redis.url();
+  demo.demo_api = false;
+  ServerProcess demo_server(std::move(demo));
+  EXPECT_EQ(HttpClient(demo_server.port()).get("/api/data").status, 200);
 }
 
 // The store's password never reaches the log: the url is logged with "***" in its place.
