@@ -29,10 +29,7 @@ bool same_server(const http::ServerOptions& a, const http::ServerOptions& b) {
 bool same_upstream(const std::optional<http::UpstreamOptions>& a,
                    const std::optional<http::UpstreamOptions>& b) {
   if (a.has_value() != b.has_value()) return false;
-  if (!a) return true;
-  return a->host == b->host && a->port == b->port && a->connect_timeout == b->connect_timeout &&
-         a->timeout == b->timeout && a->max_idle == b->max_idle &&
-         a->buffer_size == b->buffer_size && a->lowercase_path == b->lowercase_path;
+  return !a || *a == *b;
 }
 
 std::vector<std::string> rule_names(const Generation& g) {

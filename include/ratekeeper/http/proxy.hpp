@@ -42,6 +42,9 @@ struct UpstreamOptions {
   // Rules match, and the upstream receives, the normalised path lowercased (for
   // case-insensitive applications); off: case is kept (http/path.hpp).
   bool lowercase_path = false;
+
+  // Every field: a reload that changes any of them needs a restart.
+  friend bool operator==(const UpstreamOptions&, const UpstreamOptions&) = default;
 };
 
 // "http://host[:port][/]": no path, query or credentials; https is refused.

@@ -63,6 +63,72 @@ TEST(RestartFields, AnyStoreFieldAsWritten) {
   EXPECT_EQ(restart_fields(a, b), std::vector<std::string>{"store"});
 }
 
+// Every restart-only field, changed alone, is reported by its name; the fields a reload applies
+// (the gRPC service's domain directory, headers and message bound) are not.
+TEST(RestartFields, EachRestartOnlyFieldAloneIsReported) {
+  struct Field {
+    std::string yaml;  // one line of the configuration, replacing the base's line of that key
+    std::string reported;
+  };
+  const std::vector<std::pair<std::string, std::string>> base = {
+      {"listen", "listen: 127.0.0.1:8080"},
+      {"threads", "threads: 2"},
+      {"store", "store: {url: memory://}"},
+      {"http", "http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16}"},
+      {"upstream", "upstream: {url: http://127.0.0.1:9000, connect_timeout: 5s, timeout: 60s, "
+                   "max_idle_connections: 32, buffer_bytes: 65536, lowercase_path: false}"},
+      {"admin", "admin: {listen: 127.0.0.1:9090}"},
+      {"grpc", "grpc: {listen: 127.0.0.1:8081, config: domains, threads: 1, response_headers: true, "
+               "max_message_bytes: 65536}"},
+  };
+  const auto yaml = [&](const std::string& key, const std::string& line) {
+    std::string out;
+    for (const auto& [k, l] : base) out += (k == key ? line : l) + "\n";
+    return out + std::string(kRules);
+  };
+  const std::vector<std::pair<std::string, Field>> changes = {
+      {"listen", {"listen: 127.0.0.1:8082", "listen"}},
+      {"threads", {"threads: 3", "threads"}},
+      {"store", {"store: {url: memory://, max_keys: 10}", "store"}},
+      {"http", {"http: {max_header_bytes: 4096, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16}", "http"}},
+      {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 10, read_timeout: 30s, max_pipelined: 16}", "http"}},
+      {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 1s, max_pipelined: 16}", "http"}},
+      {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 2}", "http"}},
+      {"upstream", {"upstream: {url: http://127.0.0.1:9001, connect_timeout: 5s, timeout: 60s, "
+                    "max_idle_connections: 32, buffer_bytes: 65536, lowercase_path: false}", "upstream"}},
+      {"upstream", {"upstream: {url: http://127.0.0.1:9000, connect_timeout: 1s, timeout: 60s, "
+                    "max_idle_connections: 32, buffer_bytes: 65536, lowercase_path: false}", "upstream"}},
+      {"upstream", {"upstream: {url: http://127.0.0.1:9000, connect_timeout: 5s, timeout: 1s, "
+                    "max_idle_connections: 32, buffer_bytes: 65536, lowercase_path: false}", "upstream"}},
+      {"upstream", {"upstream: {url: http://127.0.0.1:9000, connect_timeout: 5s, timeout: 60s, "
+                    "max_idle_connections: 1, buffer_bytes: 65536, lowercase_path: false}", "upstream"}},
+      {"upstream", {"upstream: {url: http://127.0.0.1:9000, connect_timeout: 5s, timeout: 60s, "
+                    "max_idle_connections: 32, buffer_bytes: 4096, lowercase_path: false}", "upstream"}},
+      {"upstream", {"upstream: {url: http://127.0.0.1:9000, connect_timeout: 5s, timeout: 60s, "
+                    "max_idle_connections: 32, buffer_bytes: 65536, lowercase_path: true}", "upstream"}},
+      {"admin", {"admin: {listen: 127.0.0.1:9091}", "admin"}},
+      {"grpc", {"grpc: {listen: 127.0.0.1:8083, config: domains, threads: 1, response_headers: true, "
+                "max_message_bytes: 65536}", "grpc.listen"}},
+      {"grpc", {"grpc: {listen: 127.0.0.1:8081, config: domains, threads: 2, response_headers: true, "
+                "max_message_bytes: 65536}", "grpc.threads"}},
+      {"grpc", {"", "grpc"}},
+  };
+  const auto running = generation(yaml("", ""));
+  for (const auto& [key, change] : changes) {
+    SCOPED_TRACE(change.yaml.empty() ? "no " + key : change.yaml);
+    auto next = generation(yaml(key, change.yaml));
+    if (key == "store") next.store_section = "changed";  // serve keeps the section as written
+    EXPECT_EQ(restart_fields(running, next), std::vector<std::string>{change.reported});
+  }
+  for (const std::string line :
+       {"grpc: {listen: 127.0.0.1:8081, config: other, threads: 1, response_headers: true, max_message_bytes: 65536}",
+        "grpc: {listen: 127.0.0.1:8081, config: domains, threads: 1, response_headers: false, max_message_bytes: 65536}",
+        "grpc: {listen: 127.0.0.1:8081, config: domains, threads: 1, response_headers: true, max_message_bytes: 4096}"}) {
+    SCOPED_TRACE(line);
+    EXPECT_TRUE(restart_fields(running, generation(yaml("grpc", line))).empty());
+  }
+}
+
 // A Reloader over generations holding only a configuration; `next` is what the build gives.
 struct ReloaderFixture : ::testing::Test {
   ReloaderFixture() : current(std::make_shared<Generation>(generation(kRules))) {}
