@@ -23,6 +23,7 @@
 #include "config.hpp"
 #include "reload.hpp"
 #include "rls_config.hpp"
+#include "yaml_reader.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/http/middleware.hpp"
@@ -76,7 +77,7 @@ Config load_serve_config(const ServeArgs& args) {
 // empty when absent (or when the file cannot be read again).
 std::string store_section(const std::string& path) {
   try {
-    const YAML::Node root = YAML::LoadFile(path);
+    const YAML::Node root = YAML::Load(read_file(path));  // never blocks on a FIFO
     if (!root.IsMap() || !root["store"]) return {};
     return YAML::Dump(root["store"]);
   } catch (const std::exception&) {

@@ -280,7 +280,9 @@ std::string read_file(const std::string& path) {
   auto system_error = [](int error) {
     return std::error_code(error, std::generic_category()).message();
   };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO waits for a writer otherwise (a reload, or serve's start, would
+  // hang there); what is not a regular file is refused below before anything is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(fmt::format("cannot open the file: {}", system_error(errno)));
   struct Closer {
     int fd;
@@ -289,6 +291,9 @@ std::string read_file(const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail(fmt::format("cannot read the file: {}", system_error(errno)));
   if (S_ISDIR(st.st_mode)) fail("is a directory, not a configuration file");
+  if (!S_ISREG(st.st_mode)) {
+    fail("is not a regular file (a FIFO, socket or device), not a configuration file");
+  }
   std::string text;
   char buffer[64 * 1024];
   for (;;) {

@@ -100,8 +100,9 @@ auto read_document(const Reader& r, const YAML::Node& root, Read&& read) -> decl
   }
 }
 
-// The whole file at `path`, or ConfigError naming it: a directory, an open or read error, or
-// more than kMaxConfigBytes (read no further, so /dev/zero cannot exhaust memory).
+// The whole file at `path`, or ConfigError naming it: not a regular file (a directory, a FIFO
+// or a device: refused without waiting on it), an open or read error, or more than
+// kMaxConfigBytes (read no further).
 std::string read_file(const std::string& path);
 
 }  // namespace ratekeeper::server

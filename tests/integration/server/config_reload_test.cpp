@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -259,6 +260,41 @@ TEST(ConfigReload, AnInvalidFileKeepsTheRunningConfigurationAndIsCounted) {
   EXPECT_EQ(check(client, "api", "user:i").status, 200);
   EXPECT_EQ(check(client, "api", "user:i").status, 200);
   EXPECT_EQ(check(client, "api", "user:i").status, 429);
+}
+
+// A FIFO at the configuration path (or any file that is not a regular one) is refused at once:
+// by a reload (counted, the running configuration kept, later reloads and SIGTERM unaffected),
+// by serve at start and by check-config. Opening it never waits for a writer.
+TEST(ConfigReload, AFifoAtTheConfigurationPathIsRefusedAtOnce) {
+  const std::string config = "rules:\n  - name: api\n    limits: [{algorithm: sliding_window_log, limit: 2, window: 1h}]\n";
+  const auto process = serve(config);
+  ServerProcess& server = *process;
+  const int port = server.port();
+  const auto fifo = server.config_path().string() + ".fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::rename(fifo, server.config_path());
+
+  for (int i = 1; i <= 2; ++i) {
+    const auto refused = http_post(port, "/admin/reload", "");
+    EXPECT_EQ(refused.status, 422) << refused.body;
+    EXPECT_NE(refused.body.find("not a regular file"), std::string::npos) << refused.body;
+    EXPECT_EQ(reloads(port, "failure"), i);
+  }
+  server.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_reloads(port, "failure", 3)) << server.output();
+
+  const auto checked = run_ratekeeper({"check-config", server.config_path().string()});
+  EXPECT_EQ(checked.exit_code, 2);
+  EXPECT_NE(checked.errors.find("not a regular file"), std::string::npos) << checked.errors;
+  const auto started = run_ratekeeper({"serve", "--config", server.config_path().string(),
+                                       "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(started.exit_code, 2);
+  EXPECT_NE(started.errors.find("not a regular file"), std::string::npos) << started.errors;
+
+  server.signal(SIGTERM);
+  const auto status = server.wait(std::chrono::seconds(20));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0) << server.errors();
 }
 
 TEST(ConfigReload, WhatNeedsARestartIsLoggedAndKept) {
