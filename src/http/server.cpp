@@ -18,6 +18,8 @@
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/path.hpp"
 #include "request_parser.hpp"
 #include "server_core.hpp"
 
@@ -158,6 +160,16 @@ class Session final : public Connection {
     request.peer_port = peer_port_;
 
     auto pending = std::make_shared<Pending>(shared_from_this(), queue_.back().id);
+    // The one normal form of the target (http/path.hpp): what the handler's routes dispatch on,
+    // its rules match and its keys are built from. A target without one is a 400 here.
+    auto target = normalize_target(request.target);
+    if (!target) {
+      pending->deliver(Response{400, "application/json", {}, bad_request_body(target.error().message)});
+      pending.reset();
+      do_read();
+      return;
+    }
+    request.target = std::move(*target);
     const bool returned = contain("the HTTP request handler", [&] {
       server_.handler(std::move(request),
                       [pending](Response r) { pending->deliver(std::move(r)); });

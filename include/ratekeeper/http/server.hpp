@@ -27,7 +27,8 @@ namespace ratekeeper::http {
 
 // Delivers the response of one request. Callable from any thread, exactly once.
 using Responder = std::function<void(Response)>;
-// Runs on the connection's thread; may answer inline or later from another thread.
+// Runs on the connection's thread; may answer inline or later from another thread. The request's
+// target is in normal form (http/path.hpp): a target without one is answered 400 before it.
 using Handler = std::function<void(Request, Responder)>;
 
 // The defaults are the configuration's (docs/configuration.md: listen, threads, http.*).
