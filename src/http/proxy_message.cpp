@@ -124,7 +124,13 @@ void for_each_upstream_request_field(const HeaderList& received, std::string_vie
   chain += peer_address;
   f(std::string_view("X-Forwarded-For"), std::string_view(chain));
   f(std::string_view("X-Forwarded-Proto"), std::string_view("http"));
-  if (host != nullptr) f(std::string_view("X-Forwarded-Host"), std::string_view(*host));
+  if (host != nullptr) {
+    f(std::string_view("X-Forwarded-Host"), std::string_view(*host));
+  } else {
+    // An HTTP/1.0 request may come without Host; the HTTP/1.1 request sent on for it has one,
+    // empty as RFC 9112 3.2 says when the authority is unknown.
+    f(std::string_view("Host"), std::string_view());
+  }
 }
 
 // The fields of client_response_fields, one f(name, value) each, in order.

@@ -28,13 +28,20 @@ void RequestParser::on_response_impl(int, string_view, int, error_code& ec) {
 void RequestParser::on_field_impl(bhttp::field f, string_view name, string_view value,
                                   error_code& ec) {
   if (f == bhttp::field::content_length) {
-    if (content_length_seen_) {
+    // One decimal number: a list ("0, 0"), even of equal values, is refused as nginx does,
+    // so that no reader after this one can take it for another length.
+    const bool digits = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (content_length_seen_ || !digits) {
       ec = bhttp::error::bad_content_length;
       return;
     }
     content_length_seen_ = true;
   } else if (f == bhttp::field::transfer_encoding) {
     transfer_encoding_seen_ = true;
+  } else if (f == bhttp::field::host) {
+    ++host_fields_;
   }
   if (request_.headers.empty()) request_.headers.reserve(8);
   request_.headers.emplace_back(std::string(name.data(), name.size()),
@@ -45,6 +52,10 @@ void RequestParser::on_header_impl(error_code& ec) {
   // A request body is delimited by chunked or by its length: any other coding last leaves
   // its end to whoever reads it next.
   if (transfer_encoding_seen_ && !chunked()) ec = bhttp::error::bad_transfer_encoding;
+  // RFC 9112 6.1: HTTP/1.0 has no Transfer-Encoding; its framing cannot be trusted.
+  if (transfer_encoding_seen_ && version_ < 11) ec = bhttp::error::bad_transfer_encoding;
+  // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host field; none or several is a 400.
+  if (host_fields_ > 1 || (version_ >= 11 && host_fields_ == 0)) ec = bhttp::error::bad_field;
 }
 
 void RequestParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,

@@ -6,7 +6,9 @@
 // throwing). Usable without a socket: put() bytes, check is_done(), release().
 // Request smuggling is refused: besides Beast's own checks (Content-Length with
 // Transfer-Encoding, differing lengths), a second Content-Length field (bad_content_length)
-// and a Transfer-Encoding whose last coding is not chunked (bad_transfer_encoding).
+// and a Transfer-Encoding whose last coding is not chunked, or in an HTTP/1.0 request
+// (bad_transfer_encoding). RFC 9112: an HTTP/1.1 request without a Host field, or any request
+// with two, is refused (bad_field).
 // Streaming (the proxy): after the header, stream_body() gives the body somewhere to go, a
 // piece at a time; the parser stops with need_buffer once that place is full.
 // Not thread-safe.
@@ -74,6 +76,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   int version_ = 11;
   bool content_length_seen_ = false;
   bool transfer_encoding_seen_ = false;
+  int host_fields_ = 0;
   bool streaming_ = false;
   BodySink sink_;
 };

@@ -259,6 +259,18 @@ TEST_F(ProxyTest, RewritesHeadersBothWays) {
   EXPECT_EQ(r.header("RateLimit-Policy"), "\"hop\";q=1000;w=1000");
 }
 
+// An HTTP/1.0 request without Host is sent on as HTTP/1.1 with one, empty (RFC 9112 3.2).
+TEST_F(ProxyTest, AnHttp10RequestWithoutHostIsSentOnWithAnEmptyHost) {
+  start();
+  HttpClient client(port_);
+  const auto r = client.raw("GET /hop-by-hop HTTP/1.0\r\n\r\n");
+  ASSERT_EQ(r.status, 200);
+  ASSERT_EQ(upstream_.request_count(), 1u);
+  const auto seen = upstream_.requests().front();
+  EXPECT_EQ(seen.header("Host"), "");
+  EXPECT_FALSE(seen.header("X-Forwarded-Host").has_value());
+}
+
 TEST_F(ProxyTest, ChunkedBodiesStayChunkedBothWays) {
   start();
   HttpClient client(port_);
@@ -496,12 +508,17 @@ TEST_F(ProxyTest, SmugglingAndOversizedHeadersAreRefusedBeforeAnythingIsForwarde
   start();
   const char* smuggled[] = {
       "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "0\r\n\r\nGET /orders HTTP/1.1\r\n\r\n",
+      "0\r\n\r\nGET /orders HTTP/1.1\r\nHost: x\r\n\r\n",
       "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
       "0\r\n\r\n",
       "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
       "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
       "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+      "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 0, 0\r\n\r\n",
+      "POST /upload HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "GET /orders HTTP/1.1\r\n\r\n",
+      "GET /orders HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+      "GET /orders HTTP/1.0\r\nHost: x\r\nHost: y\r\n\r\n",
   };
   for (const char* bytes : smuggled) {
     HttpClient client(port_);

@@ -109,6 +109,28 @@ TEST(HttpHardening, HeaderFieldsOf64KiBAndMoreWithinTheLimitAreServed) {
   EXPECT_FALSE(server->wait(0ms).has_value()) << server->errors();
 }
 
+// RFC 9112 framing: no Host or two (HTTP/1.1), two Host fields (HTTP/1.0), a Content-Length
+// list, Transfer-Encoding in HTTP/1.0: each a 400 that closes the connection; an HTTP/1.0
+// request without Host is served.
+TEST(HttpHardening, AmbiguousHostAndFramingAre400AndClose) {
+  auto server = serve(kDemoRules);
+  const char* refused[] = {
+      "GET /api/data HTTP/1.1\r\n\r\n",
+      "GET /api/data HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+      "GET /api/data HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+      "POST /auth/login HTTP/1.1\r\nHost: a\r\nContent-Length: 0, 0\r\n\r\n",
+      "POST /auth/login HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+  };
+  for (const char* bytes : refused) {
+    HttpClient client(server->port());
+    const auto r = client.raw(bytes);
+    EXPECT_EQ(r.status, 400) << bytes;
+    EXPECT_EQ(r.header("Connection").value_or(""), "close") << bytes;
+  }
+  HttpClient client(server->port());
+  EXPECT_EQ(client.raw("GET /api/data HTTP/1.0\r\n\r\n").status, 200);
+}
+
 TEST(HttpHardening, SighupIsLoggedAndTheServerGoesOn) {
   auto server = serve(kDemoRules);
   server->signal(SIGHUP);
