@@ -12,6 +12,7 @@
 #include "ratekeeper/http/proxy.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -33,6 +34,7 @@
 #include "proxy_message.hpp"
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/path.hpp"
@@ -200,6 +202,7 @@ struct Proxy::Impl : ServerCore {
   EventLoop& loop;
   std::optional<tcp::endpoint> literal;  // the upstream's address when given as one
   std::vector<std::unique_ptr<UpstreamPool>> pools;  // by loop context index
+  LogLimit failure_log;  // the 502/504 lines
 
   std::atomic<std::uint64_t> forwarded{0};
   std::atomic<std::uint64_t> answered_by_limiter{0};
@@ -375,7 +378,7 @@ class ProxySession final : public Connection {
         proxy_.upstream.host, std::to_string(proxy_.upstream.port),
         [self = self<ProxySession>()](beast::error_code ec, const tcp::resolver::results_type& results) {
           if (self->closed_) return;
-          if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable);
+          if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable, ec);
           self->up_->stream.async_connect(
               results, [self](beast::error_code e, const tcp::endpoint&) { self->on_connect(e); });
         });
@@ -383,8 +386,8 @@ class ProxySession final : public Connection {
 
   void on_connect(beast::error_code ec) {
     if (closed_) return;
-    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout);
-    if (ec) return upstream_failed(kUnreachable, proxy_.upstream_unreachable);
+    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
+    if (ec) return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
     proxy_.count(proxy_.opened);
     beast::error_code ignored;
     up_->stream.socket().set_option(tcp::no_delay(true), ignored);
@@ -454,10 +457,10 @@ class ProxySession final : public Connection {
     if (closed_) return;
     if (ec && !head_sent) {
       if (retry()) return;
-      return upstream_failed(kUnreachable, proxy_.upstream_unreachable);
+      return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
     }
     proxy_.count(proxy_.forwarded);
-    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
     if (bad_body) {
       // The upstream's request is cut short, the client told why.
       drop_upstream();
@@ -487,7 +490,7 @@ class ProxySession final : public Connection {
       net::async_write(up_->stream, net::buffer(kLastChunk),
                        [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
                          if (self->closed_) return;
-                         if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response);
+                         if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response, ec);
                          self->read_response_header();
                        });
       return;
@@ -522,7 +525,7 @@ class ProxySession final : public Connection {
   void on_request_body_sent(beast::error_code ec, std::size_t) {
     release_held();
     if (closed_) return;
-    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
     relay_request_body();
   }
 
@@ -551,13 +554,13 @@ class ProxySession final : public Connection {
 
   void on_response_header(beast::error_code ec, std::size_t) {
     if (closed_) return;
-    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout);
+    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
     if (ec) {
       if (retry()) return;
-      return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+      return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
     }
     const int status = res_->status();
-    if (status == 101) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+    if (status == 101) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);  // no upgrades
     if (status >= 100 && status < 200) return read_response_header();  // interim: not relayed
 
     body_expected_ = !head_request_ && status != 204 && status != 304;
@@ -697,8 +700,20 @@ class ProxySession final : public Connection {
 
   // ---- answers of the proxy itself ---------------------------------------------------------
 
-  void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter) {
+  void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter,
+                       beast::error_code ec = {}) {
     proxy_.count(counter);
+    if (std::uint64_t suppressed = 0; proxy_.failure_log.admit(suppressed)) {
+      const std::string reason = ec ? ec.message() : std::string("an unexpected response");
+      const bool has_request = req_ && req_->is_header_done();
+      spdlog::warn("proxy: {} {} for {} {}: upstream {}:{}: {}{}", error.status,
+                   error.status == 504 ? "(timeout)" : "(bad gateway)",
+                   has_request ? std::string_view(req_->request().method) : std::string_view("-"),
+                   has_request ? std::string_view(req_->request().target) : std::string_view("-"),
+                   proxy_.upstream.host, proxy_.upstream.port, reason,
+                   suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed)
+                                  : std::string());
+    }
     drop_upstream();
     answer_error(error, true);
   }

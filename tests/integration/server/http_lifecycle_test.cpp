@@ -15,6 +15,7 @@
 
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_upstream.hpp"
 
 namespace ratekeeper::testing {
 namespace {
@@ -118,6 +119,31 @@ TEST(HttpLifecycle, ThePackagedConfigurationServesNoDemoApi) {
   demo.demo_api = false;
   ServerProcess demo_server(std::move(demo));
   EXPECT_EQ(HttpClient(demo_server.port()).get("/api/data").status, 200);
+}
+
+// A 502 of the proxy leaves a log line with the request, the upstream and the reason; a run
+// of them is bounded (a burst, then one line a second naming how many were left out).
+TEST(HttpLifecycle, TheProxysBadGatewaysAreLoggedRateLimited) {
+  int closed_port = 0;
+  { closed_port = TestUpstream().port(); }  // nothing listens there any more
+  auto server = serve(fmt::format("upstream: {{url: \"http://127.0.0.1:{}\"}}\nadmin: {{listen: 127.0.0.1:0}}\nrules: []\n",
+                                  closed_port));
+  const auto out = server->output();
+  const auto at = out.find("listening on 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int proxy = std::stoi(out.substr(at + std::string_view("listening on 127.0.0.1:").size()));
+  for (int i = 0; i < 20; ++i) {
+    HttpClient client(proxy);
+    EXPECT_EQ(client.get("/orders/" + std::to_string(i)).status, 502);
+  }
+  const auto log = server->output() + server->errors();
+  const auto expected = fmt::format("proxy: 502 (bad gateway) for GET /orders/0: upstream 127.0.0.1:{}: ",
+                                    closed_port);
+  EXPECT_NE(log.find(expected), std::string::npos) << log;
+  std::size_t lines = 0;
+  for (auto pos = log.find("proxy: 502"); pos != std::string::npos; pos = log.find("proxy: 502", pos + 1)) ++lines;
+  EXPECT_GE(lines, 1u);
+  EXPECT_LT(lines, 20u) << log;  // bounded: not one line per request
 }
 
 // The store's password never reaches the log: the url is logged with "***" in its place.
