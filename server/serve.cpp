@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -272,6 +273,13 @@ int serve(const ServeArgs& args) {
   }
   process.loop = loop;
   process.store = store.get();
+  // The store for the start-up check on the loop, until it goes.
+  struct StoreWatch {
+    std::mutex mu;
+    const store::Store* store = nullptr;
+  };
+  auto store_watch = std::make_shared<StoreWatch>();
+  store_watch->store = store.get();
   process.leasing = leasing;
   process.proxy = config.upstream.has_value();
   process.grpc = rls_config.has_value();
@@ -353,6 +361,20 @@ int serve(const ServeArgs& args) {
                    current.load()->rls_service->config().domains.size(), config.grpc->config_dir);
     }
     spdlog::info("store {} ({})", store->kind(), redis::redact_url(config.store.url));
+    if (store->kind() != "memory") {
+      // A store still unreachable once its first connection could have been made is said in
+      // the log, with the reason, and not only by /readyz.
+      const Micros after = config.store.connect_timeout + 100 * kMicrosPerMilli;
+      loop->post(0, [watch = store_watch, url = redis::redact_url(config.store.url), after] {
+        const std::lock_guard lock(watch->mu);
+        if (watch->store == nullptr) return;
+        const auto health = watch->store->health();
+        if (health.ready) return;
+        spdlog::warn("store {} not reachable {} ms after start: {}; checks are answered by the "
+                     "failure policy until it is",
+                     url, after / kMicrosPerMilli, health.detail);
+      }, after);
+    }
     spdlog::info("{} rule(s) from {}, {} io thread(s)", current.load()->config.limiter.rules.size(),
                  config.source, options.threads);
     if (proxy) {
@@ -376,6 +398,10 @@ int serve(const ServeArgs& args) {
     // The store goes first: callbacks it still holds refer to the limiter. Leases' unused
     // units go back to the store then.
     if (leasing != nullptr) leasing->shutdown();
+    {
+      const std::lock_guard lock(store_watch->mu);
+      store_watch->store = nullptr;
+    }
     store.reset();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ratekeeper serve: %s\n", e.what());

@@ -1,6 +1,7 @@
 #include "ratekeeper/limiter/limiter.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -259,6 +260,17 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
     ev.by_failure_policy = true;
     ev.store_error = outcome.error();
     for (auto& rule : prepared.enforcing) rule.by_failure_policy = true;
+    if (std::uint64_t suppressed = 0; policy_log_.admit(suppressed)) {
+      std::string rules;
+      for (const auto& rule : prepared.enforcing) {
+        if (!rules.empty()) rules += ", ";
+        rules += fmt::format("{} ({})", rule.rule->name, to_string(rule.rule->on_store_error));
+      }
+      spdlog::warn("store failed ({}): answered by the failure policy: {}{}", outcome.error().message,
+                   rules,
+                   suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed)
+                                  : std::string());
+    }
   }
   if (decisions.size() != prepared.item_count) {
     return make_error(ErrorCode::protocol, "store answered a different number of decisions");

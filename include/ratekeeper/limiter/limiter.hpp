@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/limiter/decision_log.hpp"
 #include "ratekeeper/limiter/failure_policy.hpp"
 #include "ratekeeper/limiter/metrics.hpp"
@@ -191,6 +192,7 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   std::unique_ptr<DecisionLog> log_;
   std::unique_ptr<store::MemoryStore> local_;  // failure policy `local`: one for every rule
   FailurePolicy policy_;
+  LogLimit policy_log_;  // the lines of checks answered by the failure policy
 };
 
 }  // namespace ratekeeper::limiter

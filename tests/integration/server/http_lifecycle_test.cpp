@@ -147,6 +147,37 @@ TEST(HttpLifecycle, TheProxysBadGatewaysAreLoggedRateLimited) {
 }
 
 // The store's password never reaches the log: the url is logged with "***" in its place.
+// A Redis that cannot be reached leaves log lines, with the reason: once at start (not only
+// /readyz), and for the checks the failure policy answers (rate-limited).
+TEST(HttpLifecycle, AnUnreachableStoreIsLoggedAtStartAndForEachPolicyAnswer) {
+  int closed_port = 0;
+  { closed_port = RedisServer().port(); }  // stopped: nothing listens there any more
+  ServerProcess::Options o;
+  o.config_yaml = R"(store: {connect_timeout: 200ms}
+rules:
+  - name: api
+    match: {path: /api/data}
+    on_store_error: allow
+    limits: [{capacity: 5, refill_rate: 1}]
+)";
+  o.store_url = fmt::format("redis://127.0.0.1:{}", closed_port);
+  ServerProcess server(std::move(o));
+  const auto start_line = fmt::format("store redis://127.0.0.1:{} not reachable", closed_port);
+  ASSERT_TRUE(wait_for_output(server, start_line, std::chrono::seconds(20))) << server.output();
+  EXPECT_NE(server.output().find("checks are answered by the failure policy"), std::string::npos);
+
+  HttpClient client(server.port());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(client.get("/api/data").status, 200);
+  const auto log = server.output();
+  EXPECT_NE(log.find("answered by the failure policy: api (allow)"), std::string::npos) << log;
+  std::size_t lines = 0;
+  for (auto pos = log.find("answered by the failure policy: api");
+       pos != std::string::npos; pos = log.find("answered by the failure policy: api", pos + 1)) {
+    ++lines;
+  }
+  EXPECT_LT(lines, 20u) << log;  // bounded, not one per request
+}
+
 TEST(HttpLifecycle, TheStorePasswordIsNotLogged) {
   RedisServer::Options ro;
   ro.args = {"--requirepass", "pw-not-for-logs"};
