@@ -92,15 +92,20 @@ HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions
   HeaderList out;
   if (ev.rules.empty()) return out;
   out.reserve((options.draft ? 2 : 0) + (options.legacy ? 3 : 0) + (ev.allowed ? 0 : 1));
+  // Answered by the failure policy, the store's count is unknown: the policy is stated, the
+  // remaining quota is not claimed.
+  const bool known = !ev.by_failure_policy;
   if (options.draft) {
     out.emplace_back("RateLimit-Policy", ratelimit_policy_field(ev));
-    out.emplace_back("RateLimit", ratelimit_field(ev));
+    if (known) out.emplace_back("RateLimit", ratelimit_field(ev));
   }
   if (options.legacy) {
     const auto& d = ev.decision;
     out.emplace_back("X-RateLimit-Limit", int_text(d.limit));
-    out.emplace_back("X-RateLimit-Remaining", int_text(std::max<std::int64_t>(0, d.remaining)));
-    out.emplace_back("X-RateLimit-Reset", int_text(ceil_seconds(d.reset_after)));
+    if (known) {
+      out.emplace_back("X-RateLimit-Remaining", int_text(std::max<std::int64_t>(0, d.remaining)));
+      out.emplace_back("X-RateLimit-Reset", int_text(ceil_seconds(d.reset_after)));
+    }
   }
   if (!ev.allowed) {
     out.emplace_back("Retry-After", int_text(retry_after_seconds(ev.decision.retry_after)));

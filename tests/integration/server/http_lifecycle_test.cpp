@@ -167,7 +167,13 @@ rules:
   EXPECT_NE(server.output().find("checks are answered by the failure policy"), std::string::npos);
 
   HttpClient client(server.port());
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(client.get("/api/data").status, 200);
+  for (int i = 0; i < 20; ++i) {
+    const auto r = client.get("/api/data");
+    EXPECT_EQ(r.status, 200);
+    // Admitted by the policy: the limit is stated, no remaining quota is claimed.
+    EXPECT_TRUE(r.header("RateLimit-Policy").has_value());
+    EXPECT_FALSE(r.header("RateLimit").has_value()) << *r.header("RateLimit");
+  }
   const auto log = server.output();
   EXPECT_NE(log.find("answered by the failure policy: api (allow)"), std::string::npos) << log;
   std::size_t lines = 0;
