@@ -6,6 +6,7 @@ binary on free loopback ports (Debian's python3-grpcio and python3-grpc-tools).
 """
 
 import argparse
+import atexit
 import os
 import shutil
 import socket
@@ -23,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROTO = os.path.join(ROOT, "proto")
 RATEKEEPER = os.path.join(ROOT, "build", "ratekeeper")
 GENERATED = tempfile.mkdtemp(prefix="ratekeeper-rls-stubs-")
+atexit.register(shutil.rmtree, GENERATED, True)
 
 
 def generate_stubs():

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <mutex>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -42,12 +44,36 @@ std::string read_file(const std::filesystem::path& path) {
 
 }  // namespace
 
+// The directories fresh_dir made in this process, removed when it exits.
+class TempDirs {
+ public:
+  ~TempDirs() {
+    const std::lock_guard lock(mu_);
+    if (owner_ != ::getpid()) return;  // a forked child leaves them to its parent
+    for (const auto& dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+  void add(std::filesystem::path dir) {
+    const std::lock_guard lock(mu_);
+    dirs_.push_back(std::move(dir));
+  }
+
+ private:
+  std::mutex mu_;
+  pid_t owner_ = ::getpid();
+  std::vector<std::filesystem::path> dirs_;
+};
+
 std::filesystem::path fresh_dir(std::string_view what) {
   static std::atomic<int> counter{0};
+  static TempDirs made;
   auto dir = std::filesystem::temp_directory_path() /
              fmt::format("ratekeeper-{}-{}-{}", what, ::getpid(), counter.fetch_add(1));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made.add(dir);
   return dir;
 }
 
