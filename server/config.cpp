@@ -617,7 +617,8 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   }
   if (const auto h = root["http"]) {
     r.expect_map(h, "http",
-                 {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined"});
+                 {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined",
+                  "escaped_slashes", "ambiguous_paths"});
     if (h["max_header_bytes"]) {
       c.http.header_limit = static_cast<std::size_t>(
           r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
@@ -632,8 +633,26 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       c.http.max_pipelined =
           static_cast<std::size_t>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
     }
+    if (h["escaped_slashes"]) {
+      const auto text = r.string(h["escaped_slashes"], "http.escaped_slashes");
+      const auto action = http::parse_escaped_slashes(text);
+      if (!action) {
+        r.fail("http.escaped_slashes", "must be reject, unescape or keep, not '" + text + "'");
+      }
+      c.http.paths.escaped_slashes = *action;
+    }
+    if (h["ambiguous_paths"]) {
+      const auto text = r.string(h["ambiguous_paths"], "http.ambiguous_paths");
+      if (text != "reject" && text != "keep") {
+        r.fail("http.ambiguous_paths", "must be reject or keep, not '" + text + "'");
+      }
+      c.http.paths.reject_ambiguous = text == "reject";
+    }
   }
   if (const auto u = root["upstream"]) read_upstream(r, u, "upstream", c);
+  // The rules match what the server and the proxy normalise the paths to.
+  c.middleware.paths = c.http.paths;
+  if (c.upstream) c.middleware.paths.lowercase = c.upstream->lowercase_path;
   if (c.demo_api && c.upstream) {
     r.fail("demo_api", "only without an upstream: with one, every request on listen goes to it");
   }

@@ -141,6 +141,8 @@ std::shared_ptr<Generation> build_generation(Config config, std::optional<rls::R
 std::shared_ptr<Generation> reload_generation(const ServeArgs& args, const Process& process,
                                               const Generation& running) {
   Config config = load_serve_config(args);
+  // The paths stay normalised as the running server and proxy do it (http, upstream: restart).
+  config.middleware.paths = running.config.middleware.paths;
   const bool leases = std::any_of(config.limiter.rules.begin(), config.limiter.rules.end(),
                                   [](const limiter::Rule& rule) { return rule.lease.enabled(); });
   if (leases && process.leasing == nullptr && process.store->kind() != "memory") {

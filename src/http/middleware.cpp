@@ -29,10 +29,11 @@ namespace {
 
 // The request's path in normal form (http/path.hpp): a view of the request's own path when it
 // is normal already (no allocation), else of `storage`.
-Result<std::string_view> normal_path(const Request& request, std::string& storage) {
+Result<std::string_view> normal_path(const Request& request, const PathOptions& options,
+                                     std::string& storage) {
   const std::string_view path = request.path();
-  if (is_normal_path(path)) return path;
-  auto normal = normalize_path(path);
+  if (is_normal_path(path, options)) return path;
+  auto normal = normalize_path(path, options);
   if (!normal) return std::unexpected(normal.error());
   storage = std::move(*normal);
   return std::string_view(storage);
@@ -43,7 +44,7 @@ Result<std::string_view> normal_path(const Request& request, std::string& storag
 Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
                                                  const Request& request) const {
   std::string storage;
-  auto path = normal_path(request, storage);
+  auto path = normal_path(request, options_.paths, storage);
   if (!path) return std::unexpected(path.error());
   return resolve_at(rule, request, *path);
 }
@@ -130,7 +131,7 @@ Result<limiter::Application> Middleware::resolve_at(const limiter::Rule& rule,
 Result<std::vector<limiter::Application>> Middleware::applications(const Request& request) const {
   std::vector<limiter::Application> out;
   std::string storage;
-  const auto normal = normal_path(request, storage);
+  const auto normal = normal_path(request, options_.paths, storage);
   if (!normal) return std::unexpected(normal.error());
   const std::string_view path = *normal;
   // The rules selecting the request; if there are none, the default ones (`unmatched`).

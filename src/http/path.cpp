@@ -36,8 +36,51 @@ bool dot_segment(std::string_view s) noexcept {
 
 }  // namespace
 
-bool is_normal_path(std::string_view path, bool lowercase) noexcept {
+std::string_view to_string(EscapedSlashes action) noexcept {
+  switch (action) {
+    case EscapedSlashes::reject: return "reject";
+    case EscapedSlashes::unescape: return "unescape";
+    case EscapedSlashes::keep: return "keep";
+  }
+  return "reject";
+}
+
+std::optional<EscapedSlashes> parse_escaped_slashes(std::string_view text) noexcept {
+  for (const auto a : {EscapedSlashes::reject, EscapedSlashes::unescape, EscapedSlashes::keep}) {
+    if (text == to_string(a)) return a;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+bool is_slash_escape(unsigned char v) noexcept { return v == 0x2F || v == 0x5C; }
+bool is_ambiguous_escape(unsigned char v) noexcept { return v == 0x25 || v == 0x3B; }
+
+constexpr std::string_view kSlashRefused =
+    "an escaped slash (%2F, %5C) or a backslash in the path is refused";
+constexpr std::string_view kAmbiguousRefused =
+    "a ';' or an escaped '%' or ';' (%25, %3B) in the path is refused";
+
+// The length of the separator at path[i]: 1 for '/', and under `unescape` 1 for '\\' and 3 for
+// %2F or %5C; 0 when path[i] starts no separator.
+std::size_t separator_at(std::string_view path, std::size_t i, const PathOptions& o) noexcept {
+  const char c = path[i];
+  if (c == '/') return 1;
+  if (o.escaped_slashes != EscapedSlashes::unescape) return 0;
+  if (c == '\\') return 1;
+  if (c == '%' && i + 2 < path.size()) {
+    const int h = hex_value(path[i + 1]), l = hex_value(path[i + 2]);
+    if (h >= 0 && l >= 0 && is_slash_escape(static_cast<unsigned char>(h * 16 + l))) return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool is_normal_path(std::string_view path, const PathOptions& o) noexcept {
   if (path.empty() || path[0] != '/') return false;
+  const bool keep_slashes = o.escaped_slashes == EscapedSlashes::keep;
   std::size_t segment = 1;  // start of the current segment
   for (std::size_t i = 0; i < path.size(); ++i) {
     const char c = path[i];
@@ -54,19 +97,22 @@ bool is_normal_path(std::string_view path, bool lowercase) noexcept {
       if (!is_upper_hex(h) || !is_upper_hex(l)) return false;
       const auto v = static_cast<unsigned char>(hex_value(h) * 16 + hex_value(l));
       if (is_unreserved(v) || is_control(v)) return false;
+      if (is_slash_escape(v) && !keep_slashes) return false;
+      if (is_ambiguous_escape(v) && o.reject_ambiguous) return false;
       i += 2;
-    } else if (is_control(u) || (lowercase && c >= 'A' && c <= 'Z')) {
+    } else if (is_control(u) || (o.lowercase && c >= 'A' && c <= 'Z') ||
+               (c == '\\' && !keep_slashes) || (c == ';' && o.reject_ambiguous)) {
       return false;
     }
   }
   return !dot_segment(path.substr(segment));
 }
 
-Result<std::string> normalize_path(std::string_view path, bool lowercase) {
+Result<std::string> normalize_path(std::string_view path, const PathOptions& o) {
   if (path.empty() || path[0] != '/') {
     return make_error(ErrorCode::invalid_argument, "the path must start with '/'");
   }
-  if (is_normal_path(path, lowercase)) return std::string(path);
+  if (is_normal_path(path, o)) return std::string(path);
 
   // Segment by segment: each is decoded into `out` after a '/', then dropped again when it is
   // empty or ".", or removed with its parent when it is "..".
@@ -74,10 +120,11 @@ Result<std::string> normalize_path(std::string_view path, bool lowercase) {
   out.reserve(path.size());
   bool trailing = false;  // the path ends with a '/'
   std::size_t i = 1;
+  std::size_t separator = 0;  // the length of the separator ending the segment
   while (true) {
     const std::size_t start = out.size();
     out += '/';
-    for (; i < path.size() && path[i] != '/'; ++i) {
+    for (; i < path.size() && (separator = separator_at(path, i, o)) == 0; ++i) {
       const char c = path[i];
       if (c == '%') {
         const int h = i + 2 < path.size() ? hex_value(path[i + 1]) : -1;
@@ -87,9 +134,15 @@ Result<std::string> normalize_path(std::string_view path, bool lowercase) {
         if (is_control(v)) {
           return make_error(ErrorCode::invalid_argument, "control character in the path");
         }
+        if (is_slash_escape(v) && o.escaped_slashes == EscapedSlashes::reject) {
+          return make_error(ErrorCode::invalid_argument, std::string(kSlashRefused));
+        }
+        if (is_ambiguous_escape(v) && o.reject_ambiguous) {
+          return make_error(ErrorCode::invalid_argument, std::string(kAmbiguousRefused));
+        }
         if (is_unreserved(v)) {
           const auto d = static_cast<char>(v);
-          out += lowercase ? lower(d) : d;
+          out += o.lowercase ? lower(d) : d;
         } else {
           static constexpr char kHex[] = "0123456789ABCDEF";
           out += '%';
@@ -99,8 +152,12 @@ Result<std::string> normalize_path(std::string_view path, bool lowercase) {
         i += 2;
       } else if (is_control(static_cast<unsigned char>(c))) {
         return make_error(ErrorCode::invalid_argument, "control character in the path");
+      } else if (c == '\\' && o.escaped_slashes == EscapedSlashes::reject) {
+        return make_error(ErrorCode::invalid_argument, std::string(kSlashRefused));
+      } else if (c == ';' && o.reject_ambiguous) {
+        return make_error(ErrorCode::invalid_argument, std::string(kAmbiguousRefused));
       } else {
-        out += lowercase ? lower(c) : c;
+        out += o.lowercase ? lower(c) : c;
       }
     }
     const std::string_view seg = std::string_view(out).substr(start + 1);
@@ -116,15 +173,15 @@ Result<std::string> normalize_path(std::string_view path, bool lowercase) {
       trailing = false;
     }
     if (i >= path.size()) break;
-    ++i;  // the '/'
+    i += separator;
   }
   if (out.empty() || trailing) out += '/';
   return out;
 }
 
-Result<std::string> normalize_target(std::string_view target, bool lowercase) {
+Result<std::string> normalize_target(std::string_view target, const PathOptions& options) {
   const auto q = target.find('?');
-  auto path = normalize_path(target.substr(0, q), lowercase);
+  auto path = normalize_path(target.substr(0, q), options);
   if (!path || q == std::string_view::npos) return path;
   path->append(target.substr(q));
   return path;

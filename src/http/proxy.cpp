@@ -167,6 +167,8 @@ std::string_view reason_of(int status) {
 struct Proxy::Impl : ServerCore {
   Impl(ServerOptions o, UpstreamOptions u, MiddlewareSource m, EventLoop& l)
       : ServerCore(std::move(o), l), upstream(std::move(u)), middleware(std::move(m)), loop(l) {
+    paths = options.paths;
+    paths.lowercase = upstream.lowercase_path;
     pools.reserve(loop.size());
     for (std::size_t i = 0; i < loop.size(); ++i) {
       pools.push_back(std::make_unique<UpstreamPool>(upstream.max_idle));
@@ -198,6 +200,7 @@ struct Proxy::Impl : ServerCore {
   void release(std::size_t n) { buffered.fetch_sub(n, std::memory_order_relaxed); }
 
   UpstreamOptions upstream;
+  PathOptions paths;  // the server's, lower-cased as the upstream says
   MiddlewareSource middleware;
   EventLoop& loop;
   std::optional<tcp::endpoint> literal;  // the upstream's address when given as one
@@ -304,7 +307,7 @@ class ProxySession final : public Connection {
     if (auto expect = request.header("Expect")) expect_continue_ = iequals(*expect, "100-continue");
 
     if (request.method == "CONNECT") return answer_error(kNotImplemented, false);
-    auto target = normalize_target(request.target, proxy_.upstream.lowercase_path);
+    auto target = normalize_target(request.target, proxy_.paths);
     if (!target) {
       return answer_local(400, "application/json", bad_request_body(target.error().message), {},
                           false);

@@ -162,7 +162,7 @@ class Session final : public Connection {
     auto pending = std::make_shared<Pending>(shared_from_this(), queue_.back().id);
     // The one normal form of the target (http/path.hpp): what the handler's routes dispatch on,
     // its rules match and its keys are built from. A target without one is a 400 here.
-    auto target = normalize_target(request.target);
+    auto target = normalize_target(request.target, server_.options.paths);
     if (!target) {
       pending->deliver(Response{400, "application/json", {}, bad_request_body(target.error().message)});
       pending.reset();

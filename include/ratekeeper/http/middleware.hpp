@@ -13,6 +13,7 @@
 
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/path.hpp"
 #include "ratekeeper/http/request.hpp"
 #include "ratekeeper/http/request_metrics.hpp"
 #include "ratekeeper/http/rule_match.hpp"
@@ -39,6 +40,8 @@ struct MiddlewareOptions {
   // The requests each rule applies to, in configuration order; a rule without one is not
   // applied to HTTP requests (the decision API still checks it).
   std::vector<RuleMatch> matches;
+  // The normal form of the paths the rules match (http/path.hpp): the server's and the proxy's.
+  PathOptions paths;
   // Where it counts its answers; shared by the middlewares built from successive
   // configurations (a reload), so the counters continue. Null: its own.
   std::shared_ptr<RequestMetrics> metrics;

@@ -9,10 +9,16 @@
 //   - refused: a path not starting with `/`, an invalid escape (`%`, `%4`, `%zz`), a control
 //     byte (raw or encoded: NUL, CR, LF, DEL, ...);
 //   - case is kept (HTTP paths are case-sensitive) unless `lowercase` (case-insensitive
-//     applications): then ASCII letters are lower-cased, escapes keep upper-case hex.
+//     applications): then ASCII letters are lower-cased, escapes keep upper-case hex;
+//   - spellings that applications behind the limiter read differently (PathOptions): escaped
+//     slashes and backslashes (`%2F`, `%5C`, a raw `\`), path parameters (`;`, `%3B`: Tomcat
+//     and Jetty drop `;...` from a segment, so `/x/..;/orders` is `/orders` there) and an
+//     escaped percent (`%25`: an application decoding twice sees a new escape). Refused by
+//     default; see PathOptions for the other choices.
 // The query is not normalised: normalize_target keeps it as sent.
 // Pure functions; thread-safe.
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,13 +26,33 @@
 
 namespace ratekeeper::http {
 
-// True when normalize_path(path, lowercase) would return `path` unchanged (no allocation).
-bool is_normal_path(std::string_view path, bool lowercase = false) noexcept;
+// `%2F`, `%5C` and a raw `\` in a path.
+enum class EscapedSlashes {
+  reject,    // the request is refused (400): the default, safe whatever the application does
+  unescape,  // each becomes a '/' before dot segments are resolved: `/x\..\orders` → `/orders`
+  keep,      // data, not separators: matched and forwarded as sent (`%2F` with upper-case hex)
+};
+
+struct PathOptions {
+  bool lowercase = false;
+  EscapedSlashes escaped_slashes = EscapedSlashes::reject;
+  // `;`, `%3B` and `%25` refused (400); false: kept as data.
+  bool reject_ambiguous = true;
+
+  friend bool operator==(const PathOptions&, const PathOptions&) = default;
+};
+
+// "reject", "unescape", "keep"; and back.
+std::string_view to_string(EscapedSlashes action) noexcept;
+std::optional<EscapedSlashes> parse_escaped_slashes(std::string_view text) noexcept;
+
+// True when normalize_path(path, options) would return `path` unchanged (no allocation).
+bool is_normal_path(std::string_view path, const PathOptions& options = {}) noexcept;
 
 // The normal form of a path (no query). invalid_argument with the reason.
-Result<std::string> normalize_path(std::string_view path, bool lowercase = false);
+Result<std::string> normalize_path(std::string_view path, const PathOptions& options = {});
 
 // "path[?query]": the normal path followed by the query as sent.
-Result<std::string> normalize_target(std::string_view target, bool lowercase = false);
+Result<std::string> normalize_target(std::string_view target, const PathOptions& options = {});
 
 }  // namespace ratekeeper::http

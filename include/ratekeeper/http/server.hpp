@@ -17,6 +17,7 @@
 
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
+#include "ratekeeper/http/path.hpp"
 #include "ratekeeper/http/request.hpp"
 
 namespace ratekeeper {
@@ -44,6 +45,9 @@ struct ServerOptions {
   std::size_t body_limit = std::size_t{1024} * 1024;  // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
+  // The normal form of every request's target (http/path.hpp), made before the handler runs;
+  // a target without one is answered 400. The proxy lower-cases as its upstream says.
+  PathOptions paths;
   Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long
   // SIGINT/SIGTERM call stop(); SIGHUP calls on_reload, or is logged and ignored without one.
   bool handle_signals = true;

@@ -99,5 +99,86 @@ TEST(HttpPathSpelling, TheProxySharesOneBucketAndForwardsTheNormalPath) {
   for (const auto& request : seen) EXPECT_EQ(request.target, "/api/data");
 }
 
+// Spellings of /orders for an application that reads a backslash or an escaped slash as a
+// separator, drops Tomcat's `;` path parameters, or decodes twice.
+const std::vector<std::string> kSlashSpellings = {"/%5Corders", "/x\\..\\orders", "/%2Forders"};
+const std::vector<std::string> kAmbiguousSpellings = {"/x/..;/orders", "/%25%36%66rders"};
+
+std::string proxy_config(int upstream, std::string_view http) {
+  return fmt::format("upstream: {{url: \"http://127.0.0.1:{}\"}}\nadmin: {{listen: 127.0.0.1:0}}\n{}"
+                     "logging: {{decisions: {{enabled: false}}}}\n"
+                     "rules:\n"
+                     "  - name: orders\n"
+                     "    match: {{path: /orders}}\n"
+                     "    limits: [{{algorithm: fixed_window, limit: 2, window: 1h}}]\n",
+                     upstream, http);
+}
+
+TEST(HttpPathSpelling, TheProxyRefusesEscapedSlashesAndAmbiguousSpellingsByDefault) {
+  TestUpstream upstream;
+  auto server = serve(proxy_config(upstream.port(), ""));
+  const int proxy = logged_port(*server, "listening on 127.0.0.1:");
+  ASSERT_NE(proxy, 0) << server->output();
+  for (const auto& spellings : {kSlashSpellings, kAmbiguousSpellings}) {
+    for (const auto& path : spellings) {
+      HttpClient client(proxy);
+      const auto r = client.get(path);
+      EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+      EXPECT_NE(r.body.find("refused"), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_TRUE(upstream.requests().empty());
+  // nginx's subrequest refuses them the same way (403 to nginx, the 400 in X-RateLimit-Status).
+  const int admin = logged_port(*server, "admin endpoints on 127.0.0.1:");
+  ASSERT_NE(admin, 0) << server->output();
+  HttpClient auth(admin);
+  for (const auto& path : kSlashSpellings) {
+    const auto r = auth.get("/v1/auth", {{"X-Original-Method", "GET"}, {"X-Original-URI", path}});
+    EXPECT_EQ(r.status, 403) << path << ": " << r.body;
+    EXPECT_EQ(r.header("X-RateLimit-Status").value_or(""), "400") << path;
+  }
+}
+
+TEST(HttpPathSpelling, UnescapedSlashesAreChargedToTheRuleTheyReach) {
+  TestUpstream upstream;
+  auto server = serve(proxy_config(upstream.port(), "http: {escaped_slashes: unescape}\n"));
+  const int proxy = logged_port(*server, "listening on 127.0.0.1:");
+  ASSERT_NE(proxy, 0) << server->output();
+  std::vector<int> statuses;
+  for (const auto& path : kSlashSpellings) {
+    HttpClient client(proxy);
+    statuses.push_back(client.get(path).status);
+  }
+  EXPECT_EQ(statuses, (std::vector<int>{200, 200, 429}));
+  const auto seen = upstream.requests();
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& request : seen) EXPECT_EQ(request.target, "/orders");
+  // The ambiguous spellings stay refused.
+  for (const auto& path : kAmbiguousSpellings) {
+    HttpClient client(proxy);
+    EXPECT_EQ(client.get(path).status, 400) << path;
+  }
+}
+
+TEST(HttpPathSpelling, KeptSpellingsAreAnotherPathForwardedInNormalForm) {
+  TestUpstream upstream;
+  auto server = serve(proxy_config(upstream.port(),
+                                   "http: {escaped_slashes: keep, ambiguous_paths: keep}\n"));
+  const int proxy = logged_port(*server, "listening on 127.0.0.1:");
+  ASSERT_NE(proxy, 0) << server->output();
+  for (const auto& spellings : {kSlashSpellings, kAmbiguousSpellings}) {
+    for (const auto& path : spellings) {
+      HttpClient client(proxy);
+      const auto r = client.get(path);
+      EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+      EXPECT_FALSE(r.header("RateLimit-Policy")) << path;  // no rule: another path
+    }
+  }
+  std::vector<std::string> targets;
+  for (const auto& request : upstream.requests()) targets.push_back(request.target);
+  EXPECT_EQ(targets, (std::vector<std::string>{"/%5Corders", "/x\\..\\orders", "/%2Forders",
+                                               "/x/..;/orders", "/%256frders"}));
+}
+
 }  // namespace
 }  // namespace ratekeeper::testing

@@ -13,10 +13,14 @@
 namespace ratekeeper::http {
 namespace {
 
-std::string norm(std::string_view path, bool lowercase = false) {
-  auto r = normalize_path(path, lowercase);
+std::string norm(std::string_view path, const PathOptions& options = {}) {
+  auto r = normalize_path(path, options);
   return r ? *r : "<error: " + r.error().message + ">";
 }
+
+constexpr PathOptions kLower{.lowercase = true};
+constexpr PathOptions kKeep{.escaped_slashes = EscapedSlashes::keep, .reject_ambiguous = false};
+constexpr PathOptions kUnescape{.escaped_slashes = EscapedSlashes::unescape};
 
 TEST(Path, MergesSlashesAndRemovesDotSegments) {
   EXPECT_EQ(norm("//orders"), "/orders");
@@ -47,9 +51,12 @@ TEST(Path, DecodesUnreservedEscapesBeforeResolvingDotSegments) {
   EXPECT_EQ(norm("/%41%7e%2D%5f"), "/A~-_");
 }
 
-TEST(Path, KeepsOtherEscapesWithUpperCaseHexAndSlashAsData) {
-  EXPECT_EQ(norm("/a%2fb"), "/a%2Fb");
-  EXPECT_EQ(norm("/a%2Fb/../c"), "/c");  // one segment "a%2Fb"
+TEST(Path, KeepsOtherEscapesWithUpperCaseHexAndSlashAsDataWhenAskedTo) {
+  EXPECT_EQ(norm("/a%2fb", kKeep), "/a%2Fb");
+  EXPECT_EQ(norm("/a%2Fb/../c", kKeep), "/c");  // one segment "a%2Fb"
+  EXPECT_EQ(norm("/x\\..\\orders", kKeep), "/x\\..\\orders");
+  EXPECT_EQ(norm("/x/..;/orders", kKeep), "/x/..;/orders");
+  EXPECT_EQ(norm("/%25%36%66rders", kKeep), "/%256frders");
   EXPECT_EQ(norm("/%e2%82%ac"), "/%E2%82%AC");
   EXPECT_EQ(norm("/a%20b"), "/a%20b");
 }
@@ -66,31 +73,98 @@ TEST(Path, RefusesInvalidEscapesControlBytesAndRelativePaths) {
 
 TEST(Path, CaseKeptUnlessLowercased) {
   EXPECT_EQ(norm("/ORDERS"), "/ORDERS");
-  EXPECT_EQ(norm("/ORDERS", true), "/orders");
-  EXPECT_EQ(norm("/%4F%2f", true), "/o%2F");
-  EXPECT_TRUE(is_normal_path("/orders", true));
-  EXPECT_FALSE(is_normal_path("/Orders", true));
-  EXPECT_TRUE(is_normal_path("/Orders", false));
+  EXPECT_EQ(norm("/ORDERS", kLower), "/orders");
+  EXPECT_EQ(norm("/%4F%2f", PathOptions{.lowercase = true, .escaped_slashes = EscapedSlashes::keep}),
+            "/o%2F");
+  EXPECT_TRUE(is_normal_path("/orders", kLower));
+  EXPECT_FALSE(is_normal_path("/Orders", kLower));
+  EXPECT_TRUE(is_normal_path("/Orders"));
+}
+
+// The spellings an application behind the proxy may read as /orders (a backslash or an escaped
+// slash as a separator, Tomcat's path parameters, a second decoding): refused by default,
+// whatever the path; under `unescape` the slashes become separators.
+TEST(Path, RefusesEscapedSlashesBackslashesAndAmbiguousSpellingsByDefault) {
+  for (std::string_view bad : {"/%5Corders", "/%5corders", "/x\\..\\orders", "/%2Forders",
+                               "/a%2fb", "/x/..;/orders", "/orders;x=1", "/%3Borders",
+                               "/%25%36%66rders", "/100%25"}) {
+    const auto r = normalize_path(bad);
+    EXPECT_FALSE(r) << bad << " → " << *r;
+    EXPECT_FALSE(is_normal_path(bad)) << bad;
+    if (!r) {
+      EXPECT_NE(r.error().message.find("refused"), std::string::npos) << r.error().message;
+    }
+  }
+  // Under `keep` for slashes only, the ambiguous ones are still refused, and the other way round.
+  EXPECT_FALSE(normalize_path("/x/..;/orders", PathOptions{.escaped_slashes = EscapedSlashes::keep}));
+  EXPECT_FALSE(normalize_path("/%2Forders", PathOptions{.reject_ambiguous = false}));
+  EXPECT_EQ(norm("/x/..;/orders", PathOptions{.reject_ambiguous = false}), "/x/..;/orders");
+}
+
+TEST(Path, UnescapeMakesEscapedSlashesAndBackslashesSeparators) {
+  EXPECT_EQ(norm("/%5Corders", kUnescape), "/orders");
+  EXPECT_EQ(norm("/%2Forders", kUnescape), "/orders");
+  EXPECT_EQ(norm("/%2forders", kUnescape), "/orders");
+  EXPECT_EQ(norm("/x\\..\\orders", kUnescape), "/orders");
+  EXPECT_EQ(norm("/x%5C%2E%2E%2Forders", kUnescape), "/orders");
+  EXPECT_EQ(norm("/a%2Fb", kUnescape), "/a/b");
+  EXPECT_EQ(norm("/a\\", kUnescape), "/a/");
+  EXPECT_EQ(norm("/a%2F", kUnescape), "/a/");
+  EXPECT_EQ(norm("\\orders", kUnescape), "<error: the path must start with '/'>");
+  EXPECT_FALSE(is_normal_path("/a\\b", kUnescape));
+  EXPECT_TRUE(is_normal_path("/a\\b", kKeep));
+  EXPECT_TRUE(is_normal_path("/a%2Fb", kKeep));
+  EXPECT_FALSE(is_normal_path("/a%2Fb", kUnescape));
+  // Still refused under unescape: the ambiguous spellings.
+  EXPECT_FALSE(normalize_path("/%25%32%46orders", kUnescape));
 }
 
 TEST(Path, TargetKeepsTheQueryAsSent) {
   EXPECT_EQ(*normalize_target("//orders?a=%2e&b=//"), "/orders?a=%2e&b=//");
+  EXPECT_EQ(*normalize_target("/orders?a=%2F;b=%25"), "/orders?a=%2F;b=%25");
   EXPECT_EQ(*normalize_target("/x?"), "/x?");
   EXPECT_FALSE(normalize_target("/%zz?q"));
 }
 
+void check_normal_form(const std::string& path, const PathOptions& options);
+
 // The normal form is a fixed point, and is_normal_path says exactly when a path is one.
 RC_GTEST_PROP(PathProperty, NormalFormIsIdempotentAndRecognised, ()) {
   const auto pieces = *rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>(
-      "/", "//", ".", "..", "a", "B", "%2e", "%2E", "%2f", "%41", "%e2", "%zz", "%", "~", "-"));
+      "/", "//", ".", "..", "a", "B", "%2e", "%2E", "%2f", "%41", "%e2", "%zz", "%", "~", "-",
+      "\\", "%5c", ";", "%25", "%3b"));
   std::string path = "/";
   for (const auto& p : pieces) path += p;
   for (const bool lowercase : {false, true}) {
-    auto once = normalize_path(path, lowercase);
-    if (!once) continue;
-    RC_ASSERT(is_normal_path(*once, lowercase));
-    RC_ASSERT(*normalize_path(*once, lowercase) == *once);
-    RC_ASSERT(is_normal_path(path, lowercase) == (*once == path));
+    for (const auto slashes : {EscapedSlashes::reject, EscapedSlashes::unescape, EscapedSlashes::keep}) {
+      for (const bool ambiguous : {false, true}) {
+        const PathOptions options{.lowercase = lowercase, .escaped_slashes = slashes,
+                                  .reject_ambiguous = ambiguous};
+        check_normal_form(path, options);
+      }
+    }
+  }
+}
+
+void check_normal_form(const std::string& path, const PathOptions& options) {
+  {
+    auto once = normalize_path(path, options);
+    if (!once) {
+      RC_ASSERT(!is_normal_path(path, options));
+      return;
+    }
+    RC_ASSERT(is_normal_path(*once, options));
+    RC_ASSERT(*normalize_path(*once, options) == *once);
+    RC_ASSERT(is_normal_path(path, options) == (*once == path));
+    if (options.escaped_slashes != EscapedSlashes::keep) {
+      RC_ASSERT(once->find('\\') == std::string::npos);
+      RC_ASSERT(once->find("%2F") == std::string::npos);
+      RC_ASSERT(once->find("%5C") == std::string::npos);
+    }
+    if (options.reject_ambiguous) {
+      RC_ASSERT(once->find(';') == std::string::npos);
+      RC_ASSERT(once->find("%25") == std::string::npos);
+    }
     // No empty (but a trailing one), "." or ".." segment is left.
     std::string_view rest = std::string_view(*once).substr(1);
     while (true) {
