@@ -26,6 +26,12 @@ class CountingStore final : public Store {
   explicit CountingStore(const Clock* clock) : memory(MemoryStoreOptions{.clock = clock}) {}
   void check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) override {
     checks.fetch_add(1);
+    if (hold_checks) {
+      held.push_back([this, items = std::move(items), now, done = std::move(done)]() mutable {
+        memory.check(std::move(items), now, std::move(done));
+      });
+      return;
+    }
     memory.check(std::move(items), now, std::move(done));
   }
   std::string_view kind() const noexcept override { return "counting"; }
@@ -57,7 +63,8 @@ class CountingStore final : public Store {
   std::atomic<int> checks{0}, grants{0}, returns{0};
   std::atomic<std::int64_t> returned{0};
   std::vector<std::int64_t> wants;
-  bool hold = false;
+  bool hold = false;         // grants wait in `held`
+  bool hold_checks = false;  // checks wait in `held`
   std::deque<std::function<void()>> held;
 };
 
@@ -235,6 +242,33 @@ TEST(LeasingStore, DeniedNonLeasedItemPutsTheLeasedUnitsBack) {
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(admitted(*a.leasing, hot));  // all 4 units still there
   EXPECT_EQ(a.counting->grants, grants);
   EXPECT_EQ(a.leasing->stats().local_admissions, 6u);
+}
+
+// A unit taken from one lease goes back to that lease only: a check whose non-leased item is
+// answered (denied) after its fixed window ended must not add the unit to the next window's
+// lease, which would admit limit + 1 there.
+TEST(LeasingStore, UnitsTakenInAnEndedLeaseNeverGoBackIntoTheNextOne) {
+  ManualClock clock(60 * kSecond * 1000 + 59 * kSecond);  // one second before the window ends
+  Instance a(&clock);
+  const auto item = leased("k", window(4, 60 * kSecond), 4, 3600 * kSecond);
+  const CheckItem ip{"ip", window(1, 60 * kSecond), 1};
+  ASSERT_TRUE(admitted(*a.leasing, item));  // a lease of 1, used up
+  ASSERT_TRUE(admitted(*a.leasing, item));  // a lease of 2, one left
+  a.counting->hold_checks = true;
+  std::optional<Result<CheckOutcome>> late;
+  a.leasing->check({item, ip}, std::nullopt, [&](Result<CheckOutcome> r) { late = std::move(r); });
+  ASSERT_EQ(a.counting->held.size(), 1u);  // the last unit taken, ip's check held
+  a.counting->hold_checks = false;
+
+  clock.advance(kSecond);  // the next window
+  ASSERT_TRUE(a.counting->memory.check_one("ip", ip.limit, 1).value().allowed);  // ip: used up
+  int admissions = 0;
+  for (int i = 0; i < 2; ++i) admissions += admitted(*a.leasing, item) ? 1 : 0;
+  a.counting->release_one();  // ip denies: the unit taken in the last window is not given back
+  ASSERT_TRUE(late.has_value() && *late);
+  EXPECT_FALSE((*late)->decision.allowed);
+  for (int i = 0; i < 10; ++i) admissions += admitted(*a.leasing, item) ? 1 : 0;
+  EXPECT_EQ(admissions, 4);
 }
 
 TEST(LeasingStore, RefusedGrantDeniesLocallyUntilItsRetryAfter) {
