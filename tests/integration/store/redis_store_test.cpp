@@ -228,6 +228,35 @@ TEST(RedisStore, ScriptErrorReplyIsAReplyError) {
   EXPECT_NE(r.error().message.find("OOM"), std::string::npos) << r.error().message;
 }
 
+// An OOM answer to FUNCTION LOAD is the memory's state, not a refusal of functions: once
+// memory is back, the next check loads the library and runs as FCALL (a store that took it for
+// a refusal would use scripts for good, and never load the library again).
+TEST(RedisStore, AnOutOfMemoryLibraryLoadDoesNotTurnFunctionsOff) {
+  RedisServer server;
+  auto store = open(options_for(server));
+  const Limit l = limit(Algorithm::token_bucket, 5, 3600 * kMicrosPerSecond);
+  const std::string library(lua_library().name);
+  ASSERT_EQ(server.command({"FUNCTION", "LIST", "LIBRARYNAME", library}), "");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  auto refused = store->check_sync({{unique_key("oom-load"), l, 1}});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("OOM"), std::string::npos) << refused.error().message;
+  EXPECT_EQ(server.command({"FUNCTION", "LIST", "LIBRARYNAME", library}), "");  // not loaded
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  const auto fcalls = [&] {
+    const auto info = server.command({"INFO", "commandstats"});
+    const auto at = info.find("cmdstat_fcall:calls=");
+    return at == std::string::npos ? 0 : std::stoi(info.substr(at + 20));
+  };
+  const int before = fcalls();
+  auto after = store->check_sync({{unique_key("oom-after-load"), l, 1}});
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_TRUE(after->decision.allowed);
+  EXPECT_NE(server.command({"FUNCTION", "LIST", "LIBRARYNAME", library}), "");
+  EXPECT_GT(fcalls(), before);
+}
+
 TEST(RedisStore, SeedLimiterClassesWorkUnchanged) {
   auto store = open(options_for(shared_server()));
   const Micros t0 = 7'000'000'000;
