@@ -9,6 +9,13 @@ jobs=$(nproc)
 started=$SECONDS
 stage() { echo "== $* ($((SECONDS - started)) s)"; }
 
+# One rapidcheck seed for the whole run, printed first: a property that fails in any stage is
+# run again with the same cases by `RC_PARAMS="seed=N" ./scripts/test.sh` (or the test binary).
+if [[ "${RC_PARAMS:-}" != *seed=* ]]; then
+  export RC_PARAMS="${RC_PARAMS:+$RC_PARAMS }seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')"
+fi
+echo "rapidcheck: RC_PARAMS=\"$RC_PARAMS\""
+
 # Without debug information where stack traces are not needed, and line tables only where
 # they are: it halves the time spent compiling (Boost, gtest) on two cores.
 stage "plain build"

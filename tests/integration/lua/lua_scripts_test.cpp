@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ratekeeper/algorithms/step.hpp"
+#include "ratekeeper/algorithms/token_bucket.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "support/redis_server.hpp"
 #include "support/script_runner.hpp"
@@ -408,6 +409,31 @@ RC_GTEST_PROP(LuaScripts, MultiDelayDecidesAsStepAllWithMaxDelays, ()) {
     now = next_now(now, horizon);
   }
   RC_CLASSIFY(delayed, "some check delayed");
+}
+
+// Fixed case of the property above: the check waits for the largest wait its limits need,
+// wherever that limit is among them (here the first: it needs 3 s, the second 1 s).
+TEST(LuaScripts, MultiDelayWaitsForTheLargestWaitNotTheLastOne) {
+  const Micros second = kMicrosPerSecond;
+  const Micros t0 = 1'700'000'000'000'000;
+  const Limit slow = *Limit::make(Algorithm::token_bucket, 1, 4 * second);  // 1 every 4 s
+  const Limit fast = *Limit::make(Algorithm::token_bucket, 2, second);
+  const std::string tag = fresh_key("multi_delay_largest");
+  const std::vector<std::string> keys{tag + ":slow", tag + ":fast"};
+  ASSERT_EQ(run_observed("token_bucket", {keys[0]}, testing::single_args(slow, 1, t0 - second)).reply[0], 1);
+  ASSERT_EQ(run_observed("token_bucket", {keys[1]}, testing::single_args(fast, 2, t0)).reply[0], 1);
+  const std::vector<State> states{algorithms::token_bucket::step(slow, {}, t0 - second, 1).state,
+                                  algorithms::token_bucket::step(fast, {}, t0, 2).state};
+  const std::vector limits{slow, fast};
+  const std::vector<std::int64_t> costs{1, 1};
+  const std::vector<Micros> max_delays{algorithms::kMaxDelay, algorithms::kMaxDelay};
+  const auto expected = algorithms::step_all(limits, states, t0, costs, max_delays);
+  ASSERT_TRUE(expected);
+  ASSERT_EQ(expected->decision.delay, 3 * second);
+  const Observed o = run_observed("multi_delay", keys, testing::multi_delay_args(limits, costs, max_delays, t0));
+  ASSERT_EQ(o.reply.size(), 5u * 3 + 1);
+  EXPECT_EQ(o.reply.back(), 3 * second);
+  EXPECT_EQ(o.reply[0], 1);  // admitted, to be sent in 3 s
 }
 
 TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {

@@ -92,6 +92,19 @@ TEST(Delay, SeveralLimitsGetOneSendTimeTheLargestNeeded) {
   EXPECT_EQ(denied.states, (std::vector<State>{sa, sb, State{}}));
 }
 
+// Found by the property test of the scripts: the wait is the largest, not the last denied
+// limit's (here the largest comes first).
+TEST(Delay, TheLargestWaitWinsWhereverItsLimitIs) {
+  const Limit slow = bucket(1, 4 * kSecond);
+  const Limit fast = bucket(2, kSecond);
+  const State ss = token_bucket::step(slow, {}, kT0 - kSecond, 1).state;  // needs 3 s
+  const State sf = emptied(fast);                                         // needs 1 s
+  const auto multi = must(step_all(std::vector{slow, fast}, {ss, sf}, kT0, std::vector<std::int64_t>{1, 1},
+                                   std::vector{kMaxDelay, kMaxDelay}));
+  ASSERT_TRUE(multi.decision.allowed);
+  EXPECT_EQ(multi.decision.delay, 3 * kSecond);
+}
+
 TEST(Delay, AWindowLimitInTheCheckMeansNoDelay) {
   const Limit tb = bucket(2, kSecond);
   const Limit window = *Limit::make(Algorithm::fixed_window, 100, 60 * kSecond);
