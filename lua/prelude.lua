@@ -81,13 +81,33 @@ end
 -- The instant of this call: the argument, or the server's clock when it is -1. Key
 -- lifetimes follow the same clock: absolute (PXAT) on the server clock, relative (PX) to
 -- an explicit `now`, which need not be the server's.
+-- The argument may carry the call's deadline on the server's clock, "now:deadline" (µs): a
+-- call that runs after it (it waited in a stopped or busy server while its caller gave up)
+-- does nothing and answers a TIMEOUT error. Every entry resolves `now` before it writes.
 local clock = {now = 0, server = false}
 
 local function resolve_now(text)
+  local deadline = nil
+  local colon = string.find(text, ':', 1, true)
+  if colon then
+    deadline = tonumber(string.sub(text, colon + 1))
+    if deadline == nil or deadline ~= math.floor(deadline) or deadline < 0 or deadline >= MAX_EXACT then
+      fail('deadline must be an integer >= 0, got ' .. string.sub(text, colon + 1))
+    end
+    text = string.sub(text, 1, colon - 1)
+  end
   local now = integer_arg(text, 'now')
-  if now == -1 then
+  local server_now = nil
+  if now == -1 or deadline then
     local t = redis.call('TIME')
-    clock.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if deadline and server_now > deadline then
+    error({err = 'TIMEOUT ratekeeper: the call ran ' .. str(server_now - deadline) ..
+                 ' us after its deadline: nothing done'})
+  end
+  if now == -1 then
+    clock.now = server_now
     clock.server = true
   elseif now < 0 then
     fail('now must be >= 0, or -1 for the server clock, got ' .. str(now))

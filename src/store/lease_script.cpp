@@ -53,7 +53,7 @@ void run_lease_grant(const ScriptClient& client, std::uint16_t slot, const Check
                  std::to_string(now ? *now : -1)};
   owned->want = want;
   owned->done = std::move(done);
-  owned->call.argv.call("lease", owned->keys, owned->args);
+  owned->call.argv.call("lease", owned->keys, owned->args, /*now_arg=*/5);
   owned->call.deadline = deadline;
   owned->call.slot = slot;
   // The call keeps itself alive until its final reply.

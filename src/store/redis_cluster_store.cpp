@@ -147,14 +147,12 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
     }
     if (--check->left > 0) return;
   }
-  // Every part has answered: nothing else touches `check` until the refunds are sent.
-  if (const std::optional<Error>& error = check->error; error.has_value()) {
-    auto done = std::move(check->done);
-    done(std::unexpected(*error));
-    return;
-  }
-  const bool denied = std::any_of(check->parts.begin(), check->parts.end(),
-                                  [](const CrossSlotCheck::Part& p) { return !p.allowed; });
+  // Every part has answered: nothing else touches `check` until the refunds are sent. A
+  // part that failed (an error, its deadline) makes the check fail: what the admitted parts
+  // consumed is then given back too, behind the answer, with a deadline of its own.
+  const bool failed = check->error.has_value();
+  const bool denied = failed || std::any_of(check->parts.begin(), check->parts.end(),
+                                            [](const CrossSlotCheck::Part& p) { return !p.allowed; });
   // The parts that consumed: admitted, with some positive cost.
   std::vector<std::size_t> refunds;
   for (std::size_t p = 0; denied && p < check->parts.size(); ++p) {
@@ -164,11 +162,16 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
       refunds.push_back(p);
     }
   }
+  CheckCallback failed_done;
+  if (failed) failed_done = std::move(check->done);  // answered below, refunds or not
   if (refunds.empty()) {
+    if (failed) return failed_done(std::unexpected(*check->error));
     answer(check);
     return;
   }
   cross_slot_partial_.fetch_add(1, std::memory_order_relaxed);
+  const Micros refund_deadline =
+      failed ? clock_->steady() + options_.cluster.node.command_timeout : check->deadline;
   // Built before any is sent: a refund's callback may answer the check on this stack.
   struct Refund {
     std::size_t part = 0;
@@ -190,18 +193,19 @@ void RedisClusterStore::part_answered(const std::shared_ptr<CrossSlotCheck>& che
   check->left = pending.size();
   for (auto& r : pending) {
     const auto& part = check->parts[r.part];
-    if (clock_->steady() >= check->deadline) {
+    if (clock_->steady() >= refund_deadline) {
       refund_answered(check, r.part, r.positions,
                       make_error(ErrorCode::timeout, "the deadline passed before the refund could be sent"));
       continue;
     }
     refunds_sent_.fetch_add(1, std::memory_order_relaxed);
     detail::run_refund(*client_, part.slot, std::move(r.items), std::move(r.reset_after), part.at, check->now,
-                       check->deadline,
+                       refund_deadline,
                        [this, check, p = r.part, positions = r.positions](Result<detail::RefundOutcome> outcome) {
                          refund_answered(check, p, positions, std::move(outcome));
                        });
   }
+  if (failed) failed_done(std::unexpected(*check->error));
 }
 
 void RedisClusterStore::refund_answered(const std::shared_ptr<CrossSlotCheck>& check, std::size_t p,
@@ -215,7 +219,7 @@ void RedisClusterStore::refund_answered(const std::shared_ptr<CrossSlotCheck>& c
         keys += keys.empty() ? "" : ", ";
         keys += fmt::format("'{}' ({})", check->items[i].key, check->items[i].cost);
       }
-      spdlog::warn("redis-cluster: refund on slot {} failed, the denied check's consumption of {} stays: {}",
+      spdlog::warn("redis-cluster: refund on slot {} failed, the consumption of {} by a check denied or failed on another slot stays: {}",
                    check->parts[p].slot, keys, r.error().message);
     } else {
       // What the refunded keys hold now, as a peek reports it.
@@ -227,6 +231,7 @@ void RedisClusterStore::refund_answered(const std::shared_ptr<CrossSlotCheck>& c
 }
 
 void RedisClusterStore::answer(const std::shared_ptr<CrossSlotCheck>& check) {
+  if (!check->done) return;  // a failed check, answered before its refunds
   CheckOutcome out;
   out.decision = algorithms::combine(check->decisions);
   out.items = std::move(check->decisions);
@@ -259,7 +264,7 @@ std::string RedisClusterStore::metrics_text() const {
       "# HELP ratekeeper_cluster_cross_slot_checks_total Checks whose keys span several slots of the cluster.\n"
       "# TYPE ratekeeper_cluster_cross_slot_checks_total counter\n"
       "ratekeeper_cluster_cross_slot_checks_total {}\n"
-      "# HELP ratekeeper_cluster_cross_slot_partial_total Of those, checks some slots admitted while another denied "
+      "# HELP ratekeeper_cluster_cross_slot_partial_total Of those, checks some slots admitted while another denied or failed "
       "(their consumption refunded).\n"
       "# TYPE ratekeeper_cluster_cross_slot_partial_total counter\n"
       "ratekeeper_cluster_cross_slot_partial_total {}\n"

@@ -17,8 +17,26 @@ void ScriptArgv::start(std::string_view name, std::size_t numbers, std::size_t c
   numbers_.reserve(numbers * kNumberChars);  // no reallocation: the views stay valid
   argv_.clear();
   argv_.reserve(2 + count);
+  now_at_ = 0;
   argv_.emplace_back("EVALSHA");
   argv_.push_back(script_ != nullptr ? script_->sha : std::string_view());
+}
+
+void ScriptArgv::now_number(std::optional<Micros> now) {
+  number(now ? *now : -1);
+  now_at_ = argv_.size() - 1;
+  now_ = argv_.back();
+}
+
+void ScriptArgv::bound(Micros deadline) {
+  if (now_at_ == 0) return;
+  bounded_.assign(now_);
+  bounded_ += ':';
+  char tmp[kNumberChars];
+  auto [end, ec] = std::to_chars(tmp, tmp + sizeof tmp, deadline);
+  (void)ec;
+  bounded_.append(tmp, end);
+  argv_[now_at_] = bounded_;
 }
 
 void ScriptArgv::number(std::int64_t v) {
@@ -48,7 +66,7 @@ void ScriptArgv::check(std::span<const CheckItem> items, std::optional<Micros> n
     start("multi_delay", 2 + 5 * n, 2 + 6 * n);
     number(static_cast<std::int64_t>(n));
     for (const auto& item : items) argv_.push_back(item.key);
-    number(now ? *now : -1);
+    now_number(now);
     this->items(items, {}, true);
     return;
   }
@@ -59,13 +77,13 @@ void ScriptArgv::check(std::span<const CheckItem> items, std::optional<Micros> n
     number(items[0].limit.capacity);
     number(items[0].limit.period);
     number(items[0].cost);
-    number(now ? *now : -1);
+    now_number(now);
     return;
   }
   start("multi", 2 + 4 * n, 2 + 5 * n);
   number(static_cast<std::int64_t>(n));
   for (const auto& item : items) argv_.push_back(item.key);
-  number(now ? *now : -1);
+  now_number(now);
   this->items(items, {});
 }
 
@@ -74,7 +92,7 @@ void ScriptArgv::multi_at(std::span<const CheckItem> items, std::optional<Micros
   start("multi_at", 2 + 4 * n, 2 + 5 * n);
   number(static_cast<std::int64_t>(n));
   for (const auto& item : items) argv_.push_back(item.key);
-  number(now ? *now : -1);
+  now_number(now);
   this->items(items, {});
 }
 
@@ -115,7 +133,7 @@ void ScriptArgv::batch(std::span<const BatchEntry> entries, std::optional<Micros
   for (const auto& e : entries) {
     for (const auto& item : *e.items) argv_.push_back(item.key);
   }
-  number(now ? *now : -1);
+  now_number(now);
   number(static_cast<std::int64_t>(limits_.size()));
   for (const CheckItem* l : limits_) {
     number(static_cast<std::int64_t>(l->limit.algorithm));
@@ -137,11 +155,16 @@ void ScriptArgv::batch(std::span<const BatchEntry> entries, std::optional<Micros
   }
 }
 
-void ScriptArgv::call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args) {
+void ScriptArgv::call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args,
+                      std::optional<std::size_t> now_arg) {
   start(script, 1, 1 + keys.size() + args.size());
   number(static_cast<std::int64_t>(keys.size()));
   for (const auto& k : keys) argv_.push_back(k);
   for (const auto& a : args) argv_.push_back(a);
+  if (now_arg && *now_arg < args.size()) {
+    now_at_ = argv_.size() - args.size() + *now_arg;
+    now_ = argv_[now_at_];
+  }
 }
 
 std::span<const std::string_view> ScriptArgv::argv(Invocation how) noexcept {

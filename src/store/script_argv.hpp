@@ -52,9 +52,19 @@ class ScriptArgv {
               std::optional<Micros> now);
 
   // A call of the script named `script` with `keys` and `args` as they are, for a caller
-  // that encodes its own arguments (the tests' direct line to the scripts). The views point
-  // into `keys` and `args`.
-  void call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args);
+  // that encodes its own arguments (the lease grant, the tests' direct line to the scripts).
+  // The views point into `keys` and `args`. `now_arg`: the index in `args` of the call's
+  // `now`, which bound() extends; none: the call cannot be bounded.
+  void call(std::string_view script, std::span<const std::string> keys, std::span<const std::string> args,
+            std::optional<std::size_t> now_arg = std::nullopt);
+
+  // Makes the call do nothing when it runs after `deadline`, on the server's clock (µs): its
+  // `now` argument becomes "now:deadline" (lua/prelude.lua: resolve_now). Every call but a
+  // refund can be bounded (a refund that runs late still gives back what it should: it is
+  // never bounded). Building again clears it; bounding again replaces it.
+  void bound(Micros deadline);
+  // Whether bound() applies to the call built.
+  bool boundable() const noexcept { return now_at_ != 0; }
 
   // The script the last build is for; nullptr when it is not embedded (nothing to send).
   const LuaScript* script() const noexcept { return script_; }
@@ -70,10 +80,14 @@ class ScriptArgv {
   // arguments after the script.
   void start(std::string_view name, std::size_t numbers, std::size_t count);
   void number(std::int64_t v);
+  void now_number(std::optional<Micros> now);  // `now` (-1: the server's clock), bound() extends it
   // Per item: algorithm, capacity, period, cost, [max_delay,] [tail[i]].
   void items(std::span<const CheckItem> items, std::span<const Micros> tail, bool max_delays = false);
 
   const LuaScript* script_ = nullptr;
+  std::size_t now_at_ = 0;  // the index in argv_ of `now`; 0: none that bound() extends
+  std::string_view now_;    // `now` as built
+  std::string bounded_;     // "now:deadline"
   std::string numbers_;
   std::vector<std::string_view> argv_;
   std::vector<const CheckItem*> limits_;        // batch: the distinct limits

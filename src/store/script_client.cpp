@@ -44,12 +44,29 @@ void ScriptClient::send(ScriptCall& call) const {
     return;
   }
   call.loaded = false;
+  sample_clock(call.slot, std::max<Micros>(1, call.deadline - clock_->steady()));
   dispatch(call, functions() ? Invocation::fcall : Invocation::evalsha);
+}
+
+void ScriptClient::sample_clock(std::uint16_t slot, Micros timeout) const {
+  if (!server_clock_.start_sample()) return;
+  static const std::string_view kTime[] = {"TIME"};
+  const Micros sent = ServerClock::steady_now();
+  send_(slot, kTime, timeout, [this, sent](Result<redis::Reply> reply) {
+    if (reply) {
+      server_clock_.sampled(sent, *reply);
+    } else {
+      server_clock_.failed();
+    }
+  });
 }
 
 void ScriptClient::dispatch(ScriptCall& call, Invocation how) const {
   call.sent = how;
   const Micros left = std::max<Micros>(1, call.deadline - clock_->steady());
+  if (call.argv.boundable()) {
+    if (const auto deadline = server_clock_.deadline_in(left)) call.argv.bound(*deadline);
+  }
   send_(call.slot, call.argv.argv(how), left, [this, &call](Result<redis::Reply> reply) {
     switch (call.sent) {
       case Invocation::fcall:
@@ -106,6 +123,11 @@ void ScriptClient::refused(std::string_view why) const {
 }
 
 void ScriptClient::finish(ScriptCall& call, Result<redis::Reply> reply) const {
+  // Run after its deadline on the server's clock, the call did nothing (ScriptArgv::bound): a
+  // timeout, as if its reply had come too late, not an error of the scripts.
+  if (reply && reply->is_error() && reply->error_code() == "TIMEOUT") {
+    reply = make_error(ErrorCode::timeout, reply->str);
+  }
   if (health_ != nullptr) health_->answered(reply);
   // `done` may end the call's owner, and so the call.
   auto done = std::move(call.done);

@@ -12,7 +12,8 @@
 // (OOM) before it runs, where a script is refused only its writes: such a call is sent once
 // more as a script, so that denials and peeks are still answered. Every final reply is noted in the store's ScriptHealth,
 // every reload and fallback counted there. Deadlines are absolute on the steady reading of
-// the store's clock.
+// the store's clock; each call but a refund also carries its deadline on the server's clock
+// (server_clock.hpp), so that it does nothing when Redis runs it after the caller gave up.
 // Internal to the store layer; used by the Coalescer (RedisStore, RedisSentinelStore) and
 // RedisClusterStore. Thread-safe: the client is immutable, each ScriptCall belongs to one
 // call at a time.
@@ -31,6 +32,7 @@
 #include "script_argv.hpp"
 #include "script_health.hpp"
 #include "script_reply.hpp"
+#include "server_clock.hpp"
 
 namespace ratekeeper::store::detail {
 
@@ -74,11 +76,14 @@ class ScriptClient {
   void load_library(ScriptCall& call) const;
   void refused(std::string_view why) const;  // functions cannot be used: scripts from now on
   void finish(ScriptCall& call, Result<redis::Reply> reply) const;
+  // A TIME to the call's destination, for server_clock_, when one is due.
+  void sample_clock(std::uint16_t slot, Micros timeout) const;
 
   ScriptSender send_;
   ScriptHealth* health_;
   const Clock* clock_;
   mutable std::atomic<bool> functions_;
+  mutable ServerClock server_clock_;
 };
 
 // One check as its own script call, parsed: `items` as ScriptArgv::check encodes them.

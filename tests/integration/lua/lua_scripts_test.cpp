@@ -436,6 +436,59 @@ TEST(LuaScripts, MultiDelayWaitsForTheLargestWaitNotTheLastOne) {
   EXPECT_EQ(o.reply[0], 1);  // admitted, to be sent in 3 s
 }
 
+// A call whose `now` carries a deadline on the server's clock ("now:deadline") that has passed
+// when it runs does nothing: a TIMEOUT error, no key written; before its deadline it runs as
+// without one. Every entry but the refund, which the store never bounds.
+TEST(LuaScripts, ACallRunAfterItsDeadlineDoesNothing) {
+  const RedisReply time = connection().command({"TIME"});
+  ASSERT_EQ(time.elements.size(), 2u);
+  const Micros server = std::stoll(time.elements[0].text) * kMicrosPerSecond + std::stoll(time.elements[1].text);
+  const Limit bucket = make_limit(Algorithm::token_bucket, 5, kMicrosPerSecond);
+  const Limit window = make_limit(Algorithm::fixed_window, 5, 60 * kMicrosPerSecond);
+  struct Case {
+    std::string script;
+    std::size_t keys;
+    std::vector<std::string> args;
+    std::size_t now_at;  // index in args
+  };
+  const std::vector<Limit> two{bucket, window};
+  const std::vector<std::int64_t> costs{1, 1};
+  const std::vector<Case> cases = {
+      {"token_bucket", 1, testing::single_args(bucket, 1, -1), 3},
+      {"fixed_window", 1, testing::single_args(window, 1, 1'000'000), 3},
+      {"multi", 2, testing::multi_args(two, costs, -1), 0},
+      {"multi_at", 2, testing::multi_args(two, costs, -1), 0},
+      {"multi_delay", 2, testing::multi_delay_args(two, costs, std::vector<Micros>{kMicrosPerSecond, 0}, -1), 0},
+      {"batch", 1, {"-1", "1", "0", "5", std::to_string(kMicrosPerSecond), "1", "1"}, 0},
+      {"lease", 1, {"0", "5", std::to_string(kMicrosPerSecond), "1", "2", "-1"}, 5},
+  };
+  for (const auto& c : cases) {
+    for (const bool late : {true, false}) {
+      std::vector<std::string> keys;
+      for (std::size_t k = 0; k < c.keys; ++k) keys.push_back(fresh_key("deadline_" + c.script));
+      std::vector<std::string> args = c.args;
+      const Micros deadline = late ? server - kMicrosPerSecond : server + 3600 * kMicrosPerSecond;
+      args[c.now_at] += ":" + std::to_string(deadline);
+      std::vector<std::string> eval{"EVAL", std::string(*store::lua_script(c.script)), std::to_string(keys.size())};
+      eval.insert(eval.end(), keys.begin(), keys.end());
+      eval.insert(eval.end(), args.begin(), args.end());
+      const RedisReply r = connection().command(eval);
+      if (late) {
+        EXPECT_EQ(r.type, RedisReply::Type::error) << c.script;
+        EXPECT_TRUE(r.text.starts_with("TIMEOUT ratekeeper:")) << c.script << ": " << r.text;
+        for (const auto& key : keys) EXPECT_EQ(connection().integer({"EXISTS", key}), 0) << c.script;
+      } else {
+        EXPECT_EQ(r.type, RedisReply::Type::array) << c.script << ": " << r.text;
+        EXPECT_EQ(connection().integer({"EXISTS", keys[0]}), 1) << c.script;
+      }
+    }
+  }
+  const RedisReply bad = connection().command(
+      {"EVAL", std::string(*store::lua_script("token_bucket")), "1", fresh_key("deadline_bad"), "5", "1000000", "1", "-1:x"});
+  EXPECT_EQ(bad.type, RedisReply::Type::error);
+  EXPECT_NE(bad.text.find("deadline must be an integer"), std::string::npos) << bad.text;
+}
+
 TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   std::set<std::string> names;
   for (const auto& s : store::lua_scripts()) {

@@ -549,6 +549,46 @@ TEST(RedisClusterStore, ASlotMigratedUnderTrafficLosesNoRequestAndUsesAskThenMov
   cluster.wait_ok();
 }
 
+// Checks across slots while the master of one slot is stopped (SIGSTOP): the part sent to the
+// stopped master misses its deadline, the other part is refunded. When the master wakes up
+// and runs the part it was sent, that part must consume nothing (it carries its deadline on
+// the server's clock), so that both keys are as full as before.
+TEST(RedisClusterStore, PartsThatMissedTheirDeadlineOnAStoppedMasterConsumeNothing) {
+  RedisCluster::Options options;
+  options.replicas_per_master = 0;
+  RedisCluster cluster(options);  // its own: no replica takes over the stopped master
+  auto store = open_cluster(cluster.url(), 200 * kMicrosPerMilli);
+  const auto ip = fmt::format("stopped:{{ip-{}}}:r", unique("x"));
+  std::string user;
+  auto& alive = cluster.master_of_slot(redis::key_slot(ip));
+  for (int i = 0; user.empty(); ++i) {
+    auto k = fmt::format("stopped:{{user-{}}}:r", i);
+    if (cluster.master_of_slot(redis::key_slot(k)).port() != alive.port()) user = k;
+  }
+  auto& stopped = cluster.master_of_slot(redis::key_slot(user));
+  const auto limit = *algorithms::Limit::make(Algorithm::token_bucket, 100, 3600 * kMicrosPerSecond);
+  // The server's clock sampled, on both masters' slots.
+  ASSERT_TRUE(store->check_sync({{fmt::format("warm:{{ip-{}}}", unique("x")), limit, 1}}));
+  ASSERT_TRUE(store->check_sync({{user + ":warm", limit, 0}}));
+
+  stopped.pause();
+  for (int i = 0; i < 3; ++i) {
+    auto r = store->check_sync({{ip, limit, 1}, {user, limit, 1}});
+    EXPECT_TRUE(!r || !r->decision.allowed);
+  }
+  stopped.resume();
+  ASSERT_TRUE(testing::eventually([&] {
+    auto r = store->check_sync({{user, limit, 0}});
+    return r.has_value();
+  }, std::chrono::seconds(10)));
+  EXPECT_EQ(testing::command_on(stopped.port(), {"EXISTS", user}), "0");
+  for (const auto& key : {ip, user}) {
+    auto peek = store->check_sync({{key, limit, 0}});
+    ASSERT_TRUE(peek) << peek.error().message;
+    EXPECT_EQ(peek->decision.remaining, 100) << key;
+  }
+}
+
 TEST(RedisClusterStore, AKilledMasterIsReplacedByItsReplicaAndTheStoreCarriesOn) {
   RedisCluster cluster;  // its own: this one loses a master
   constexpr Micros kDeadline = 100 * kMicrosPerMilli;

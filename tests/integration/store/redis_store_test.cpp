@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <chrono>
 #include <random>
@@ -255,6 +256,51 @@ TEST(RedisStore, AnOutOfMemoryLibraryLoadDoesNotTurnFunctionsOff) {
   EXPECT_TRUE(after->decision.allowed);
   EXPECT_NE(server.command({"FUNCTION", "LIST", "LIBRARYNAME", library}), "");
   EXPECT_GT(fcalls(), before);
+}
+
+// A check answered by its deadline while Redis is stopped (SIGSTOP) must not consume when
+// Redis wakes up and runs it: the call carries its deadline on the server's clock and does
+// nothing after it. Without that, capacity lost this way never comes back.
+TEST(RedisStore, ChecksThatMissedTheirDeadlineInAStoppedServerConsumeNothing) {
+  RedisServer server;
+  StoreOptions o = options_for(server);
+  o.command_timeout = 200 * kMicrosPerMilli;
+  o.breaker_failures = 1000;  // every check goes to the stopped server
+  auto store = open(o);
+  const Limit l = limit(Algorithm::token_bucket, 100, 3600 * kMicrosPerSecond);
+  ASSERT_TRUE(store->check_sync({{unique_key("warm"), l, 1}}));  // the server's clock sampled
+  const std::string key = unique_key("stopped");
+  server.pause();
+  int timeouts = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = store->check_sync({{key, l, 1}});
+    ASSERT_FALSE(r);  // a timeout, or unavailable while the connection is made again
+    timeouts += r.error().code == ErrorCode::timeout ? 1 : 0;
+  }
+  EXPECT_GE(timeouts, 1);
+  server.resume();
+  ASSERT_TRUE(eventually([&] {
+    auto r = store->check_sync({{unique_key("after"), l, 1}});
+    return r && r->decision.allowed;
+  }));
+  EXPECT_EQ(server.command({"EXISTS", key}), "0");
+  auto peek = store->check_sync({{key, l, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, 100);
+
+  // A lease grant the same way: the units it would have taken stay in the bucket.
+  const std::string leased = unique_key("stopped-lease");
+  server.pause();
+  std::promise<Result<LeaseGrant>> granted;
+  store->lease_grant({leased, l, 1}, 50, [&](Result<LeaseGrant> r) { granted.set_value(std::move(r)); });
+  auto grant = granted.get_future().get();
+  EXPECT_FALSE(grant);
+  server.resume();
+  ASSERT_TRUE(eventually([&] {
+    auto r = store->check_sync({{unique_key("after-lease"), l, 1}});
+    return r && r->decision.allowed;
+  }));
+  EXPECT_EQ(server.command({"EXISTS", leased}), "0");
 }
 
 TEST(RedisStore, SeedLimiterClassesWorkUnchanged) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ratekeeper/store/lua_scripts.hpp"
+#include "store/lease_script.hpp"
 
 namespace ratekeeper::store::detail {
 namespace {
@@ -38,15 +39,41 @@ redis::Reply error(const std::string& text) {
   return r;
 }
 
+// The server's clock in a TIME reply.
+redis::Reply time_reply(Micros at) {
+  redis::Reply r;
+  r.type = redis::Reply::Type::array;
+  for (const Micros part : {at / kMicrosPerSecond, at % kMicrosPerSecond}) {
+    redis::Reply e;
+    e.type = redis::Reply::Type::string;
+    e.str = std::to_string(part);
+    r.elements.push_back(std::move(e));
+  }
+  return r;
+}
+
+// A TIME (the client's sample of the server's clock): counted, and answered with `server_time`
+// when set, else never (the calls then carry no deadline).
+bool clock_sample(std::span<const std::string_view> argv, redis::ReplyCallback& done, int& samples,
+                  std::optional<Micros> server_time) {
+  if (argv.empty() || argv[0] != "TIME") return false;
+  ++samples;
+  if (server_time) done(time_reply(*server_time));
+  return true;
+}
+
 // Records each command it is given and answers with the next scripted reply.
 struct ScriptedSender {
   std::vector<std::vector<std::string>> sent;
   std::vector<redis::Reply> replies;
+  int samples = 0;
+  std::optional<Micros> server_time;
 
   std::vector<std::uint16_t> slots;
 
   ScriptSender sender() {
     return [this](std::uint16_t slot, std::span<const std::string_view> argv, Micros, redis::ReplyCallback done) {
+      if (clock_sample(argv, done, samples, server_time)) return;
       slots.push_back(slot);
       sent.emplace_back(argv.begin(), argv.end());
       const redis::Reply reply = replies.at(sent.size() - 1);
@@ -228,6 +255,7 @@ TEST(ScriptClient, ALoadWithoutAnswerIsTheCallsAnswer) {
   bool timed_out = false;
   ScriptSender sender = [&](std::uint16_t slot, std::span<const std::string_view> argv, Micros,
                             redis::ReplyCallback done) {
+    if (clock_sample(argv, done, s.samples, std::nullopt)) return;
     s.slots.push_back(slot);
     s.sent.emplace_back(argv.begin(), argv.end());
     if (s.sent.size() == 1) {
@@ -259,6 +287,83 @@ TEST(ScriptClient, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) 
   EXPECT_EQ(parse_refund(text, 1).error().code, ErrorCode::protocol);
   EXPECT_EQ(parse_refund(array({1, 5, 4, 0, 1}), 1).error().code, ErrorCode::protocol);
   EXPECT_EQ(parse_refund(error("NOPERM"), 1).error().code, ErrorCode::reply);
+}
+
+// Once the server's clock is sampled (TIME), a check, a cross-slot part and a lease grant
+// carry their deadline on it ("now:deadline", the deadline at the latest the server's clock
+// reading when the caller gives up); a refund never does; before the sample nothing does.
+TEST(ScriptClient, CallsButRefundsCarryTheirDeadlineOnTheServersClock) {
+  const Micros server = 1'700'000'000'000'000;
+  const Micros left = 60'000'000;  // far()
+  const auto deadline_of = [&](const std::string& now_arg) -> std::optional<Micros> {
+    const auto colon = now_arg.find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    return std::stoll(now_arg.substr(colon + 1));
+  };
+  Micros started = 0;
+  const auto expect_bounded = [&](const std::string& now_arg, const std::string& now) {
+    const auto deadline = deadline_of(now_arg);
+    ASSERT_TRUE(deadline) << now_arg;
+    EXPECT_EQ(now_arg.substr(0, now_arg.find(':')), now);
+    // The server's clock when the call was sent (T at the sample, plus what has passed since),
+    // and `left`.
+    EXPECT_GE(*deadline, server + left) << now_arg;
+    EXPECT_LE(*deadline, server + left + (ServerClock::steady_now() - started)) << now_arg;
+  };
+
+  ScriptedSender unsampled;
+  unsampled.replies = {array({1, 5, 3, 0, 9, 1, 10, 8, 0, 2000, 1, 5, 4, 0, 9, 1234})};
+  ScriptClient before(unsampled.sender(), nullptr, &clock, false);
+  run_timed_check(before, 7, items(), std::nullopt, far(), [](Result<TimedOutcome>) {});
+  EXPECT_EQ(unsampled.samples, 1);
+  ASSERT_EQ(unsampled.sent.size(), 1u);
+  EXPECT_EQ(unsampled.sent[0][5], "-1");  // no answer to TIME yet: no deadline
+
+  ScriptedSender s;
+  s.server_time = server;
+  started = ServerClock::steady_now();
+  s.replies = {array({1, 5, 3, 0, 9, 1, 10, 8, 0, 2000, 1, 5, 4, 0, 9, 1234}),
+               array({1, 1, 10, 10, 0, 0, 0, 1, 5, 5, 0, 0}),
+               array({4, 1, 10, 6, 0, 400, 1234}),
+               array({1, 5, 3, 0, 9, 1, 10, 8, 0, 2000, 1, 5, 4, 0, 9, 1234})};
+  ScriptClient client(s.sender(), nullptr, &clock, false);
+  std::optional<Result<TimedOutcome>> timed;
+  run_timed_check(client, 7, items(), std::nullopt, far(), [&](Result<TimedOutcome> r) { timed = std::move(r); });
+  ASSERT_TRUE(timed && *timed) << (timed ? timed->error().message : "no answer");
+  ASSERT_EQ(s.sent.size(), 1u);
+  expect_bounded(s.sent[0][5], "-1");
+
+  run_refund(client, 3, items(), std::vector<Micros>{2000, 59'000'000}, 777, std::nullopt, far(),
+             [](Result<RefundOutcome>) {});
+  ASSERT_EQ(s.sent.size(), 2u);
+  EXPECT_EQ(s.sent[1][6], "-1");  // the refund's `now`, unbounded
+
+  const CheckItem leased{"a:{x}:1", *algorithms::Limit::make(Algorithm::token_bucket, 10, 1000), 1};
+  std::optional<Result<LeaseGrant>> grant;
+  run_lease_grant(client, 3, leased, 4, 5000, far(), [&](Result<LeaseGrant> r) { grant = std::move(r); });
+  ASSERT_EQ(s.sent.size(), 3u);
+  ASSERT_EQ(s.sent[2].size(), 2u + 1 + 1 + 6);
+  expect_bounded(s.sent[2].back(), "5000");  // an explicit `now` keeps it; the deadline is the server's
+
+  run_timed_check(client, 7, items(), 42, far(), [](Result<TimedOutcome>) {});
+  ASSERT_EQ(s.sent.size(), 4u);
+  expect_bounded(s.sent[3][5], "42");
+  EXPECT_EQ(s.samples, 1);  // one sample for all of them
+}
+
+// A call Redis ran after its deadline answers TIMEOUT: a timeout for the caller, not a
+// failure of the scripts (the store stays ready).
+TEST(ScriptClient, ACallRunAfterItsDeadlineIsATimeout) {
+  ScriptedSender s;
+  s.replies = {error("TIMEOUT ratekeeper: the call ran 12 us after its deadline: nothing done")};
+  ScriptHealth health;
+  ScriptClient client(s.sender(), &health, &clock, false);
+  std::optional<Result<TimedOutcome>> got;
+  run_timed_check(client, 7, items(), std::nullopt, far(), [&](Result<TimedOutcome> r) { got = std::move(r); });
+  ASSERT_TRUE(got);
+  ASSERT_FALSE(*got);
+  EXPECT_EQ(got->error().code, ErrorCode::timeout);
+  EXPECT_FALSE(health.failing());
 }
 
 }  // namespace
