@@ -9,7 +9,9 @@ local MAX_HORIZON = 2 ^ 51       -- token bucket: capacity × interval
 local MAX_WINDOW_LIMIT = 2 ^ 40  -- algorithms::kMaxWindowLimit
 local MAX_WINDOW = 2 ^ 45        -- algorithms::kMaxWindow
 local MAX_DELAY = 3600 * 1000000  -- algorithms::kMaxDelay
+local MAX_LOG_COST = 1000        -- algorithms::kMaxLogCost
 local TOKEN_BUCKET = 0           -- the algorithm numbers of enum algorithms::Algorithm
+local SLIDING_WINDOW_LOG = 1
 
 -- The library functions of the hot path, as locals: bound by every entry before it runs
 -- (a library of functions cannot read them while it is loaded, only when called).
@@ -74,6 +76,9 @@ local function limit_args(algorithm, capacity_text, period_text, cost_text)
   if cost < 0 then fail('cost must be >= 0, got ' .. str(cost)) end
   if cost > capacity then
     fail('cost ' .. str(cost) .. ' exceeds capacity ' .. str(capacity) .. ': it can never be admitted')
+  end
+  if algorithm == SLIDING_WINDOW_LOG and cost > MAX_LOG_COST then
+    fail('cost ' .. str(cost) .. ' is above ' .. str(MAX_LOG_COST) .. ', the most a sliding window log takes in one check')
   end
   return capacity, period, cost
 end

@@ -488,7 +488,8 @@ void read_upstream(const Reader& r, const YAML::Node& node, const std::string& p
 // are only named here (read when the server starts).
 void read_grpc(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
   r.expect_map(node, path,
-               {"listen", "config", "response_headers", "max_message_bytes", "threads"});
+               {"listen", "config", "response_headers", "max_message_bytes", "threads",
+                "handshake_timeout"});
   auto& g = c.grpc.emplace();
   const auto listen_path = Reader::field(path, "listen");
   if (!node["listen"]) r.fail(listen_path, "required field missing");
@@ -528,6 +529,10 @@ void read_grpc(const Reader& r, const YAML::Node& node, const std::string& path,
   }
   if (node["threads"]) {
     g.threads = static_cast<int>(r.integer(node["threads"], Reader::field(path, "threads"), 1, 64));
+  }
+  if (node["handshake_timeout"]) {
+    g.handshake_timeout =
+        r.duration(node["handshake_timeout"], Reader::field(path, "handshake_timeout"), kMicrosPerMilli);
   }
 }
 

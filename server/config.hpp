@@ -61,6 +61,7 @@ struct GrpcConfig {
   bool response_headers = true;  // RateLimitResponse carries the rate-limit headers
   std::size_t max_message_bytes = 65536;  // largest request message accepted
   int threads = 1;                        // the gRPC server's completion-queue threads
+  Micros handshake_timeout = 10 * kMicrosPerSecond;  // rls::GrpcServerOptions::handshake_timeout
 };
 
 // Bounds of grpc.max_message_bytes.

@@ -102,6 +102,7 @@ std::vector<std::string> restart_fields(const Generation& running, const Generat
       fields.emplace_back("grpc.listen");
     }
     if (a.grpc->threads != b.grpc->threads) fields.emplace_back("grpc.threads");
+    if (a.grpc->handshake_timeout != b.grpc->handshake_timeout) fields.emplace_back("grpc.handshake_timeout");
   }
   return fields;
 }

@@ -341,6 +341,7 @@ int serve(const ServeArgs& args) {
           rls::GrpcServerOptions{.host = config.grpc->host,
                                  .port = config.grpc->port,
                                  .threads = config.grpc->threads,
+                                 .handshake_timeout = config.grpc->handshake_timeout,
                                  .loop = loop});
     }
 

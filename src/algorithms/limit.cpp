@@ -120,6 +120,12 @@ Result<void> validate_cost(const Limit& limit, std::int64_t cost) {
                       fmt::format("cost {} exceeds capacity {}: it can never be admitted", cost,
                                   limit.capacity));
   }
+  if (limit.algorithm == Algorithm::sliding_window_log && cost > kMaxLogCost) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("cost {} is above {}, the most a sliding window log takes in one check (one "
+                                  "entry per unit): use sliding_window_counter or token_bucket for large costs",
+                                  cost, kMaxLogCost));
+  }
   return {};
 }
 

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -149,6 +151,9 @@ Result<void> GrpcServer::Impl::start() {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&async_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_receive_bytes));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp<Micros>(options_.handshake_timeout / kMicrosPerMilli, 1,
+                                                                 std::numeric_limits<int>::max())));
   const int threads = std::max(1, options_.threads);
   for (int i = 0; i < threads; ++i) queues_.push_back(builder.AddCompletionQueue());
   server_ = builder.BuildAndStart();

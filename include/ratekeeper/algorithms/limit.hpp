@@ -31,6 +31,12 @@ inline constexpr Micros kMaxWindow = Micros{1} << 45;
 // window is longer, so durations converted to microseconds are bounded by it too.
 inline constexpr std::int64_t kMaxHorizon = std::int64_t{1} << 51;
 
+// Sliding window log: the most units one check may consume. The log keeps one entry per unit,
+// so a check's cost is work for the store (Redis runs it without serving anything else: about
+// 1.6 µs a unit); a larger cost is refused (sliding_window_counter or token_bucket count any
+// cost in constant work).
+inline constexpr std::int64_t kMaxLogCost = 1000;
+
 // The longest a request may wait for its turn instead of being denied (a max_delay).
 inline constexpr Micros kMaxDelay = Micros{3600} * kMicrosPerSecond;
 
@@ -60,7 +66,8 @@ struct Limit {
   friend bool operator==(const Limit&, const Limit&) = default;
 };
 
-// Checks a cost against a limit: negative or above capacity is an invalid argument.
+// Checks a cost against a limit: negative, above capacity, or above kMaxLogCost for a sliding
+// window log is an invalid argument.
 Result<void> validate_cost(const Limit& limit, std::int64_t cost);
 
 }  // namespace ratekeeper::algorithms

@@ -35,6 +35,9 @@ struct GrpcServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0: any free port (address() tells)
   int threads = 1;         // completion-queue threads
+  // A connection that has not sent its HTTP/2 preface and SETTINGS within this long is closed
+  // (gRPC's server handshake timeout), so that idle connections hold nothing for long.
+  Micros handshake_timeout = 10 * kMicrosPerSecond;
   // The transport's bound on a received message; the Service answers INVALID_ARGUMENT above
   // its own (smaller) max_message_bytes. Larger messages are refused by gRPC itself
   // (RESOURCE_EXHAUSTED).

@@ -302,15 +302,20 @@ TEST(LuaScripts, DailyAndMonthlyQuotasCountExactly) {
         EXPECT_EQ(testing::decision_at(o.reply, 0), expected->decision) << "cost " << cost << " at " << now;
         state = stored(*expected);
       };
+      // A log takes at most kMaxLogCost units a check: larger costs go in several checks.
+      auto take = [&](Micros at, std::int64_t cost) {
+        const std::int64_t most = a == Algorithm::sliding_window_log ? algorithms::kMaxLogCost : cost;
+        for (std::int64_t taken = 0; taken < cost; taken += most) both(at, std::min(most, cost - taken));
+      };
       const Micros now = start + window / 3;
-      both(now, fill ? quota - 1 : 1'000);
+      take(now, fill ? quota - 1 : 1'000);
       both(now + 1, 1);
       both(now + 1, 1);
       both(now + 1, 0);
       for (Micros e : {Micros{0}, Micros{1}, window / 7, window / 2, window - 1}) {
         both(start + window + e, 0);
         both(start + window + e, 1);
-        both(start + window + e, fill ? quota / 3 : 1'000);
+        take(start + window + e, fill ? quota / 3 : 1'000);
       }
       both(start + 3 * window, 0);
       EXPECT_EQ(connection().integer({"EXISTS", key}), 0);  // the state is absent: deleted
@@ -487,6 +492,23 @@ TEST(LuaScripts, ACallRunAfterItsDeadlineDoesNothing) {
       {"EVAL", std::string(*store::lua_script("token_bucket")), "1", fresh_key("deadline_bad"), "5", "1000000", "1", "-1:x"});
   EXPECT_EQ(bad.type, RedisReply::Type::error);
   EXPECT_NE(bad.text.find("deadline must be an integer"), std::string::npos) << bad.text;
+}
+
+// The scripts refuse what algorithms::validate_cost refuses: a sliding window log check of
+// more than kMaxLogCost units (one entry each), before any work.
+TEST(LuaScripts, ASlidingWindowLogCheckTakesAtMostMaxLogCost) {
+  const Limit log = make_limit(Algorithm::sliding_window_log, 100'000, 60 * kMicrosPerSecond);
+  const std::string key = fresh_key("log_cost");
+  const auto call = [&](std::int64_t cost) {
+    return connection().command({"EVAL", std::string(*store::lua_script("sliding_window_log")), "1", key,
+                                 std::to_string(log.capacity), std::to_string(log.period), std::to_string(cost), "-1"});
+  };
+  const RedisReply refused = call(algorithms::kMaxLogCost + 1);
+  EXPECT_EQ(refused.type, RedisReply::Type::error);
+  EXPECT_NE(refused.text.find("sliding window log"), std::string::npos) << refused.text;
+  EXPECT_EQ(connection().integer({"EXISTS", key}), 0);
+  EXPECT_EQ(call(algorithms::kMaxLogCost).type, RedisReply::Type::array);
+  EXPECT_EQ(connection().integer({"ZCARD", key}), algorithms::kMaxLogCost);
 }
 
 TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {

@@ -7,6 +7,11 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -305,6 +310,43 @@ TEST(RlsGrpc, TermSignalEndsTheServerWithTheServiceRunning) {
 }
 
 // A call waiting for the store when SIGTERM comes is answered before the server exits.
+// Whether a TCP connection to `port` that sends nothing is closed by the server within
+// `limit` (what the server sends meanwhile, its SETTINGS, is read and dropped).
+bool idle_connection_closed(int port, std::chrono::milliseconds limit) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return false;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool closed = false;
+  while (!closed) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[512];
+    closed = ::recv(fd, buf, sizeof buf, 0) <= 0;
+  }
+  ::close(fd);
+  return closed;
+}
+
+// A connection that never sends the HTTP/2 preface is closed after grpc.handshake_timeout
+// (gRPC's own default holds it two minutes); one that goes on to call is served as usual.
+TEST(RlsGrpc, AConnectionWithoutPrefaceIsClosedAfterTheHandshakeTimeout) {
+  RlsServer server({{"d.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"}},
+                   "memory://", "  handshake_timeout: 300ms\nstore:\n  command_timeout: 10s\n");
+  EXPECT_TRUE(idle_connection_closed(server.grpc_port, std::chrono::seconds(20)));
+  pb::RateLimitResponse response;
+  ASSERT_TRUE(server.call(request("d", {{{"user", "alice"}}}), response).ok());
+  EXPECT_EQ(response.overall_code(), pb::RateLimitResponse::OK);
+}
+
 TEST(RlsGrpc, CallInFlightAtTermIsAnswered) {
   RedisServer redis;
   RlsServer server({{"mongo.yaml", std::string(kMongo)}}, redis.url());

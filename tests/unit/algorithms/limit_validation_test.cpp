@@ -134,5 +134,19 @@ TEST(LimitValidation, SeedLimiterArgumentsAreChecked) {
                  "default_tier", "unknown default tier");
 }
 
+// A sliding window log takes one entry per unit: one check takes at most kMaxLogCost, so that
+// no single check holds the store for long; the other algorithms take any cost up to capacity.
+TEST(LimitValidation, ASlidingWindowLogCheckTakesAtMostMaxLogCost) {
+  using namespace algorithms;
+  const auto log = *Limit::make(Algorithm::sliding_window_log, 200'000, 60 * kMicrosPerSecond);
+  EXPECT_TRUE(validate_cost(log, kMaxLogCost));
+  const auto over = validate_cost(log, kMaxLogCost + 1);
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message.find("sliding_window_counter"), std::string::npos) << over.error().message;
+  for (const auto a : {Algorithm::token_bucket, Algorithm::sliding_window_counter, Algorithm::fixed_window}) {
+    EXPECT_TRUE(validate_cost(*Limit::make(a, 200'000, 60 * kMicrosPerSecond), 100'000)) << to_string(a);
+  }
+}
+
 }  // namespace
 }  // namespace ratekeeper::testing

@@ -522,6 +522,23 @@ descriptors:
   EXPECT_EQ(after.statuses(1).limit_remaining(), 90u);
 }
 
+// A sliding window log keeps one entry per hit: a call of more hits than one check may take
+// (algorithms::kMaxLogCost) is refused at once, and counts nothing.
+TEST_F(RlsServiceTest, HitsAboveWhatASlidingLogTakesInOneCheckAreRefused) {
+  auto rls = service(R"(
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100000, algorithm: sliding_window_log}
+)");
+  const auto a = rls.ask(request({{{"user", "alice"}}}, 100'000));
+  EXPECT_EQ(a.status, Status::invalid_argument);
+  EXPECT_NE(a.message.find("sliding window log"), std::string::npos) << a.message;
+  const auto after = rls.answer(request({{{"user", "alice"}}}, 1));
+  EXPECT_EQ(after.overall_code(), kOk);
+  EXPECT_EQ(after.statuses(0).limit_remaining(), 99'999u);
+}
+
 TEST_F(RlsServiceTest, DescriptorHitsAddendAboveUint32IsInvalid) {
   auto rls = service(kTen);
   auto req = request({{{"user", "alice"}}});

@@ -111,6 +111,12 @@ TEST(RestartFields, EachRestartOnlyFieldAloneIsReported) {
                 "max_message_bytes: 65536}", "grpc.listen"}},
       {"grpc", {"grpc: {listen: 127.0.0.1:8081, config: domains, threads: 2, response_headers: true, "
                 "max_message_bytes: 65536}", "grpc.threads"}},
+      {"grpc", {"grpc: {listen: 127.0.0.1:8081, config: domains, threads: 1, response_headers: true, "
+                "max_message_bytes: 65536, handshake_timeout: 1s}", "grpc.handshake_timeout"}},
+      {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16, "
+                "escaped_slashes: keep}", "http"}},
+      {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16, "
+                "ambiguous_paths: keep}", "http"}},
       {"grpc", {"", "grpc"}},
   };
   const auto running = generation(yaml("", ""));
