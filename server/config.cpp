@@ -622,8 +622,8 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   }
   if (const auto h = root["http"]) {
     r.expect_map(h, "http",
-                 {"max_header_bytes", "max_body_bytes", "read_timeout", "max_pipelined",
-                  "escaped_slashes", "ambiguous_paths"});
+                 {"max_header_bytes", "max_body_bytes", "read_timeout", "request_timeout",
+                  "max_pipelined", "escaped_slashes", "ambiguous_paths"});
     if (h["max_header_bytes"]) {
       c.http.header_limit = static_cast<std::size_t>(
           r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
@@ -634,6 +634,9 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     }
     if (h["read_timeout"])
       c.http.read_timeout = r.duration(h["read_timeout"], "http.read_timeout", 1);
+    if (h["request_timeout"]) {
+      c.http.request_timeout = r.duration(h["request_timeout"], "http.request_timeout", 1);
+    }
     if (h["max_pipelined"]) {
       c.http.max_pipelined =
           static_cast<std::size_t>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));

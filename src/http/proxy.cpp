@@ -17,6 +17,8 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -141,6 +143,7 @@ constexpr JsonError kBadResponse{502, R"({"error":"Bad response from the upstrea
 constexpr JsonError kTimeout{504, R"({"error":"Upstream timed out"})"};
 constexpr JsonError kBadRequest{400, R"({"error":"Bad request"})"};
 constexpr JsonError kHeaderTooLarge{431, R"({"error":"Request header fields too large"})"};
+constexpr JsonError kRequestTimeout{408, R"({"error":"Request body not received within http.request_timeout"})"};
 constexpr JsonError kNotImplemented{501, R"({"error":"Method not implemented by the proxy"})"};
 constexpr JsonError kInternal{500, R"({"error":"Internal server error"})"};
 
@@ -210,6 +213,7 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> forwarded{0};
   std::atomic<std::uint64_t> answered_by_limiter{0};
   std::atomic<std::uint64_t> delayed{0};
+  std::atomic<std::uint64_t> held_client_gone{0};
   std::atomic<std::uint64_t> upstream_unreachable{0};
   std::atomic<std::uint64_t> upstream_timeout{0};
   std::atomic<std::uint64_t> upstream_bad_response{0};
@@ -229,6 +233,7 @@ class ProxySession final : public Connection {
         client_(std::move(socket)),
         pool_(proxy_.pool_of(client_.get_executor())),
         delay_timer_(client_.get_executor()),
+        body_timer_(client_.get_executor()),
         resolver_(client_.get_executor()) {
     peer_of(client_.socket(), peer_address_, peer_port_);
     beast::error_code ec;
@@ -271,6 +276,7 @@ class ProxySession final : public Connection {
     if (closed_) return;
     if (draining_) return close();
     busy_ = false;
+    body_deadline_.reset();
     req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
                  std::numeric_limits<std::uint64_t>::max(), true);
     client_.expires_after(to_duration(proxy_.options.read_timeout));
@@ -351,14 +357,37 @@ class ProxySession final : public Connection {
       delay_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
         if (!ec && !self->closed_) self->forward();
       });
+      watch_held_client();
       return;
     }
     forward();
   }
 
+  // A request held for its turn (on_limit: delay) whose client closes meanwhile is dropped:
+  // never forwarded. Its charge stays (the limiter consumed it at admission). Bytes from the
+  // client (its body, a pipelined request) end the watch: the client is there.
+  void watch_held_client() {
+    watching_held_ = true;
+    client_.socket().async_wait(tcp::socket::wait_read, [self = self<ProxySession>()](beast::error_code ec) {
+      self->watching_held_ = false;
+      if (self->closed_ || ec == net::error::operation_aborted) return;
+      char byte;
+      const auto n = ::recv(self->client_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (!ec && n > 0) return;  // data: the client is there
+      if (n < 0 && !ec && (errno == EAGAIN || errno == EWOULDBLOCK)) return self->watch_held_client();
+      self->proxy_.count(self->proxy_.held_client_gone);
+      self->client_gone();
+    });
+  }
+
   // ---- the upstream connection ---------------------------------------------------------
 
   void forward() {
+    // Stop watching a held client (watch_held_client): its read side is the request's again.
+    if (watching_held_) {
+      beast::error_code ignored;
+      client_.socket().cancel(ignored);
+    }
     retried_ = false;
     up_ = pool_.take();
     if (up_) {
@@ -488,6 +517,7 @@ class ProxySession final : public Connection {
 
   void relay_request_body() {
     if (req_->is_done()) {
+      body_timer_.cancel();
       if (request_framing_ != Framing::chunked) return read_response_header();
       up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
       net::async_write(up_->stream, net::buffer(kLastChunk),
@@ -502,11 +532,27 @@ class ProxySession final : public Connection {
     // Beast reads at most the room a buffer has (512 bytes at least): as much as the body's.
     client_buf_.reserve(proxy_.upstream.buffer_size);
     req_->stream_body(up_body_.room(room), room);
+    // Each read within read_timeout, the whole body within request_timeout of its first read:
+    // then body_timer_ cancels the read (the stream's own timeout would close the socket, and
+    // the 408 could not be written).
+    const auto now = std::chrono::steady_clock::now();
+    if (!body_deadline_) {
+      body_deadline_ = now + to_duration(proxy_.options.request_timeout);
+      body_timer_.expires_at(*body_deadline_);
+      body_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
+        if (ec || self->closed_ || !self->reading_body_) return;
+        beast::error_code ignored;
+        self->client_.socket().cancel(ignored);
+      });
+    }
+    if (now >= *body_deadline_) return request_timed_out();
     client_.expires_after(to_duration(proxy_.options.read_timeout));
+    reading_body_ = true;
     bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
   }
 
   void on_request_body(beast::error_code ec, std::size_t) {
+    reading_body_ = false;
     if (closed_) return;
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) {
@@ -515,6 +561,10 @@ class ProxySession final : public Connection {
         // A malformed chunk: the upstream's request is cut short, the client told why.
         drop_upstream();
         return answer_error(kBadRequest, false);
+      }
+      if (ec == net::error::operation_aborted && body_deadline_ &&
+          std::chrono::steady_clock::now() >= *body_deadline_) {
+        return request_timed_out();
       }
       return client_gone();
     }
@@ -754,6 +804,15 @@ class ProxySession final : public Connection {
     close();
   }
 
+  // The body did not arrive within request_timeout: the upstream's request is cut short, the
+  // client told why (if nothing of the response has gone to it yet), and the connection closes.
+  void request_timed_out() {
+    proxy_.count(proxy_.client_aborted);
+    drop_upstream();
+    if (response_begun_) return close();
+    answer_error(kRequestTimeout, false);
+  }
+
   void graceful_close() {
     beast::error_code ec;
     client_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -793,6 +852,7 @@ class ProxySession final : public Connection {
     if (closed_) return;
     closed_ = true;
     delay_timer_.cancel();
+    body_timer_.cancel();
     resolver_.cancel();
     drop_upstream();
     beast::error_code ec;
@@ -813,6 +873,9 @@ class ProxySession final : public Connection {
   beast::tcp_stream client_;
   UpstreamPool& pool_;
   net::steady_timer delay_timer_;
+  net::steady_timer body_timer_;  // request_timeout of the request's body
+  bool reading_body_ = false;     // a read of the request's body is under way
+  bool watching_held_ = false;    // watch_held_client's wait is under way
   tcp::resolver resolver_;
   beast::flat_buffer client_buf_;
   std::optional<RequestParser> req_;
@@ -844,6 +907,8 @@ class ProxySession final : public Connection {
   bool retried_ = false;
   bool idempotent_ = false;
   bool body_started_ = false;
+  // When the request's body must have arrived (request_timeout after its first read).
+  std::optional<std::chrono::steady_clock::time_point> body_deadline_;
   bool request_body_ = false;    // the request has a body to relay
   bool response_begun_ = false;  // the response's head has gone to the client
   bool busy_ = false;
@@ -953,6 +1018,7 @@ ProxyStats Proxy::proxy_stats() const {
   s.forwarded = get(im.forwarded);
   s.answered_by_limiter = get(im.answered_by_limiter);
   s.delayed = get(im.delayed);
+  s.held_client_gone = get(im.held_client_gone);
   s.upstream_unreachable = get(im.upstream_unreachable);
   s.upstream_timeout = get(im.upstream_timeout);
   s.upstream_bad_response = get(im.upstream_bad_response);
@@ -979,6 +1045,9 @@ std::string proxy_metrics(const Proxy& proxy) {
           s.answered_by_limiter);
   counter("delayed_total", "Requests forwarded after waiting for their turn (on_limit: delay).",
           s.delayed);
+  counter("held_client_gone_total",
+          "Requests held for their turn (on_limit: delay) whose client closed meanwhile: not forwarded.",
+          s.held_client_gone);
   fmt::format_to(it,
                  "# HELP ratekeeper_proxy_upstream_errors_total Requests the upstream could not "
                  "answer, by kind.\n# TYPE ratekeeper_proxy_upstream_errors_total counter\n"

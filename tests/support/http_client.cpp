@@ -1,6 +1,8 @@
 #include "support/http_client.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -331,6 +333,44 @@ std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url, in
 HttpResponse http_get(int port, std::string target, Headers headers) {
   HttpClient client(port);
   return client.get(std::move(target), std::move(headers));
+}
+
+std::optional<std::string> trickle_until_closed(int port, std::string_view head, std::string_view trickle,
+                                                std::chrono::milliseconds every,
+                                                std::chrono::milliseconds limit) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error(fmt::format("connect to port {} failed", port));
+  }
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string received;
+  std::size_t next = 0;
+  std::optional<std::string> out;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(every.count())) > 0) {
+      char buf[4096];
+      const auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        out = received;
+        break;
+      }
+      received.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (!trickle.empty()) {
+      ::send(fd, trickle.data() + next % trickle.size(), 1, MSG_NOSIGNAL);
+      ++next;
+    }
+  }
+  ::close(fd);
+  return out;
 }
 
 HttpResponse http_post(int port, std::string target, std::string body, Headers headers) {

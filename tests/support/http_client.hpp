@@ -69,6 +69,13 @@ class HttpClient {
   std::unique_ptr<Impl> impl_;
 };
 
+// A slow client: connects to 127.0.0.1:port, writes `head`, then one byte of `trickle` every
+// `every` (cycling through it) while reading what the server sends. What it received when the
+// server closed the connection, or nothing if it was still open after `limit`.
+std::optional<std::string> trickle_until_closed(int port, std::string_view head, std::string_view trickle,
+                                                std::chrono::milliseconds every,
+                                                std::chrono::milliseconds limit);
+
 // One-shot request on a fresh connection.
 HttpResponse http_get(int port, std::string target, Headers headers = {});
 HttpResponse http_post(int port, std::string target, std::string body, Headers headers = {});

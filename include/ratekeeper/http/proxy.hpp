@@ -55,6 +55,9 @@ struct ProxyStats {
   std::uint64_t forwarded = 0;             // admitted requests sent to the upstream
   std::uint64_t answered_by_limiter = 0;   // 429 / 400 / 500 from the middleware
   std::uint64_t delayed = 0;               // forwarded after waiting (on_limit: delay)
+  // Held for their turn, their client gone meanwhile: dropped, never forwarded (counted in
+  // `delayed` too, and in client_aborted).
+  std::uint64_t held_client_gone = 0;
   std::uint64_t upstream_unreachable = 0;  // 502: cannot connect
   std::uint64_t upstream_timeout = 0;      // 504
   std::uint64_t upstream_bad_response = 0; // 502: malformed, or closed before the header

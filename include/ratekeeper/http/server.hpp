@@ -44,6 +44,10 @@ struct ServerOptions {
   std::size_t header_limit = std::size_t{8} * 1024;
   std::size_t body_limit = std::size_t{1024} * 1024;  // larger → 413
   Micros read_timeout = 30 * kMicrosPerSecond;   // per request, idle keep-alive included
+  // The proxy streams bodies: each read within read_timeout, and the whole body within this
+  // long of its first read (slower: 408, the connection closed). The server reads a whole
+  // request, body included, within read_timeout.
+  Micros request_timeout = 60 * kMicrosPerSecond;
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
   // The normal form of every request's target (http/path.hpp), made before the handler runs;
   // a target without one is answered 400. The proxy lower-cases as its upstream says.

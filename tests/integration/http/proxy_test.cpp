@@ -126,6 +126,8 @@ class ProxyTest : public ::testing::Test {
     options.threads = threads;
     options.handle_signals = false;
     options.header_limit = 4096;
+    options.read_timeout = read_timeout_;
+    options.request_timeout = request_timeout_;
     if (upstream_options.host.empty()) {
       upstream_options.host = "127.0.0.1";
       upstream_options.port = static_cast<std::uint16_t>(upstream_.port());
@@ -155,6 +157,8 @@ class ProxyTest : public ::testing::Test {
   std::unique_ptr<http::Proxy> proxy_;
   std::thread runner_;
   int port_ = 0;
+  Micros read_timeout_ = 30 * kMicrosPerSecond;
+  Micros request_timeout_ = 60 * kMicrosPerSecond;
 };
 
 // Capacity 5, twelve at once: exactly five reach the upstream; the others get the 429 with its
@@ -469,6 +473,31 @@ TEST_F(ProxyTest, ClientAbortMidUploadReleasesTheUpstreamConnection) {
   ::close(fd);
   EXPECT_TRUE(upstream_.wait_for([&] { return upstream_.cut_off() == 1; }));
   EXPECT_TRUE(upstream_.wait_for([&] { return stats().client_aborted == 1; }));
+  EXPECT_EQ(upstream_.open_connections(), 0u);
+}
+
+// A slow client: its head must arrive within read_timeout, however it trickles in.
+TEST_F(ProxyTest, AHeadTricklingPastReadTimeoutIsClosed) {
+  read_timeout_ = 500 * kMicrosPerMilli;
+  start();
+  const auto received = trickle_until_closed(port_, "GET /x HTTP/1.1\r\nHost: x\r\n", "X-Slow: 1\r\n",
+                                             std::chrono::milliseconds(100), std::chrono::seconds(15));
+  EXPECT_TRUE(received.has_value()) << "the connection was still open";
+  EXPECT_EQ(upstream_.requests().size(), 0u);
+}
+
+// Each piece of a body arrives within read_timeout, but the whole body not within
+// request_timeout: 408, the upstream's request cut short, the connection closed.
+TEST_F(ProxyTest, ABodyTricklingPastRequestTimeoutIs408AndClosed) {
+  read_timeout_ = 5 * kMicrosPerSecond;
+  request_timeout_ = 500 * kMicrosPerMilli;
+  start();
+  const auto received =
+      trickle_until_closed(port_, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", "u",
+                           std::chrono::milliseconds(100), std::chrono::seconds(15));
+  ASSERT_TRUE(received.has_value()) << "the connection was still open";
+  EXPECT_TRUE(received->starts_with("HTTP/1.1 408")) << *received;
+  EXPECT_TRUE(upstream_.wait_for([&] { return upstream_.cut_off() == 1; }));
   EXPECT_EQ(upstream_.open_connections(), 0u);
 }
 

@@ -139,6 +139,21 @@ TEST(HttpHardening, SighupIsLoggedAndTheServerGoesOn) {
   EXPECT_TRUE(logged(*server, "SIGHUP")) << server->output() << server->errors();
 }
 
+// Slow clients (slowloris): a request's whole head, and on the server's routes its body too,
+// must arrive within read_timeout, however it trickles in; then the connection is closed, and
+// the server goes on serving.
+TEST(HttpHardening, ARequestTricklingPastReadTimeoutIsClosed) {
+  auto server = serve(std::string("http: {read_timeout: 500ms}\n") + kDemoRules);
+  const auto head = trickle_until_closed(server->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n", "X-Slow: 1\r\n",
+                                         100ms, 15s);
+  EXPECT_TRUE(head.has_value()) << "the connection was still open";
+  const auto body = trickle_until_closed(
+      server->port(), "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n",
+      " ", 100ms, 15s);
+  EXPECT_TRUE(body.has_value()) << "the connection was still open";
+  EXPECT_EQ(http_get(server->port(), "/healthz").status, 200);
+}
+
 // A client that sends its whole oversized body at once, then reads: the 413 must reach it,
 // and its body must be taken (read and discarded), not cut off by a reset caused by
 // closing with the body unread.

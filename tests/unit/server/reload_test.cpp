@@ -116,6 +116,8 @@ TEST(RestartFields, EachRestartOnlyFieldAloneIsReported) {
       {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16, "
                 "escaped_slashes: keep}", "http"}},
       {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16, "
+                "request_timeout: 5s}", "http"}},
+      {"http", {"http: {max_header_bytes: 8192, max_body_bytes: 1024, read_timeout: 30s, max_pipelined: 16, "
                 "ambiguous_paths: keep}", "http"}},
       {"grpc", {"", "grpc"}},
   };
