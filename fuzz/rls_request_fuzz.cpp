@@ -20,8 +20,8 @@ namespace {
 using namespace ratekeeper;
 using fuzz::require;
 
-// Every kind of node: exact, any value, wildcard, nested, unlimited, replaces, shadow, several
-// limits and algorithms, a limit of 0.
+// Every kind of node: exact, any value, wildcard (trailing, middle, shared), nested, unlimited,
+// replaces, shadow, quota, several limits and algorithms, a limit of 0.
 constexpr std::string_view kDomain = R"(domain: d
 descriptors:
   - key: k
@@ -41,6 +41,18 @@ descriptors:
   - key: s
     shadow_mode: true
     rate_limit: {unit: second, requests_per_unit: 1}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: w
+    value: a*b*c
+    share_threshold: true
+    descriptors:
+      - key: t
+        value: x*
+        share_threshold: true
+        quota_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
   - key: m
     rate_limits:
       - {unit: second, requests_per_unit: 2, algorithm: sliding_window_log}

@@ -4,7 +4,10 @@
 // name the identity counted, and every descriptor with limits is checked in ONE Limiter
 // evaluation: a request's descriptors are consumed all-or-nothing (across Redis Cluster
 // slots by the store's refunds, see store/redis_cluster_store.hpp). Shadow-mode descriptors
-// are counted on their own and always answered OK. A descriptor given twice in one request
+// are counted on their own and always answered OK; quota-mode descriptors are counted on their
+// own too, and answered OVER_LIMIT when over, but make the request over only when every
+// quota-mode descriptor of it is. Values matching a share_threshold wildcard share one counter.
+// A descriptor given twice in one request
 // (the same entries finding the same limits) is one counter taking the hits of both, and both
 // get its status.
 //
@@ -94,6 +97,7 @@ class Service {
     std::atomic<std::uint64_t> descriptors_over{0};
     std::atomic<std::uint64_t> descriptors_no_limit{0};
     std::atomic<std::uint64_t> descriptors_shadow_over{0};
+    std::atomic<std::uint64_t> descriptors_quota_over{0};
   };
   std::shared_ptr<Counters> counters_;  // shared with the services it continues
 };
