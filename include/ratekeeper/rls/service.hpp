@@ -13,12 +13,13 @@
 //
 // Answers, as envoyproxy/ratelimit gives them: an unknown domain or a descriptor without a
 // limit (or unlimited, or replaced) is OK without current_limit; OVER_LIMIT overall when any
-// enforcing descriptor is over. A limit of 0 requests, or hits above a limit's capacity, is
-// over without counting (and the request's other descriptors then only peek). Bad requests
-// (empty domain, no descriptors, a descriptor without entries or with an empty key, hits
-// above 2^32-1, too many descriptors, a message above max_message_bytes, an override with an
-// unknown unit) are invalid_argument; a store failure that a node's on_store_error does not
-// answer is unavailable, so that Envoy applies its own failure_mode_deny.
+// enforcing descriptor is over, or every quota-mode one. A limit of 0 requests, or hits above
+// a limit's capacity, is over without counting (and the request's other descriptors then only
+// peek). Bad requests (empty domain, no descriptors, a descriptor without entries or with an
+// empty key, hits above 2^32-1, too many descriptors, a message above max_message_bytes, an
+// override with an unknown unit) are invalid_argument; a store failure that a node's
+// on_store_error does not answer is unavailable, so that Envoy applies its own
+// failure_mode_deny.
 //
 // Thread-safe. The Limiter must outlive the Service and every call in flight.
 
