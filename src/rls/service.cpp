@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <future>
@@ -459,7 +460,17 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
         }
         if (slot.quota) {
           ++quotas;
-          if (d.allowed) {
+          if (r.by_failure_policy) {
+            // Counted apart, as a shadow rule: a store failure leaves it allowed.
+            tally = &counters_->descriptors_quota_store_error;
+            if (std::uint64_t suppressed = 0; quota_failure_log_.admit(suppressed)) {
+              spdlog::warn("rate limit service: store failed for quota-mode descriptor {} of "
+                           "{}: answered OK{}",
+                           i, r.rule != nullptr ? r.rule->name : std::string("?"),
+                           suppressed > 0 ? fmt::format(" ({} such lines left out)", suppressed)
+                                          : std::string());
+            }
+          } else if (d.allowed) {
             tally = &counters_->descriptors_ok;
             shown.rules.push_back(r);
           } else {
@@ -539,6 +550,8 @@ std::string Service::metrics_text() const {
                      v(counters_->descriptors_shadow_over));
   out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"quota_over_limit\"}} {}\n",
                      v(counters_->descriptors_quota_over));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"quota_store_error\"}} {}\n",
+                     v(counters_->descriptors_quota_store_error));
   return out;
 }
 

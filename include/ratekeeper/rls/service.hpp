@@ -31,6 +31,7 @@
 #include <string>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/rls/descriptors.hpp"
 
@@ -99,8 +100,11 @@ class Service {
     std::atomic<std::uint64_t> descriptors_no_limit{0};
     std::atomic<std::uint64_t> descriptors_shadow_over{0};
     std::atomic<std::uint64_t> descriptors_quota_over{0};
+    // quota_mode descriptors answered OK because the store failed
+    std::atomic<std::uint64_t> descriptors_quota_store_error{0};
   };
   std::shared_ptr<Counters> counters_;  // shared with the services it continues
+  LogLimit quota_failure_log_;          // the lines of quota descriptors the store failed
 };
 
 }  // namespace ratekeeper::rls

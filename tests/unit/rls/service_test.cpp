@@ -898,6 +898,24 @@ descriptors:
   EXPECT_EQ(rls.code(request({{{"user", "alice"}}})), kOver);
 }
 
+TEST_F(RlsServiceStoreFailureTest, AQuotaDescriptorIsAnsweredOkAndCountedWhenTheStoreFails) {
+  auto rls = over_failing_store(R"(
+domain: d
+descriptors:
+  - key: service
+    quota_mode: true
+    on_store_error: deny
+    rate_limit: {unit: minute, requests_per_unit: 2}
+)");
+  const auto r = rls.answer(request({{{"service", "a"}}}));
+  EXPECT_EQ(r.overall_code(), kOk);
+  EXPECT_EQ(r.statuses(0).code(), kOk);
+  EXPECT_EQ(
+      metric(rls.service(), R"(ratekeeper_rls_descriptors_total{result="quota_store_error"})"),
+      "1");
+  EXPECT_EQ(metric(rls.service(), R"(ratekeeper_rls_descriptors_total{result="ok"})"), "0");
+}
+
 TEST_F(RlsServiceStoreFailureTest, AShadowDescriptorIsAnsweredOkWhenTheStoreFails) {
   auto rls = over_failing_store(R"(
 domain: d
