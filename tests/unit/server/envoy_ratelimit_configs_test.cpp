@@ -91,7 +91,7 @@ TEST(EnvoyRatelimitConfigs, EveryTestConfigurationLoadsOrIsRefusedAsTheirsIs) {
 }
 
 // A directory holding their files as they test them together.
-class ConfigDirectory : public ::testing::Test {
+class EnvoyRatelimitConfigDirectory : public ::testing::Test {
  protected:
   fs::path dir_ =
       fs::temp_directory_path() /
@@ -106,7 +106,7 @@ class ConfigDirectory : public ::testing::Test {
   void add(const std::string& name) { fs::copy_file(kTestConfigs / name, dir_ / name); }
 };
 
-TEST_F(ConfigDirectory, TwoFilesOfOneDomainAreRefusedNamingTheSecond) {
+TEST_F(EnvoyRatelimitConfigDirectory, TwoFilesOfOneDomainAreRefusedNamingTheSecond) {
   // TestDuplicateDomain: "duplicate_domain.yaml: duplicate domain 'test-domain' in config file".
   add("basic_config.yaml");
   add("duplicate_domain.yaml");
@@ -120,7 +120,7 @@ TEST_F(ConfigDirectory, TwoFilesOfOneDomainAreRefusedNamingTheSecond) {
   }
 }
 
-TEST_F(ConfigDirectory, FilesToMergeAreRefusedAsTheirsAreWithoutMergeDomainConfig) {
+TEST_F(EnvoyRatelimitConfigDirectory, FilesToMergeAreRefusedAsTheirsAreWithoutMergeDomainConfig) {
   // envoyproxy/ratelimit merges them only with MERGE_DOMAIN_CONFIG=true (TestDomainMerge);
   // ratekeeper has no such setting: one domain, one file.
   add("merge_domain_key1.yaml");
