@@ -26,7 +26,8 @@ using fuzz::require;
 void check_node(const rls::Domain& domain, const std::vector<limiter::Rule>& rules,
                 const rls::DescriptorNode& node, std::vector<rls::Entry>& path, bool exact) {
   require(!node.key.empty());
-  require(node.wildcard == node.value.ends_with('*'));
+  require(node.wildcard == (node.value.find('*') != std::string::npos));
+  require(!node.share_threshold || node.wildcard);
   std::set<std::string> names;
   std::size_t counted = 0;
   for (const auto& limit : node.limits) {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/rls/service.hpp"
@@ -20,8 +21,8 @@ namespace {
 using namespace ratekeeper;
 using fuzz::require;
 
-// Every kind of node: exact, any value, wildcard, nested, unlimited, replaces, shadow, several
-// limits and algorithms, a limit of 0.
+// Every kind of node: exact, any value, wildcard (trailing, middle, shared), nested, unlimited,
+// replaces, shadow, quota, several limits and algorithms, a limit of 0.
 constexpr std::string_view kDomain = R"(domain: d
 descriptors:
   - key: k
@@ -41,6 +42,18 @@ descriptors:
   - key: s
     shadow_mode: true
     rate_limit: {unit: second, requests_per_unit: 1}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: w
+    value: a*b*c
+    share_threshold: true
+    descriptors:
+      - key: t
+        value: x*
+        share_threshold: true
+        quota_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
   - key: m
     rate_limits:
       - {unit: second, requests_per_unit: 2, algorithm: sliding_window_log}
@@ -87,12 +100,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const auto& r = a.response;
     require(r.statuses_size() == request.descriptors_size());
+    // Over overall iff a descriptor not in quota mode is over, or every quota-mode one is (the
+    // quota nodes of kDomain have no name: never replaced).
+    const rls::Domain* domain = f->service->config().find(request.domain());
     bool over = false;
-    for (const auto& s : r.statuses()) {
+    int quotas = 0;
+    int quotas_over = 0;
+    std::vector<rls::Entry> entries;
+    for (int i = 0; i < r.statuses_size(); ++i) {
+      const auto& s = r.statuses(i);
       require(s.code() == rls::pb::RateLimitResponse::OK || s.code() == rls::pb::RateLimitResponse::OVER_LIMIT);
-      over = over || s.code() == rls::pb::RateLimitResponse::OVER_LIMIT;
       require(s.code() != rls::pb::RateLimitResponse::OVER_LIMIT || s.has_current_limit());
+      const auto& d = request.descriptors(i);
+      entries.clear();
+      for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
+      const rls::DescriptorNode* node =
+          domain != nullptr && !d.has_limit() ? rls::match(*domain, entries) : nullptr;
+      const bool is_over = s.code() == rls::pb::RateLimitResponse::OVER_LIMIT;
+      if (node != nullptr && node->quota_mode && !node->shadow_mode) {
+        ++quotas;
+        quotas_over += is_over ? 1 : 0;
+      } else {
+        over = over || is_over;
+      }
     }
+    over = over || (quotas > 0 && quotas_over == quotas);
     require(r.overall_code() == (over ? rls::pb::RateLimitResponse::OVER_LIMIT : rls::pb::RateLimitResponse::OK));
     bool retry_after = false;
     for (const auto& h : r.response_headers_to_add()) retry_after = retry_after || h.key() == "Retry-After";

@@ -204,16 +204,17 @@ void read_descriptors(const Reader& r, const YAML::Node& node, const std::string
 
 DescriptorNode read_descriptor(const Reader& r, const YAML::Node& node, const std::string& path,
                                std::optional<FailureMode> inherited) {
-  r.expect_map(node, path,
-               {"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
-                "detailed_metric", "value_to_metric", "share_threshold", "on_store_error"});
+  r.expect_map(
+      node, path,
+      {"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
+       "detailed_metric", "value_to_metric", "share_threshold", "metadata", "on_store_error"});
   DescriptorNode out;
   const auto key_path = Reader::field(path, "key");
   if (!node["key"]) r.fail(key_path, "required field missing");
   out.key = optional_string(r, node["key"], key_path);
   if (out.key.empty()) r.fail(key_path, "must not be empty");
   if (node["value"]) out.value = optional_string(r, node["value"], Reader::field(path, "value"));
-  out.wildcard = out.value.ends_with('*');
+  out.wildcard = out.value.find('*') != std::string::npos;
   out.on_store_error = node["on_store_error"]
                            ? store_error_mode(r, node["on_store_error"],
                                               Reader::field(path, "on_store_error"))
@@ -224,11 +225,20 @@ DescriptorNode read_descriptor(const Reader& r, const YAML::Node& node, const st
     return f && r.boolean(f, Reader::field(path, name));
   };
   out.shadow_mode = flag("shadow_mode");
+  out.quota_mode = flag("quota_mode");
   out.detailed_metric = flag("detailed_metric");
   out.value_to_metric = flag("value_to_metric");
-  if (flag("share_threshold")) {
+  out.share_threshold = flag("share_threshold");
+  if (out.share_threshold && !out.wildcard) {
     r.fail(Reader::field(path, "share_threshold"),
-           "not supported: each value matching a wildcard is counted on its own");
+           fmt::format("only with a wildcard value (holding a '*'): {}",
+                       out.value.empty() ? std::string("the descriptor has no value")
+                                         : fmt::format("'{}' is an exact value", out.value)));
+  }
+  // Metadata for Envoy (envoyproxy/ratelimit returns it only with RESPONSE_DYNAMIC_METADATA):
+  // any mapping, not used here.
+  if (const auto metadata = node["metadata"]; metadata && !metadata.IsNull() && !metadata.IsMap()) {
+    r.fail(Reader::field(path, "metadata"), "must be a mapping");
   }
   read_descriptors(r, node["descriptors"], Reader::field(path, "descriptors"), out,
                    out.on_store_error);

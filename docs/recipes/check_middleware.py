@@ -8,7 +8,7 @@ response. When ratekeeper cannot be reached, `fail_open` decides (the seed's fai
 default), and the outage is logged, never mistaken for a denial.
 
     app = FastAPI()
-    app.add_middleware(RatekeeperMiddleware, url="http://127.0.0.1:9090")
+    app.add_middleware(RatekeeperMiddleware, url="http://127.0.0.1:8080")
 """
 
 import json

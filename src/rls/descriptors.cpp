@@ -57,8 +57,7 @@ const DescriptorNode* child_for(const DescriptorNode& level, const Entry& entry)
   }
   for (const std::size_t i : index.wildcards) {
     const auto& node = level.descriptors[i];
-    const std::string_view prefix = std::string_view(node.value).substr(0, node.value.size() - 1);
-    if (node.key == entry.key && entry.value.starts_with(prefix)) return &node;
+    if (node.key == entry.key && wildcard_match(node.value, entry.value)) return &node;
   }
   if (!index.any.empty()) {
     scratch.assign(entry.key);
@@ -138,7 +137,9 @@ void append_node_rules(DescriptorNode& node, std::vector<std::string_view>& path
     rule.name = names.take(path);
     rule.limits = std::move(policy);
     rule.cost = 1;
-    rule.shadow = node.shadow_mode;
+    // A quota_mode descriptor is counted apart from the request's all-or-nothing group, as a
+    // shadow one is: the service decides what its denial means.
+    rule.shadow = node.shadow_mode || node.quota_mode;
     rule.on_store_error = node.on_store_error.value_or(limiter::FailureMode::error);
     node.rule = rules.size();
     rules.push_back(std::move(rule));
@@ -207,20 +208,57 @@ void index_config(RlsConfig& config) {
 
 void index_domain(Domain& domain) { index_node(domain.root); }
 
-const DescriptorNode* match(const Domain& domain, std::span<const Entry> entries) {
+const DescriptorNode* match(const Domain& domain, std::span<const Entry> entries,
+                            std::vector<const DescriptorNode*>& path) {
+  path.clear();
   const DescriptorNode* level = &domain.root;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const DescriptorNode* node = child_for(*level, entries[i]);
-    if (node == nullptr) return nullptr;
+    if (node == nullptr) break;
+    path.push_back(node);
     if (i + 1 == entries.size()) {
-      return !node->limits.empty() || node->unlimited ? node : nullptr;
+      if (!node->limits.empty() || node->unlimited) return node;
+      break;
     }
     // More entries than the configuration has levels here: a limit at this node is for
     // shorter descriptors only.
-    if (node->descriptors.empty()) return nullptr;
+    if (node->descriptors.empty()) break;
     level = node;
   }
+  path.clear();
   return nullptr;
+}
+
+const DescriptorNode* match(const Domain& domain, std::span<const Entry> entries) {
+  thread_local std::vector<const DescriptorNode*> path;
+  return match(domain, entries, path);
+}
+
+bool wildcard_match(std::string_view pattern, std::string_view value) noexcept {
+  const auto first_star = pattern.find('*');
+  if (first_star == std::string_view::npos) return pattern == value;
+  const auto last_star = pattern.rfind('*');
+  const std::string_view head = pattern.substr(0, first_star);
+  const std::string_view tail = pattern.substr(last_star + 1);
+  if (value.size() < head.size() + tail.size()) return false;
+  if (!value.starts_with(head) || !value.ends_with(tail)) return false;
+  // The literal runs between the first and the last '*', in order, in what lies between.
+  std::string_view rest = value.substr(head.size(), value.size() - head.size() - tail.size());
+  std::string_view middle = first_star == last_star
+                                ? std::string_view()
+                                : pattern.substr(first_star + 1, last_star - first_star - 1);
+  while (!middle.empty()) {
+    const auto star = middle.find('*');
+    const std::string_view part = middle.substr(0, star);
+    if (!part.empty()) {
+      const auto at = rest.find(part);
+      if (at == std::string_view::npos) return false;
+      rest.remove_prefix(at + part.size());
+    }
+    if (star == std::string_view::npos) break;
+    middle.remove_prefix(star + 1);
+  }
+  return true;
 }
 
 std::string policy_limit_name(const DescriptorLimit& limit) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <future>
@@ -42,16 +43,22 @@ void append_escaped(std::string& out, std::string_view text) {
 }
 
 // The identity a descriptor is counted under: its entries "k=v|k=v" (and an override's limit),
-// or, when that is too long for a key, "sha256:" and its digest.
+// or, when that is too long for a key, "sha256:" and its digest. `path`: the node each entry
+// found (empty for an override); an entry that found a share_threshold wildcard is written
+// with the wildcard instead of its value, so that every value it matches shares the counter.
+// A value equal to the wildcard itself matches it too: it shares that counter, rightly.
 std::string identity_of(const pb::RateLimitRequest& request, int descriptor,
-                        const DescriptorLimit* override_limit) {
+                        const DescriptorLimit* override_limit,
+                        std::span<const DescriptorNode* const> path) {
   const auto& d = request.descriptors(descriptor);
   std::string id;
   for (int i = 0; i < d.entries_size(); ++i) {
     if (i > 0) id += '|';
     append_escaped(id, d.entries(i).key());
     id += '=';
-    append_escaped(id, d.entries(i).value());
+    const auto at = static_cast<std::size_t>(i);
+    const bool shared = at < path.size() && path[at]->share_threshold;
+    append_escaped(id, shared ? std::string_view(path[at]->value) : d.entries(i).value());
   }
   if (override_limit != nullptr) {
     id += fmt::format("|limit={}/{}", override_limit->requests_per_unit, to_string(override_limit->unit));
@@ -94,10 +101,13 @@ struct Slot {
     no_limit,   // unknown domain, no match, unlimited, replaced: OK without a limit
     over,       // a limit of 0, or hits above a capacity: over without counting
     enforcing,  // Evaluation::rules[index]
-    shadow,     // Evaluation::shadow[index]
+    shadow,     // Evaluation::shadow[index]: shadow_mode or quota_mode, counted apart
   };
   Kind kind = Kind::no_limit;
   bool shadow = false;
+  // quota_mode (and not shadow): counted on its own, as shadow; over, it makes the request
+  // over only when every quota descriptor of the request is.
+  bool quota = false;
   std::size_t index = 0;
   // The limits shown as current_limit, in the order of the rule's policy (enforcing, shadow),
   // or the one limit that is over (over).
@@ -212,6 +222,9 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
 
   // Each descriptor's node (or override) and cost; the names of the limits replaced.
   std::vector<const DescriptorNode*> nodes(static_cast<std::size_t>(n), nullptr);
+  // The node each entry found, per descriptor, when a share_threshold wildcard is among them.
+  std::vector<std::vector<const DescriptorNode*>> shared_paths(static_cast<std::size_t>(n));
+  std::vector<const DescriptorNode*> path;
   std::vector<std::int64_t> costs(static_cast<std::size_t>(n), 1);
   std::unordered_set<std::string_view> replaced;
   for (int i = 0; i < n; ++i) {
@@ -220,8 +233,12 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     if (d.has_limit()) continue;
     entries.clear();
     for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
-    const DescriptorNode* node = match(*domain, entries);
+    const DescriptorNode* node = match(*domain, entries, path);
     if (node == nullptr) continue;
+    if (std::any_of(path.begin(), path.end(),
+                    [](const DescriptorNode* p) { return p->share_threshold; })) {
+      shared_paths[i] = path;
+    }
     // An unlimited descriptor's `replaces` apply too (envoyproxy/ratelimit).
     for (const auto& name : node->replaces) replaced.insert(name);
     if (!node->unlimited) nodes[i] = node;
@@ -252,9 +269,10 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
       slot.kind = Slot::Kind::enforcing;
     } else if (const DescriptorNode* node = nodes[i]; node != nullptr) {
       slot.shadow = node->shadow_mode;
+      slot.quota = node->quota_mode && !node->shadow_mode;
       // Limits of 0 requests only: no rule counts them; the headers name the domain's.
       slot.rule_name = rules[node->rule != kNoRule ? node->rule : domain->override_rule].name;
-      slot.kind = slot.shadow ? Slot::Kind::shadow : Slot::Kind::enforcing;
+      slot.kind = slot.shadow || slot.quota ? Slot::Kind::shadow : Slot::Kind::enforcing;
       const bool any_replaced =
           !replaced.empty() && std::any_of(node->limits.begin(), node->limits.end(),
                                            [&](const DescriptorLimit& l) {
@@ -295,7 +313,8 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     if (slot.kind == Slot::Kind::no_limit) continue;
     const bool is_override = request.descriptors(i).has_limit();
     slot.rule = is_override ? domain->override_rule : nodes[i]->rule;
-    slot.identity = identity_of(request, i, is_override ? &slot.override_limit : nullptr);
+    slot.identity =
+        identity_of(request, i, is_override ? &slot.override_limit : nullptr, shared_paths[i]);
     for (int j = 0; j < i; ++j) {
       const auto& first = call->slots[j];
       if (first.kind != Slot::Kind::no_limit && !first.same_as && first.rule == slot.rule &&
@@ -319,7 +338,7 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
         const DescriptorLimit* over = l;
         slot.shown.assign(1, over);
         slot.kind = Slot::Kind::over;
-        certainly_over = certainly_over || !slot.shadow;
+        certainly_over = certainly_over || (!slot.shadow && !slot.quota);
         break;
       }
     }
@@ -335,9 +354,10 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     Application app;
     app.rule = &rules[slot.rule];
     app.identity = std::move(slot.identity);
-    app.cost = (certainly_over && !slot.shadow) ? 0 : costs[i];
+    const bool apart = slot.kind == Slot::Kind::shadow;  // shadow_mode or quota_mode
+    app.cost = (certainly_over && !apart) ? 0 : costs[i];
     if (!slot.policy.empty() || request.descriptors(i).has_limit()) app.limits = &slot.policy;
-    slot.index = slot.shadow ? shadow++ : enforcing++;
+    slot.index = apart ? shadow++ : enforcing++;
     apps.push_back(std::move(app));
   }
   if (apps.empty()) {
@@ -364,6 +384,11 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
   Answer out;
   auto& response = out.response;
   bool over = false;
+  // quota_mode descriptors: how many, how many over, and their outcomes for the headers
+  // (shown only when they make the request over, or when allowed).
+  std::size_t quotas = 0;
+  std::size_t quotas_over = 0;
+  std::vector<RuleOutcome> quota_shown;
   // For the headers: the enforcing rules' outcomes, and those over without counting.
   Evaluation shown;
   // The counter of each descriptor's result (a repeated descriptor: its first's).
@@ -392,9 +417,15 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
           break;
         }
         status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-        tally = &counters_->descriptors_over;
-        over = true;
-        RuleOutcome& r = shown.rules.emplace_back();
+        if (slot.quota) {
+          ++quotas;
+          ++quotas_over;
+          tally = &counters_->descriptors_quota_over;
+        } else {
+          tally = &counters_->descriptors_over;
+          over = true;
+        }
+        RuleOutcome& r = slot.quota ? quota_shown.emplace_back() : shown.rules.emplace_back();
         auto& lo = r.limits.emplace_back();
         lo.policy_name = slot.rule_name;
         lo.limit = l.requests_per_unit > 0 ? l.limit
@@ -410,7 +441,8 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
       }
       case Slot::Kind::enforcing:
       case Slot::Kind::shadow: {
-        const auto& rules = slot.shadow ? evaluation->shadow : evaluation->rules;
+        const auto& rules =
+            slot.kind == Slot::Kind::shadow ? evaluation->shadow : evaluation->rules;
         if (slot.index >= rules.size()) {
           count(Status::internal, nullptr);
           done(Answer{Status::internal, "limiter answered fewer rules than asked", {}});
@@ -426,6 +458,29 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
           tally = d.allowed ? &counters_->descriptors_ok : &counters_->descriptors_shadow_over;
           break;
         }
+        if (slot.quota) {
+          ++quotas;
+          if (r.by_failure_policy) {
+            // Counted apart, as a shadow rule: a store failure leaves it allowed.
+            tally = &counters_->descriptors_quota_store_error;
+            if (std::uint64_t suppressed = 0; quota_failure_log_.admit(suppressed)) {
+              spdlog::warn("rate limit service: store failed for quota-mode descriptor {} of "
+                           "{}: answered OK{}",
+                           i, r.rule != nullptr ? r.rule->name : std::string("?"),
+                           suppressed > 0 ? fmt::format(" ({} such lines left out)", suppressed)
+                                          : std::string());
+            }
+          } else if (d.allowed) {
+            tally = &counters_->descriptors_ok;
+            shown.rules.push_back(r);
+          } else {
+            ++quotas_over;
+            status->set_code(pb::RateLimitResponse::OVER_LIMIT);
+            tally = &counters_->descriptors_quota_over;
+            quota_shown.push_back(r);
+          }
+          break;
+        }
         if (!d.allowed) {
           status->set_code(pb::RateLimitResponse::OVER_LIMIT);
           tally = &counters_->descriptors_over;
@@ -439,6 +494,11 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
     }
     tally->fetch_add(1, std::memory_order_relaxed);
     tallies[i] = tally;
+  }
+  // As envoyproxy/ratelimit: quota descriptors over make the request over only when all are.
+  if (quotas > 0 && quotas_over == quotas) {
+    over = true;
+    for (auto& r : quota_shown) shown.rules.push_back(std::move(r));
   }
   response.set_overall_code(over ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
   if (options_.response_headers && !shown.rules.empty()) {
@@ -488,6 +548,10 @@ std::string Service::metrics_text() const {
   out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"no_limit\"}} {}\n", v(counters_->descriptors_no_limit));
   out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"shadow_over_limit\"}} {}\n",
                      v(counters_->descriptors_shadow_over));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"quota_over_limit\"}} {}\n",
+                     v(counters_->descriptors_quota_over));
+  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"quota_store_error\"}} {}\n",
+                     v(counters_->descriptors_quota_store_error));
   return out;
 }
 

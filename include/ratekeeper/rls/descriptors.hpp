@@ -56,16 +56,23 @@ struct DescriptorLimit {
 // One `descriptors` entry of the configuration, with its nested descriptors.
 struct DescriptorNode {
   std::string key;
-  // Exact value; empty: any value (each value counted on its own); ending in '*' (wildcard):
-  // any value starting with what precedes the '*', each value counted on its own.
+  // Exact value; empty: any value (each value counted on its own); holding a '*' (wildcard):
+  // any value that wildcard_match()es it, each value counted on its own unless
+  // share_threshold.
   std::string value;
-  bool wildcard = false;  // value ends with '*'
+  bool wildcard = false;  // value holds a '*'
   // The limits of a descriptor that ends at this node: none when the node only nests
   // (no rate_limit); `unlimited` never counts.
   std::vector<DescriptorLimit> limits;
   bool unlimited = false;
   std::vector<std::string> replaces;  // names of limits this node's limits replace
   bool shadow_mode = false;           // counted, but always answered OK
+  // Counted on its own like shadow_mode; over, it makes the request over only when every
+  // quota_mode descriptor of the request is over (and it is not shadow_mode).
+  bool quota_mode = false;
+  // A wildcard whose matching values share one counter: the value's place in the identity
+  // is taken by the pattern (`value`).
+  bool share_threshold = false;
   bool detailed_metric = false;
   bool value_to_metric = false;  // metrics name the request's value (envoyproxy/ratelimit)
   // When the store fails: a failure policy (allow, deny, local), or nullopt: the call fails
@@ -125,6 +132,15 @@ struct Entry {
 // unlimited) applies only when it is reached by the descriptor's last entry; the walk stops
 // at a node without nested descriptors. nullptr: no limit applies.
 const DescriptorNode* match(const Domain& domain, std::span<const Entry> entries);
+// As match(), and `path` (cleared first) gets the node each entry found, one per entry, when a
+// node applies; left empty otherwise.
+const DescriptorNode* match(const Domain& domain, std::span<const Entry> entries,
+                            std::vector<const DescriptorNode*>& path);
+
+// Whether `value` matches the wildcard `pattern` as envoyproxy/ratelimit matches it: each '*'
+// stands for any run of bytes (empty too), the rest is literal ("a*" any value starting with
+// "a", "a*b*c" starting with "a", ending with "c", with "b" between). No allocation.
+bool wildcard_match(std::string_view pattern, std::string_view value) noexcept;
 
 }  // namespace ratekeeper::rls
 

@@ -4,18 +4,22 @@
 // name the identity counted, and every descriptor with limits is checked in ONE Limiter
 // evaluation: a request's descriptors are consumed all-or-nothing (across Redis Cluster
 // slots by the store's refunds, see store/redis_cluster_store.hpp). Shadow-mode descriptors
-// are counted on their own and always answered OK. A descriptor given twice in one request
+// are counted on their own and always answered OK; quota-mode descriptors are counted on their
+// own too, and answered OVER_LIMIT when over, but make the request over only when every
+// quota-mode descriptor of it is. Values matching a share_threshold wildcard share one counter.
+// A descriptor given twice in one request
 // (the same entries finding the same limits) is one counter taking the hits of both, and both
 // get its status.
 //
 // Answers, as envoyproxy/ratelimit gives them: an unknown domain or a descriptor without a
 // limit (or unlimited, or replaced) is OK without current_limit; OVER_LIMIT overall when any
-// enforcing descriptor is over. A limit of 0 requests, or hits above a limit's capacity, is
-// over without counting (and the request's other descriptors then only peek). Bad requests
-// (empty domain, no descriptors, a descriptor without entries or with an empty key, hits
-// above 2^32-1, too many descriptors, a message above max_message_bytes, an override with an
-// unknown unit) are invalid_argument; a store failure that a node's on_store_error does not
-// answer is unavailable, so that Envoy applies its own failure_mode_deny.
+// enforcing descriptor is over, or every quota-mode one. A limit of 0 requests, or hits above
+// a limit's capacity, is over without counting (and the request's other descriptors then only
+// peek). Bad requests (empty domain, no descriptors, a descriptor without entries or with an
+// empty key, hits above 2^32-1, too many descriptors, a message above max_message_bytes, an
+// override with an unknown unit) are invalid_argument; a store failure that a node's
+// on_store_error does not answer is unavailable, so that Envoy applies its own
+// failure_mode_deny.
 //
 // Thread-safe. The Limiter must outlive the Service and every call in flight.
 
@@ -27,6 +31,7 @@
 #include <string>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/rls/descriptors.hpp"
 
@@ -94,8 +99,12 @@ class Service {
     std::atomic<std::uint64_t> descriptors_over{0};
     std::atomic<std::uint64_t> descriptors_no_limit{0};
     std::atomic<std::uint64_t> descriptors_shadow_over{0};
+    std::atomic<std::uint64_t> descriptors_quota_over{0};
+    // quota_mode descriptors answered OK because the store failed
+    std::atomic<std::uint64_t> descriptors_quota_store_error{0};
   };
   std::shared_ptr<Counters> counters_;  // shared with the services it continues
+  LogLimit quota_failure_log_;          // the lines of quota descriptors the store failed
 };
 
 }  // namespace ratekeeper::rls

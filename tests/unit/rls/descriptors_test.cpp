@@ -109,14 +109,16 @@ descriptors:
   EXPECT_EQ(limit_of(domain, {{"k", "x"}}), 3);
 }
 
-TEST(RlsMatch, AStarInsideAValueIsAnExactValue) {
+TEST(RlsMatch, AStarInsideAValueIsAWildcardAsInEnvoyproxyRatelimit) {
   const auto domain = parse_rls_domain(R"(
 domain: d
 descriptors:
   - {key: k, value: "a*b", rate_limit: {unit: second, requests_per_unit: 1}}
+  - {key: k, value: "axb", rate_limit: {unit: second, requests_per_unit: 2}}
 )");
   EXPECT_EQ(limit_of(domain, {{"k", "a*b"}}), 1);
-  EXPECT_EQ(limit_of(domain, {{"k", "axb"}}), kNone);
+  EXPECT_EQ(limit_of(domain, {{"k", "ayyb"}}), 1);
+  EXPECT_EQ(limit_of(domain, {{"k", "axb"}}), 2);  // the exact value first
   EXPECT_EQ(limit_of(domain, {{"k", "a*bc"}}), kNone);
 }
 
@@ -263,6 +265,65 @@ TEST(RlsConfigIndex, FindsDomainsByName) {
   EXPECT_EQ(config.find("one"), &config.domains[0]);
   EXPECT_EQ(config.find("three"), nullptr);
   EXPECT_EQ(config.find(""), nullptr);
+}
+
+TEST(RlsWildcard, MatchesAsEnvoyproxyRatelimitDoes) {
+  struct Case {
+    std::string_view pattern;
+    std::string_view value;
+    bool matches;
+  };
+  const Case cases[] = {
+      {"foo*", "foo", true},
+      {"foo*", "foo1", true},
+      {"foo*", "fo", false},
+      {"*", "", true},
+      {"*", "anything", true},
+      {"bar*b", "barab", true},
+      {"bar*b", "barb", true},
+      {"bar*b", "bar", false},
+      {"bar*b", "bara", false},
+      {"bar*b", "xbarb", false},
+      {"*b", "ab", true},
+      {"*b", "ba", false},
+      {"foo*bar*baz", "foobarbaz", true},
+      {"foo*bar*baz", "foo1bar2baz", true},
+      {"foo*bar*baz", "foo123baz", false},
+      {"foo*bar*baz", "bar456baz", false},
+      {"a*a", "a", false},
+      {"a*a", "aa", true},
+      {"a**b", "ab", true},
+      {"a*b*b", "abb", true},
+      {"a*b*b", "ab", false},
+      {"exact", "exact", true},
+      {"exact", "exac", false},
+      {"a*bc*bc", "abcbc", true},
+      {"a*bc*bc", "abc", false},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(wildcard_match(c.pattern, c.value), c.matches) << c.pattern << " " << c.value;
+  }
+}
+
+TEST(RlsMatch, AMiddleWildcardMatchesItsKeyOnly) {
+  Domain domain;
+  DescriptorNode node;
+  node.key = "k";
+  node.value = "a*z";
+  node.wildcard = true;
+  node.limits.push_back(
+      DescriptorLimit{.name = "", .requests_per_unit = 3, .unit = Unit::second, .limit = {}});
+  domain.root.descriptors.push_back(node);
+  index_domain(domain);
+  const std::vector<Entry> match_it = {{"k", "a-z"}};
+  const std::vector<Entry> other_key = {{"j", "a-z"}};
+  const std::vector<Entry> no_suffix = {{"k", "a-y"}};
+  std::vector<const DescriptorNode*> path;
+  EXPECT_EQ(match(domain, match_it, path), &domain.root.descriptors[0]);
+  EXPECT_EQ(path, std::vector<const DescriptorNode*>{&domain.root.descriptors[0]});
+  EXPECT_EQ(match(domain, other_key, path), nullptr);
+  EXPECT_TRUE(path.empty());
+  EXPECT_EQ(match(domain, no_suffix), nullptr);
 }
 
 TEST(RlsMatch, ABuiltDomainMatchesOnceIndexed) {

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "rls_service.hpp"
 
@@ -433,6 +434,187 @@ descriptors:
   EXPECT_EQ(r.statuses(1).limit_remaining(), 1u);  // counted: the shadow is no denial
 }
 
+// --- quota_mode (envoyproxy/ratelimit) -------------------------------------------------------
+
+constexpr std::string_view kQuota = R"(
+domain: d
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {service_with_quota: {name: service_1}}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+)";
+
+TEST_F(RlsServiceTest, AQuotaDescriptorOverMakesTheRequestOverOnlyWhenEveryQuotaIsOver) {
+  auto rls = service(kQuota);
+  const Entries one = {{"service", "service_1"}};
+  const Entries two = {{"service", "service_2"}};
+  EXPECT_EQ(rls.code(request({one, two})), kOk);
+  // service_1 is over, service_2 is not: the descriptor says so, the request passes.
+  const auto second = rls.answer(request({one, two}));
+  EXPECT_EQ(second.overall_code(), kOk);
+  EXPECT_EQ(second.statuses(0).code(), kOver);
+  EXPECT_EQ(limit_of(second.statuses(0)), "1 per MINUTE");
+  EXPECT_EQ(second.statuses(1).code(), kOk);
+  EXPECT_EQ(second.statuses(1).limit_remaining(), 0u);
+  EXPECT_FALSE(has_header(second, "Retry-After"));
+  // Both over: the request is over.
+  const auto third = rls.answer(request({one, two}));
+  EXPECT_EQ(third.overall_code(), kOver);
+  EXPECT_EQ(third.statuses(0).code(), kOver);
+  EXPECT_EQ(third.statuses(1).code(), kOver);
+  EXPECT_TRUE(has_header(third, "Retry-After"));
+  // One quota descriptor alone is every quota descriptor of its request.
+  EXPECT_EQ(rls.code(request({one})), kOver);
+  EXPECT_EQ(metric(rls.service(), R"(ratekeeper_rls_descriptors_total{result="quota_over_limit"})"),
+            "4");
+  EXPECT_EQ(metric(rls.service(), R"(ratekeeper_rls_descriptors_total{result="over_limit"})"), "0");
+}
+
+TEST_F(RlsServiceTest, AQuotaDescriptorIsCountedApartFromTheOthers) {
+  auto rls = service(kQuota);
+  const Entries quota = {{"service", "service_1"}};
+  const Entries user = {{"user", "alice"}};
+  EXPECT_EQ(rls.code(request({quota})), kOk);
+  // Every quota descriptor of the request is over: the request is over, but the quota does
+  // not keep the enforcing descriptor from counting (envoyproxy/ratelimit counts both).
+  const auto r = rls.answer(request({quota, user}));
+  EXPECT_EQ(r.overall_code(), kOver);
+  EXPECT_EQ(r.statuses(0).code(), kOver);
+  EXPECT_EQ(r.statuses(1).code(), kOk);
+  EXPECT_EQ(r.statuses(1).limit_remaining(), 4u);
+  // Another quota descriptor passes: the request passes.
+  const auto passes = rls.answer(request({quota, {{"service", "service_2"}}, user}));
+  EXPECT_EQ(passes.overall_code(), kOk);
+  EXPECT_EQ(passes.statuses(0).code(), kOver);
+  EXPECT_EQ(passes.statuses(1).limit_remaining(), 1u);
+  EXPECT_EQ(passes.statuses(2).limit_remaining(), 3u);
+  // An enforcing descriptor over does not keep the quota descriptor from counting, as
+  // envoyproxy/ratelimit counts it.
+  const Entries two = {{"service", "service_2"}};
+  const auto over = rls.answer(request({two, {{"blocked", "x"}}}));
+  EXPECT_EQ(over.overall_code(), kOver);
+  EXPECT_EQ(over.statuses(0).code(), kOk);
+  EXPECT_EQ(over.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(over.statuses(1).code(), kOver);
+  EXPECT_EQ(rls.answer(request({two})).statuses(0).code(), kOver);
+}
+
+TEST_F(RlsServiceTest, AQuotaDescriptorInShadowModeIsAnsweredOk) {
+  auto rls = service(R"(
+domain: d
+descriptors:
+  - key: service
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)");
+  EXPECT_EQ(rls.code(request({{{"service", "a"}}})), kOk);
+  const auto r = rls.answer(request({{{"service", "a"}}}));
+  EXPECT_EQ(r.overall_code(), kOk);
+  EXPECT_EQ(r.statuses(0).code(), kOk);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 0u);
+}
+
+// --- share_threshold (envoyproxy/ratelimit) --------------------------------------------------
+
+TEST_F(RlsServiceTest, ValuesOfAShareThresholdWildcardShareOneCounter) {
+  auto rls = service(R"(
+domain: d
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /api*v1
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: own
+    value: own/*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)");
+  EXPECT_EQ(rls.code(request({{{"files", "files/a"}}})), kOk);
+  const auto b = rls.answer(request({{{"files", "files/b"}}}));
+  EXPECT_EQ(b.overall_code(), kOk);
+  EXPECT_EQ(b.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(rls.code(request({{{"files", "files/c"}}})), kOver);
+  // The same counter when two of its values come in one request.
+  EXPECT_EQ(rls.code(request({{{"path", "/api/x/v1"}}, {{"path", "/api/y/v1"}}})), kOk);
+  EXPECT_EQ(rls.code(request({{{"path", "/api/z/v1"}}})), kOver);
+  // Without share_threshold, each value counts on its own.
+  EXPECT_EQ(rls.code(request({{{"own", "own/a"}}})), kOk);
+  EXPECT_EQ(rls.code(request({{{"own", "own/b"}}})), kOk);
+  EXPECT_EQ(rls.code(request({{{"own", "own/a"}}})), kOver);
+}
+
+TEST_F(RlsServiceTest, AShareThresholdLevelSharesOnlyItsOwnEntry) {
+  auto rls = service(R"(
+domain: d
+descriptors:
+  - key: tenant
+    value: t*
+    share_threshold: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)");
+  EXPECT_EQ(rls.code(request({{{"tenant", "t1"}, {"user", "alice"}}})), kOk);
+  EXPECT_EQ(rls.code(request({{{"tenant", "t2"}, {"user", "alice"}}})), kOver);  // shared tenant
+  EXPECT_EQ(rls.code(request({{{"tenant", "t2"}, {"user", "bob"}}})), kOk);      // own user
+}
+
+// Records the keys of every check, then asks `inner`.
+class RecordingStore final : public store::Store {
+ public:
+  explicit RecordingStore(store::Store& inner) : inner_(inner) {}
+  void check(std::vector<store::CheckItem> items, std::optional<Micros> deadline,
+             store::CheckCallback done) override {
+    std::vector<std::string> keys;
+    for (const auto& item : items) keys.push_back(item.key);
+    checks.push_back(std::move(keys));
+    inner_.check(std::move(items), deadline, std::move(done));
+  }
+  std::string_view kind() const noexcept override { return "recording"; }
+
+  std::vector<std::vector<std::string>> checks;
+
+ private:
+  store::Store& inner_;
+};
+
+TEST_F(RlsServiceTest, TheKeysOfASharedCounterAreOneAndInOneClusterSlot) {
+  RecordingStore recording(store);
+  RlsService rls({R"(
+domain: d
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limits:
+      - {name: burst, unit: second, requests_per_unit: 5}
+      - {name: daily, unit: day, requests_per_unit: 100}
+)"},
+                 recording, clock);
+  EXPECT_EQ(rls.code(request({{{"files", "files/a"}}})), kOk);
+  EXPECT_EQ(rls.code(request({{{"files", "files/b"}}})), kOk);
+  ASSERT_EQ(recording.checks.size(), 2u);
+  ASSERT_EQ(recording.checks[0].size(), 2u);
+  EXPECT_EQ(recording.checks[0], recording.checks[1]);  // one counter for both values
+  EXPECT_NE(recording.checks[0][0], recording.checks[0][1]);
+  EXPECT_EQ(redis::key_slot(recording.checks[0][0]), redis::key_slot(recording.checks[0][1]));
+  EXPECT_EQ(recording.checks[0][0].find("files/a"), std::string::npos);
+}
+
 // --- requests_per_unit: 0 -------------------------------------------------------------------
 
 TEST_F(RlsServiceTest, ALimitOfZeroIsOverWithoutCountingAndTheOthersOnlyLook) {
@@ -731,6 +913,24 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
 )");
   EXPECT_EQ(rls.code(request({{{"user", "alice"}}})), kOver);
+}
+
+TEST_F(RlsServiceStoreFailureTest, AQuotaDescriptorIsAnsweredOkAndCountedWhenTheStoreFails) {
+  auto rls = over_failing_store(R"(
+domain: d
+descriptors:
+  - key: service
+    quota_mode: true
+    on_store_error: deny
+    rate_limit: {unit: minute, requests_per_unit: 2}
+)");
+  const auto r = rls.answer(request({{{"service", "a"}}}));
+  EXPECT_EQ(r.overall_code(), kOk);
+  EXPECT_EQ(r.statuses(0).code(), kOk);
+  EXPECT_EQ(
+      metric(rls.service(), R"(ratekeeper_rls_descriptors_total{result="quota_store_error"})"),
+      "1");
+  EXPECT_EQ(metric(rls.service(), R"(ratekeeper_rls_descriptors_total{result="ok"})"), "0");
 }
 
 TEST_F(RlsServiceStoreFailureTest, AShadowDescriptorIsAnsweredOkWhenTheStoreFails) {

@@ -180,6 +180,40 @@ descriptors:
   EXPECT_TRUE(domain.root.descriptors[1].wildcard);
 }
 
+TEST(RlsConfigTest, ReadsQuotaModeShareThresholdAndMetadata) {
+  // As envoyproxy/ratelimit's examples/ratelimit/config/example.yaml writes them.
+  const auto domain = parse_rls_domain(R"(
+domain: d
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      service_with_quota:
+        name: "service_1"
+        tags: [a, 1, {b: null}]
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: mid
+    value: a*b*c
+    share_threshold: false
+    metadata:
+)");
+  const auto& service = domain.root.descriptors[0];
+  EXPECT_TRUE(service.quota_mode);
+  EXPECT_FALSE(service.share_threshold);
+  const auto& files = domain.root.descriptors[1];
+  EXPECT_FALSE(files.quota_mode);
+  EXPECT_TRUE(files.share_threshold);
+  EXPECT_TRUE(files.wildcard);
+  const auto& mid = domain.root.descriptors[2];
+  EXPECT_TRUE(mid.wildcard);  // a '*' anywhere makes a wildcard
+  EXPECT_FALSE(mid.share_threshold);
+}
+
 TEST(RlsConfigTest, LimitsForEveryUnitAndAlgorithm) {
   struct Case {
     std::string rate_limit;
@@ -237,8 +271,13 @@ TEST(RlsConfigTest, ErrorsNameTheFileTheFieldAndTheReason) {
       {one("{key: a, unit: second}"), "descriptors[0].unit", "unknown field"},
       {one("{key: a, shadow_mode: yes}"), "descriptors[0].shadow_mode", "must be true or false"},
       {one("{key: a, detailed_metric: 1}"), "descriptors[0].detailed_metric", "true or false"},
-      {one("{key: a, share_threshold: true, value: 'x*'}"), "descriptors[0].share_threshold",
-       "not supported"},
+      {one("{key: a, share_threshold: true, value: x}"), "descriptors[0].share_threshold",
+       "only with a wildcard value (holding a '*'): 'x' is an exact value"},
+      {one("{key: a, share_threshold: true}"), "descriptors[0].share_threshold",
+       "the descriptor has no value"},
+      {one("{key: a, quota_mode: 1}"), "descriptors[0].quota_mode", "true or false"},
+      {one("{key: a, metadata: [x]}"), "descriptors[0].metadata", "must be a mapping"},
+      {one("{key: a, metadata: text}"), "descriptors[0].metadata", "must be a mapping"},
       {one("{key: a, on_store_error: fail}"), "descriptors[0].on_store_error",
        "must be allow, deny, local or error, got 'fail'"},
       {one("{key: a, descriptors: [{key: b, descriptors: 3}]}"),
