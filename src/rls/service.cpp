@@ -173,6 +173,7 @@ void Service::count(Status status, const pb::RateLimitResponse* response) {
 }
 
 void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallback done) {
+  counters_->calls.fetch_add(1, std::memory_order_relaxed);
   const auto refuse = [&](std::string message) {
     count(Status::invalid_argument, nullptr);
     done(Answer{Status::invalid_argument, std::move(message), {}});
@@ -531,6 +532,9 @@ Answer Service::should_rate_limit_sync(const pb::RateLimitRequest& request) {
 std::string Service::metrics_text() const {
   const auto v = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   std::string out;
+  out += "# HELP ratekeeper_rls_calls_total ShouldRateLimit calls received (answered or not yet).\n";
+  out += "# TYPE ratekeeper_rls_calls_total counter\n";
+  out += fmt::format("ratekeeper_rls_calls_total {}\n", v(counters_->calls));
   out += "# HELP ratekeeper_rls_requests_total ShouldRateLimit calls by answer.\n";
   out += "# TYPE ratekeeper_rls_requests_total counter\n";
   out += fmt::format("ratekeeper_rls_requests_total{{result=\"ok\"}} {}\n", v(counters_->ok));

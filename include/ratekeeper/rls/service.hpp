@@ -89,6 +89,7 @@ class Service {
   ServiceOptions options_;
 
   struct Counters {
+    std::atomic<std::uint64_t> calls{0};  // received, answered or not yet
     std::atomic<std::uint64_t> ok{0};
     std::atomic<std::uint64_t> over_limit{0};
     std::atomic<std::uint64_t> invalid{0};

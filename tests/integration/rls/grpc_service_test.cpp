@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 
@@ -356,9 +357,21 @@ TEST(RlsGrpc, CallInFlightAtTermIsAnswered) {
   grpc::Status status;
   pb::RateLimitResponse r;
   std::thread caller([&] { status = server.call(request("mongo_cps", {{{"database", "users"}}}), r); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call reaches the store
+  // The call has reached the service (and so the store, which holds it).
+  ASSERT_TRUE(eventually([&] {
+    return http_get(server.process->port(), "/metrics").body.find("\nratekeeper_rls_calls_total 2\n") !=
+           std::string::npos;
+  }));
   server.process->signal(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The server drains: its HTTP listener is closed.
+  EXPECT_TRUE(eventually([&] {
+    try {
+      http_get(server.process->port(), "/healthz");
+      return false;
+    } catch (const std::exception&) {
+      return true;
+    }
+  }));
   redis.resume();
   caller.join();
   EXPECT_TRUE(status.ok()) << status.error_message();

@@ -91,9 +91,9 @@ rules:
     // connects in the background: until it has, the failure policy would answer (and count
     // nothing), so wait for readiness.
     ASSERT_TRUE(eventually([&] { return client_->get("/readyz").status == 200; }));
-    ASSERT_EQ(client_->get("/api/data").status, 200);
-    ASSERT_EQ(client_->get("/api/data").status, 429);
-    ASSERT_EQ(client_->get("/readyz").status, 200);
+    // The capacity of 1 spent and its denial answered by Redis. On a loaded machine a check
+    // may miss its 200 ms deadline and be answered by the failure policy (allow): asked again.
+    ASSERT_TRUE(eventually([&] { return client_->get("/api/data").status == 429; }));
     redis_.stop();
   }
 

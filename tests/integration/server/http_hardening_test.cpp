@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 
@@ -193,7 +194,11 @@ TEST(HttpHardening, OutOfDescriptorsServesOpenConnectionsWithoutSpinningAndRecov
     idle.push_back(std::make_unique<HttpClient>(server->port()));
     idle.back()->connect();
   }
-  std::this_thread::sleep_for(200ms);  // let the server run into the limit
+  // The server has run into the limit.
+  ASSERT_TRUE(eventually([&] {
+    const auto errors = metric_value(established.get("/metrics").body, "ratekeeper_http_accept_errors_total");
+    return errors && *errors > 0;
+  }));
 
   const auto cpu_before = cpu_time(server->pid());
   const auto wall_before = std::chrono::steady_clock::now();
@@ -213,17 +218,13 @@ TEST(HttpHardening, OutOfDescriptorsServesOpenConnectionsWithoutSpinningAndRecov
   EXPECT_GT(*errors, 0);
 
   idle.clear();  // descriptors are freed: connections waiting, then new ones, are served
-  HttpResponse fresh;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < deadline) {
+  EXPECT_TRUE(eventually([&] {
     try {
-      fresh = http_get(server->port(), "/healthz");
-      if (fresh.status == 200) break;
+      return http_get(server->port(), "/healthz").status == 200;
     } catch (const std::exception&) {
+      return false;
     }
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_EQ(fresh.status, 200) << "the server did not accept again";
+  }, 10s)) << "the server did not accept again";
   EXPECT_TRUE(logged(*server, "accepting connections")) << server->output() << server->errors();
 }
 

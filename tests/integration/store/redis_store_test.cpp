@@ -13,6 +13,9 @@
 #include <random>
 #include <thread>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -60,6 +63,24 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 using testing::eventually;
+
+// Whether the server on `port` leaves a PING unanswered for 200 ms (asleep, e.g. in DEBUG
+// SLEEP), on a connection of its own.
+bool server_is_asleep(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool asleep = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+    pollfd p{fd, POLLIN, 0};
+    asleep = ::poll(&p, 1, 200) == 0;
+  }
+  ::close(fd);
+  return asleep;
+}
 
 // One server for the tests that do not stop or freeze it; keys are unique per test.
 RedisServer& shared_server() {
@@ -794,7 +815,7 @@ void flush_while_a_batch_waits(bool functions) {
   testing::RedisConnection sleeping(server.host(), server.port());
   testing::RedisConnection flushing(server.host(), server.port());
   std::thread sleeper([&] { EXPECT_EQ(sleeping.command({"DEBUG", "SLEEP", "2"}).text, "OK"); });
-  std::this_thread::sleep_for(300ms);  // for DEBUG SLEEP to reach the server
+  ASSERT_TRUE(eventually([&] { return server_is_asleep(server.port()); }));
 
   constexpr int kQueued = 6;
   std::mutex mu;

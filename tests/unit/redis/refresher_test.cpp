@@ -85,9 +85,11 @@ TEST(Refresher, RequestsDuringARunCoalesceIntoOneNextRun) {
   runs.finish();
   ASSERT_TRUE(runs.wait_started(2));  // one more for the three requests
   runs.finish();
+  // An observation window, not a wait: twenty gaps in which no run may start (nothing else
+  // asked, the periodic run is an hour away).
   std::this_thread::sleep_for(20ms);
   loop.barrier();
-  EXPECT_EQ(runs.count(), 2);  // nothing else asked (the periodic run is an hour away)
+  EXPECT_EQ(runs.count(), 2);
   EXPECT_EQ(r->last_error("none"), "");
   r->stop();
 }
@@ -126,9 +128,7 @@ TEST(Refresher, ARunThatThrowsEndsWithAnErrorAndTheNextOneRuns) {
   ASSERT_TRUE(runs.wait_started(1));
   loop.barrier();
   EXPECT_EQ(r->last_error(""), "a test refresh failed with an exception");
-  std::this_thread::sleep_for(5ms);  // past the gap
-  loop.barrier();
-  r->request();
+  r->request();  // within the gap or after it: the next run starts when the gap has passed
   ASSERT_TRUE(runs.wait_started(2));
   runs.finish();
   EXPECT_EQ(r->last_error(""), "");
@@ -145,10 +145,12 @@ TEST(Refresher, NothingRunsAfterStopAndTheEndOfARunInProgressIsIgnored) {
   runs.finish("late");
   EXPECT_EQ(r->last_error("none"), "none");
   r->request();
-  std::this_thread::sleep_for(30ms);  // several periods
+  // An observation window, not a wait: several periods in which no run may start.
+  std::this_thread::sleep_for(30ms);
   loop.barrier();
   EXPECT_EQ(runs.count(), 1);
-  r.reset();  // its timers may still fire: they find it gone
+  r.reset();
+  // Its timers may still fire in this window: they must find it gone (ASan checks).
   std::this_thread::sleep_for(10ms);
   loop.barrier();
 }
