@@ -15,6 +15,7 @@
 #include "ratekeeper/redis/tls.hpp"
 #include "ratekeeper/redis/url.hpp"
 #include "ratekeeper/store/open_store.hpp"
+#include "logging.hpp"
 #include "yaml_reader.hpp"
 
 namespace ratekeeper::server {
@@ -587,7 +588,13 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (h["legacy"]) c.middleware.headers.legacy = r.boolean(h["legacy"], "headers.legacy");
   }
   if (const auto l = root["logging"]) {
-    r.expect_map(l, "logging", {"level", "decisions"});
+    r.expect_map(l, "logging", {"level", "format", "decisions"});
+    if (l["format"]) {
+      const auto text = r.string(l["format"], "logging.format");
+      const auto format = parse_log_format(text);
+      if (!format) r.fail("logging.format", "must be text or json, not '" + text + "'");
+      c.logging.format = *format;
+    }
     if (l["level"]) {
       c.logging.level = r.string(l["level"], "logging.level");
       static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",

@@ -18,6 +18,7 @@
 
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/core/error.hpp"
+#include "logging.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
@@ -41,6 +42,7 @@ class ConfigError : public std::runtime_error {
 
 struct LoggingConfig {
   std::string level = "info";  // trace, debug, info, warn, error, critical, off
+  LogFormat format = LogFormat::text;  // the server's own log, on stderr (logging.hpp)
 };
 
 // ratekeeper's own endpoints (/healthz, /readyz, /metrics, /v1/...) when an upstream is set.

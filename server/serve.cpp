@@ -22,6 +22,7 @@
 #include "api.hpp"
 #include "commands.hpp"
 #include "config.hpp"
+#include "logging.hpp"
 #include "reload.hpp"
 #include "rls_config.hpp"
 #include "yaml_reader.hpp"
@@ -187,9 +188,7 @@ int serve(const ServeArgs& args) {
                  args.config.c_str(), e.what());
     return 2;
   }
-  const auto level = spdlog::level::from_str(config.logging.level);
-  spdlog::set_level(level);
-  spdlog::flush_on(std::min(level, spdlog::level::info));
+  set_up_logging(config.logging.format, spdlog::level::from_str(config.logging.level));
   if (args.store.empty() && !config.store_configured) {
     spdlog::info("no store configured: using memory:// (limits are not shared between instances)");
   }
@@ -318,9 +317,7 @@ int serve(const ServeArgs& args) {
           return reload_generation(args, process, running);
         },
         [&process](const Generation& next) {
-          const auto next_level = spdlog::level::from_str(next.config.logging.level);
-          spdlog::set_level(next_level);
-          spdlog::flush_on(std::min(next_level, spdlog::level::info));
+          set_up_logging(next.config.logging.format, spdlog::level::from_str(next.config.logging.level));
           // A limit raised (or a rule gone) may admit what was denied: known denials go.
           if (process.denial_cache != nullptr) process.denial_cache->clear();
         });

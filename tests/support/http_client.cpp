@@ -429,11 +429,13 @@ ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
   const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
   static constexpr std::string_view kMarker = "listening on ";
   while (std::chrono::steady_clock::now() < deadline) {
-    const std::string out = output();
+    const std::string out = log();
     if (auto at = out.find(kMarker); at != std::string::npos) {
       const auto eol = out.find('\n', at);
       if (eol != std::string::npos) {
-        const std::string line = out.substr(at + kMarker.size(), eol - at - kMarker.size());
+        // The address, up to the end of the line or of the JSON string (logging.format: json).
+        std::string line = out.substr(at + kMarker.size(), eol - at - kMarker.size());
+        line = line.substr(0, line.find_first_of("\",} "));
         const auto address = split_host_port(line);
         if (!address || !address->port) {
           throw std::runtime_error("ratekeeper serve logged a bad address: " + line);

@@ -103,8 +103,9 @@ class ServerProcess {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   const std::filesystem::path& config_path() const { return config_path_; }
-  std::string output() const;  // stdout so far
-  std::string errors() const;  // stderr so far
+  std::string output() const;  // stdout so far: the decision log
+  std::string errors() const;  // stderr so far: the server's own log
+  std::string log() const { return errors(); }
 
   void signal(int sig);
   // Waits for the process to exit; its exit status, -1 when killed by a signal, nullopt when

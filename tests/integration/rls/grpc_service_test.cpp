@@ -50,7 +50,7 @@ struct RlsServer {
     o.store_url = std::move(store_url);
     process = std::make_unique<ServerProcess>(std::move(o));
     static constexpr std::string_view kMarker = "rate limit service (gRPC) on 127.0.0.1:";
-    const std::string out = process->output();
+    const std::string out = process->log();
     const auto at = out.find(kMarker);
     if (at == std::string::npos) throw std::runtime_error("no gRPC address in the log:\n" + out);
     grpc_port = std::stoi(out.substr(at + kMarker.size()));

@@ -381,7 +381,7 @@ rules:
   };
   const auto process = serve(config(2));
   ServerProcess& server = *process;
-  const std::string out = server.output();
+  const std::string out = server.log();
   constexpr std::string_view kAdmin = "admin endpoints on 127.0.0.1:";
   const auto at = out.find(kAdmin);
   ASSERT_NE(at, std::string::npos) << out;

@@ -201,7 +201,7 @@ rules:
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.errors.find(path.string()), std::string::npos) << result.errors;
   EXPECT_NE(result.errors.find("rules[0].limits[0].capacity"), std::string::npos) << result.errors;
-  EXPECT_EQ(result.output.find("listening on"), std::string::npos) << result.output;
+  EXPECT_EQ((result.output + result.errors).find("listening on"), std::string::npos) << result.errors;
 }
 
 TEST(HttpConfig, UnknownFieldAndMissingFileFail) {

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <signal.h>
 
 #include <chrono>
@@ -26,7 +29,7 @@ bool wait_for_output(const ServerProcess& server, const std::string& text,
                      std::chrono::seconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
-    if (server.output().find(text) != std::string::npos) return true;
+    if ((server.output() + server.log()).find(text) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
@@ -128,7 +131,7 @@ TEST(HttpLifecycle, TheProxysBadGatewaysAreLoggedRateLimited) {
   { closed_port = TestUpstream().port(); }  // nothing listens there any more
   auto server = serve(fmt::format("upstream: {{url: \"http://127.0.0.1:{}\"}}\nadmin: {{listen: 127.0.0.1:0}}\nrules: []\n",
                                   closed_port));
-  const auto out = server->output();
+  const auto out = server->log();
   const auto at = out.find("listening on 127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << out;
   const int proxy = std::stoi(out.substr(at + std::string_view("listening on 127.0.0.1:").size()));
@@ -163,8 +166,8 @@ rules:
   o.store_url = fmt::format("redis://127.0.0.1:{}", closed_port);
   ServerProcess server(std::move(o));
   const auto start_line = fmt::format("store redis://127.0.0.1:{} not reachable", closed_port);
-  ASSERT_TRUE(wait_for_output(server, start_line, std::chrono::seconds(20))) << server.output();
-  EXPECT_NE(server.output().find("checks are answered by the failure policy"), std::string::npos);
+  ASSERT_TRUE(wait_for_output(server, start_line, std::chrono::seconds(20))) << server.log();
+  EXPECT_NE(server.log().find("checks are answered by the failure policy"), std::string::npos);
 
   HttpClient client(server.port());
   for (int i = 0; i < 20; ++i) {
@@ -174,7 +177,7 @@ rules:
     EXPECT_TRUE(r.header("RateLimit-Policy").has_value());
     EXPECT_FALSE(r.header("RateLimit").has_value()) << *r.header("RateLimit");
   }
-  const auto log = server.output();
+  const auto log = server.log();
   EXPECT_NE(log.find("answered by the failure policy: api (allow)"), std::string::npos) << log;
   std::size_t lines = 0;
   for (auto pos = log.find("answered by the failure policy: api");
@@ -200,6 +203,51 @@ TEST(HttpLifecycle, TheStorePasswordIsNotLogged) {
   const std::string log = server.output() + server.errors();
   EXPECT_NE(log.find(fmt::format("redis://default:***@127.0.0.1:{}", redis.port())), std::string::npos) << log;
   EXPECT_EQ(log.find("pw-not-for-logs"), std::string::npos) << log;
+}
+
+// logging.format: json: every line of the server's own log (stderr) is one JSON object with
+// its time (with the zone's offset), level and message; the decision log is on stdout, apart.
+TEST(HttpLifecycle, JsonLogLinesOnStderrAndTheDecisionLogOnStdout) {
+  ServerProcess::Options o;
+  o.config_yaml = R"(
+logging: {format: json, decisions: {enabled: true}}
+rules:
+  - name: api
+    match: {path: /api/data}
+    limits: [{capacity: 1, refill_rate: 0.001}]
+)";
+  ServerProcess server(std::move(o));
+  HttpClient client(server.port());
+  EXPECT_EQ(client.get("/api/data").status, 200);
+  EXPECT_EQ(client.get("/api/data").status, 429);
+  server.signal(SIGTERM);
+  ASSERT_EQ(server.wait(std::chrono::seconds(20)), 0) << server.log();
+
+  std::istringstream log(server.log());
+  int lines = 0;
+  bool listening = false;
+  for (std::string line; std::getline(log, line);) {
+    ++lines;
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    ASSERT_TRUE(j.contains("time") && j.contains("level") && j.contains("message")) << line;
+    EXPECT_FALSE(j.contains("rule")) << "a decision in the server's log: " << line;
+    const std::string time = j.at("time");
+    EXPECT_EQ(time.size(), std::string_view("2026-12-05T04:11:13.123+00:00").size()) << time;
+    EXPECT_TRUE(time[time.size() - 6] == '+' || time[time.size() - 6] == '-') << time;
+    listening = listening || j.at("message").get<std::string>().starts_with("listening on ");
+  }
+  EXPECT_GT(lines, 2);
+  EXPECT_TRUE(listening) << server.log();
+
+  std::istringstream decisions(server.output());
+  int denied = 0;
+  for (std::string line; std::getline(decisions, line);) {
+    const auto j = nlohmann::json::parse(line);  // only decision lines on stdout
+    EXPECT_EQ(j.at("rule"), "api") << line;
+    denied += j.at("allowed") == false ? 1 : 0;
+  }
+  EXPECT_EQ(denied, 1) << server.output();
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ TEST(HttpPathSpelling, TheDecisionApiRequestFormSharesOneBucket) {
 
 // The port after `prefix` in the server's log.
 int logged_port(const ServerProcess& server, std::string_view prefix) {
-  const auto out = server.output();
+  const auto out = server.log();
   const auto at = out.find(prefix);
   if (at == std::string::npos) return 0;
   return std::stoi(out.substr(at + prefix.size()));
