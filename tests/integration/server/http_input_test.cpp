@@ -218,7 +218,7 @@ TEST(HttpConfig, UnknownFieldAndMissingFileFail) {
 
 TEST(HttpConfig, WithoutAStoreItUsesMemoryAndSaysSo) {
   auto server = serve(kPerIp);
-  EXPECT_NE(server->output().find("memory://"), std::string::npos) << server->output();
+  EXPECT_NE(server->log().find("memory://"), std::string::npos) << server->log();
   auto ready = http_get(server->port(), "/readyz");
   EXPECT_EQ(ready.status, 200);
   EXPECT_EQ(json::parse(ready.body).at("store"), "memory");
