@@ -49,14 +49,14 @@ void ScriptClient::send(ScriptCall& call) const {
 }
 
 void ScriptClient::sample_clock(std::uint16_t slot, Micros timeout) const {
-  if (!server_clock_.start_sample()) return;
+  if (!server_clock().start_sample()) return;
   static const std::string_view kTime[] = {"TIME"};
   const Micros sent = ServerClock::steady_now();
   send_(slot, kTime, timeout, [this, sent](Result<redis::Reply> reply) {
     if (reply) {
-      server_clock_.sampled(sent, *reply);
+      server_clock().sampled(sent, *reply);
     } else {
-      server_clock_.failed();
+      server_clock().failed();
     }
   });
 }
@@ -65,7 +65,7 @@ void ScriptClient::dispatch(ScriptCall& call, Invocation how) const {
   call.sent = how;
   const Micros left = std::max<Micros>(1, call.deadline - clock_->steady());
   if (call.argv.boundable()) {
-    if (const auto deadline = server_clock_.deadline_in(left)) call.argv.bound(*deadline);
+    if (const auto deadline = server_clock().deadline_in(left)) call.argv.bound(*deadline);
   }
   send_(call.slot, call.argv.argv(how), left, [this, &call](Result<redis::Reply> reply) {
     switch (call.sent) {

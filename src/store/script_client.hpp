@@ -83,7 +83,9 @@ class ScriptClient {
   ScriptHealth* health_;
   const Clock* clock_;
   mutable std::atomic<bool> functions_;
-  mutable ServerClock server_clock_;
+  // The store's (ScriptHealth's), or this client's own without one.
+  ServerClock& server_clock() const noexcept { return health_ != nullptr ? health_->server_clock() : own_clock_; }
+  mutable ServerClock own_clock_;
 };
 
 // One check as its own script call, parsed: `items` as ScriptArgv::check encodes them.

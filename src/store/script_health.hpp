@@ -28,6 +28,7 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/redis/reply.hpp"
 #include "ratekeeper/store/open_store.hpp"
+#include "server_clock.hpp"
 
 namespace ratekeeper::store::detail {
 
@@ -55,9 +56,14 @@ class ScriptHealth {
   // Why the store is not ready (the last error reply, its text bounded), or nothing.
   std::optional<std::string> failing() const;
 
+  // The Redis server's clock as this store knows it, shared by all its calls (every lane and
+  // connection): one sample serves them all.
+  ServerClock& server_clock() noexcept { return server_clock_; }
+
  private:
   ReplyHealthOptions options_;
   const Clock* clock_;
+  ServerClock server_clock_;
   std::atomic<std::uint64_t> noscript_reloads_{0};
   std::atomic<std::uint64_t> library_loads_{0};
   std::atomic<std::uint64_t> functions_refusals_{0};

@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+
+#include <cerrno>
 #include <unistd.h>
 
 #include <chrono>
@@ -172,7 +174,13 @@ void RedisServer::kill() {
 }
 
 void RedisServer::pause() {
-  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGSTOP);
+  // Returns once it is stopped: a signal is acted on when the process next runs, and until
+  // then it may still serve what arrives (on a loaded machine, a command sent right after).
+  int status = 0;
+  while (::waitpid(pid_, &status, WUNTRACED) < 0 && errno == EINTR) {
+  }
 }
 
 void RedisServer::resume() {

@@ -38,7 +38,7 @@ class RedisServer {
   void start();   // same port, same directory
   void stop();    // SIGTERM and wait
   void kill();    // SIGKILL and wait
-  void pause();   // SIGSTOP
+  void pause();   // SIGSTOP, and returns once the process is stopped
   void resume();  // SIGCONT
   bool running() const { return pid_ > 0; }
 

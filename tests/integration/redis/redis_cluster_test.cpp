@@ -572,10 +572,14 @@ TEST(RedisClusterStore, PartsThatMissedTheirDeadlineOnAStoppedMasterConsumeNothi
   ASSERT_TRUE(store->check_sync({{user + ":warm", limit, 0}}));
 
   stopped.pause();
+  auto last_sent = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i) {
+    last_sent = std::chrono::steady_clock::now();
     auto r = store->check_sync({{ip, limit, 1}, {user, limit, 1}});
     EXPECT_TRUE(!r || !r->decision.allowed);
   }
+  // Resumed once every part's deadline has passed (one answered early may run until then).
+  std::this_thread::sleep_until(last_sent + std::chrono::milliseconds(205));
   stopped.resume();
   ASSERT_TRUE(testing::eventually([&] {
     auto r = store->check_sync({{user, limit, 0}});

@@ -293,12 +293,17 @@ TEST(RedisStore, ChecksThatMissedTheirDeadlineInAStoppedServerConsumeNothing) {
   const std::string key = unique_key("stopped");
   server.pause();
   int timeouts = 0;
+  auto last_sent = std::chrono::steady_clock::now();
   for (int i = 0; i < 5; ++i) {
+    last_sent = std::chrono::steady_clock::now();
     auto r = store->check_sync({{key, l, 1}});
     ASSERT_FALSE(r);  // a timeout, or unavailable while the connection is made again
     timeouts += r.error().code == ErrorCode::timeout ? 1 : 0;
   }
   EXPECT_GE(timeouts, 1);
+  // Resumed once every check's deadline has passed: a check answered before its deadline (its
+  // connection given up) may still run until then.
+  std::this_thread::sleep_until(last_sent + std::chrono::microseconds(o.command_timeout) + 5ms);
   server.resume();
   ASSERT_TRUE(eventually([&] {
     auto r = store->check_sync({{unique_key("after"), l, 1}});
@@ -314,8 +319,10 @@ TEST(RedisStore, ChecksThatMissedTheirDeadlineInAStoppedServerConsumeNothing) {
   server.pause();
   std::promise<Result<LeaseGrant>> granted;
   store->lease_grant({leased, l, 1}, 50, [&](Result<LeaseGrant> r) { granted.set_value(std::move(r)); });
+  const auto grant_sent = std::chrono::steady_clock::now();
   auto grant = granted.get_future().get();
   EXPECT_FALSE(grant);
+  std::this_thread::sleep_until(grant_sent + std::chrono::microseconds(o.command_timeout) + 5ms);
   server.resume();
   ASSERT_TRUE(eventually([&] {
     auto r = store->check_sync({{unique_key("after-lease"), l, 1}});
