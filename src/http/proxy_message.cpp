@@ -252,6 +252,7 @@ void ResponseParser::on_response_impl(int code, string_view reason, int version,
 
 void ResponseParser::on_field_impl(bhttp::field f, string_view name, string_view value,
                                    error_code& ec) {
+  if (is_header_done()) return;  // trailer fields: dropped, as the request's (RFC 9110 6.5.1)
   if (f == bhttp::field::content_length) {
     if (content_length_seen_) {
       ec = bhttp::error::bad_content_length;

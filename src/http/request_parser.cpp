@@ -27,6 +27,9 @@ void RequestParser::on_response_impl(int, string_view, int, error_code& ec) {
 
 void RequestParser::on_field_impl(bhttp::field f, string_view name, string_view value,
                                   error_code& ec) {
+  // RFC 9110 6.5.1: trailer fields (after a chunked body) are not merged into the header
+  // section; none is kept, none is forwarded. The header limit bounds them as it bounds headers.
+  if (is_header_done()) return;
   if (f == bhttp::field::content_length) {
     // One decimal number: a list ("0, 0"), even of equal values, is refused as nginx does,
     // so that no reader after this one can take it for another length.

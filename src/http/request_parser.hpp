@@ -8,7 +8,8 @@
 // Transfer-Encoding, differing lengths), a second Content-Length field (bad_content_length)
 // and a Transfer-Encoding whose last coding is not chunked, or in an HTTP/1.0 request
 // (bad_transfer_encoding). RFC 9112: an HTTP/1.1 request without a Host field, or any request
-// with two, is refused (bad_field).
+// with two, is refused (bad_field). Trailer fields are parsed and dropped (RFC 9110 6.5.1):
+// nothing after the body can change what the header said.
 // Streaming (the proxy): after the header, stream_body() gives the body somewhere to go, a
 // piece at a time; the parser stops with need_buffer once that place is full.
 // Not thread-safe.

@@ -58,6 +58,28 @@ TEST(HttpForwardedFor, TrustedProxyForwardsTheClientAddress) {
   EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:127.0.0.1}:api"}), "0");
 }
 
+// RFC 9110 6.5.1: trailer fields are not header fields. A trailer naming another client (or
+// another user, or a second Host) is not taken for the header: the client the header names is
+// charged, whatever its body's trailers say.
+TEST(HttpForwardedFor, TrailerFieldsAreNotHeaderFields) {
+  RedisServer redis;
+  auto server = serve(std::string("trusted_proxies: [127.0.0.1/32]\n") + kPerIp, redis.url());
+  HttpClient client(server->port());
+  int admitted = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto r = client.raw(fmt::format(
+        "GET /api/data HTTP/1.1\r\nHost: app\r\nX-Forwarded-For: 203.0.113.1\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\nX-Forwarded-For: 198.51.100.{}\r\n"
+        "X-User-ID: u{}\r\nHost: other\r\n\r\n",
+        i, i));
+    if (r.status == 200) ++admitted;
+    else EXPECT_EQ(r.status, 429);
+  }
+  EXPECT_EQ(admitted, 2);
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:203.0.113.1}:api"}), "1");
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{ip:198.51.100.0}:api"}), "0");
+}
+
 class HttpBadInput : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

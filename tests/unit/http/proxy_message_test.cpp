@@ -167,6 +167,23 @@ TEST(ResponseParserTest, KeepsStatusAndFieldsAndStreamsTheBody) {
   EXPECT_EQ(parser.fields()[0].first, "X-A");
 }
 
+TEST(ResponseParserTest, TrailerFieldsAreDropped) {
+  ResponseParser parser(8192);
+  const std::string bytes =
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "1\r\nx\r\n0\r\nServer-Timing: db;dur=5\r\nSet-Cookie: s=1\r\n\r\n";
+  char piece[16];
+  boost::beast::error_code ec;
+  std::string_view in = bytes;
+  while (!parser.is_done() && !ec) {
+    if (parser.is_header_done()) parser.stream_body(piece, sizeof piece);
+    in.remove_prefix(parser.put(boost::asio::const_buffer(in.data(), in.size()), ec));
+  }
+  ASSERT_FALSE(ec) << ec.message();
+  ASSERT_EQ(parser.fields().size(), 1u);
+  EXPECT_EQ(parser.fields()[0].first, "Transfer-Encoding");
+}
+
 TEST(ResponseParserTest, RefusesTwoContentLengths) {
   ResponseParser parser(8192);
   const std::string bytes = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx";
