@@ -18,8 +18,8 @@
 
 #include "redis/resp.hpp"
 #include "require.hpp"
-#include "store/lease_script.hpp"
-#include "store/script_reply.hpp"
+#include "store/redis/lease_script.hpp"
+#include "store/redis/script_reply.hpp"
 
 namespace {
 

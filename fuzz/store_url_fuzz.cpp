@@ -9,9 +9,7 @@
 
 #include "ratekeeper/redis/url.hpp"
 #include "ratekeeper/store/open_store.hpp"
-#include "ratekeeper/store/redis_cluster_store.hpp"
-#include "ratekeeper/store/redis_sentinel_store.hpp"
-#include "ratekeeper/store/redis_store.hpp"
+#include "store/redis/redis_store.hpp"
 #include "require.hpp"
 
 namespace {
@@ -58,19 +56,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       require(url->endpoints.size() == 1);
       require(url->endpoints[0].is_unix() == (url->scheme == redis::UrlScheme::unix_socket));
       const auto o = store::redis_store_options(options, *url);
-      require(o.connection.endpoint == url->endpoints[0] && o.connection.db == url->db);
+      const auto& c = std::get<redis::ConnectionOptions>(o.topology);
+      require(c.endpoint == url->endpoints[0] && c.db == url->db);
       break;
     }
     case redis::UrlScheme::cluster: {
       require(url->db == 0);
-      const auto o = store::redis_cluster_store_options(options, *url);
-      require(o.cluster.seeds == url->endpoints);
+      const auto o = store::redis_store_options(options, *url);
+      require(std::get<redis::ClusterOptions>(o.topology).seeds == url->endpoints);
       break;
     }
     case redis::UrlScheme::sentinel: {
       require(!url->master.empty());
-      const auto o = store::redis_sentinel_store_options(options, *url);
-      require(o.sentinel.sentinels == url->endpoints && o.sentinel.master_name == url->master);
+      const auto o = store::redis_store_options(options, *url);
+      const auto& s = std::get<redis::SentinelOptions>(o.topology);
+      require(s.sentinels == url->endpoints && s.master_name == url->master);
       break;
     }
   }

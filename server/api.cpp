@@ -16,13 +16,13 @@
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
-#include "ratekeeper/store/redis_cluster_store.hpp"
 
 namespace ratekeeper::server {
 namespace {
@@ -207,41 +207,11 @@ class Api::Routes {
   Routes(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options)
       : limiter_(limiter), middleware_(middleware), options_(std::move(options)) {}
 
-  // The denial cache in front of the store, when there is one.
-  // The store of the given type among the limiter's store and the stores it wraps (leases in
-  // front of the denial cache in front of Redis); nullptr if there is none.
-  template <class S>
-  const S* store_layer() const {
-    store::Store* s = &limiter_.store();
-    while (true) {
-      if (auto* found = dynamic_cast<const S*>(s)) return found;
-      if (auto* leasing = dynamic_cast<store::LeasingStore*>(s)) {
-        s = &leasing->inner();
-      } else if (auto* cache = dynamic_cast<store::DenialCache*>(s)) {
-        s = &cache->inner();
-      } else {
-        return nullptr;
-      }
-    }
-  }
-
+  // The store's metrics: each layer's own (leases, denial cache, Redis), outermost first.
   std::string store_layers_text() const {
-    const auto* cluster = store_layer<store::RedisClusterStore>();
-    return denial_cache_text() + (cluster != nullptr ? cluster->metrics_text() : std::string{});
-  }
-
-  std::string denial_cache_text() const {
-    const auto* cache = store_layer<store::DenialCache>();
-    if (cache == nullptr) return {};
-    const auto stats = cache->stats();
-    return fmt::format(
-        "# HELP ratekeeper_denial_cache_hits_total Checks answered as denied without the store (known denials).\n"
-        "# TYPE ratekeeper_denial_cache_hits_total counter\n"
-        "ratekeeper_denial_cache_hits_total {}\n"
-        "# HELP ratekeeper_denial_cache_entries Denials held (expired ones until swept).\n"
-        "# TYPE ratekeeper_denial_cache_entries gauge\n"
-        "ratekeeper_denial_cache_entries {}\n",
-        stats.hits, stats.size);
+    MetricsWriter out;
+    limiter_.store().write_metrics(out);
+    return out.take();
   }
 
   void handle(Request request, Responder respond) {

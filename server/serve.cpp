@@ -144,9 +144,7 @@ std::shared_ptr<Generation> reload_generation(const ServeArgs& args, const Proce
   Config config = load_serve_config(args);
   // The paths stay normalised as the running server and proxy do it (http, upstream: restart).
   config.middleware.paths = running.config.middleware.paths;
-  const bool leases = std::any_of(config.limiter.rules.begin(), config.limiter.rules.end(),
-                                  [](const limiter::Rule& rule) { return rule.lease.enabled(); });
-  if (leases && process.leasing == nullptr && process.store->kind() != "memory") {
+  if (limiter::any_leased(config.limiter.rules) && process.leasing == nullptr && process.store->kind() != "memory") {
     spdlog::warn("configuration reload: leased rules are checked against the store directly "
                  "until a restart (the leasing store is set up at start)");
   }
@@ -245,33 +243,18 @@ int serve(const ServeArgs& args) {
   std::unique_ptr<http::Proxy> proxy;  // likewise
   std::unique_ptr<rls::GrpcServer> grpc;
 
-  auto opened = store::open_store(config.store);
+  // The store and, in front of it, the denial cache and (leased rules) the leasing store.
+  auto opened = store::open_store_stack(
+      config.store, {.denied_cache_keys = config.denied_cache_keys, .leases = limiter::any_leased(config.limiter.rules)});
   if (!opened) {
     std::fprintf(stderr, "ratekeeper serve: store %s: %s\n", redis::redact_url(config.store.url).c_str(),
                  opened.error().message.c_str());
     return 2;
   }
-  std::unique_ptr<store::Store> store = std::move(*opened);
+  std::unique_ptr<store::Store> store = std::move(opened->store);
+  store::LeasingStore* leasing = opened->leasing;
   Process process;
-  if (store->kind() != "memory" && config.denied_cache_keys > 0) {
-    auto cache = std::make_unique<store::DenialCache>(
-        std::move(store), store::DenialCacheOptions{config.denied_cache_keys, 16});
-    process.denial_cache = cache.get();
-    store = std::move(cache);
-  }
-  // Leased rules: in front of everything, so that a leased key's checks never reach the
-  // store but for its grants. On memory:// leases would only add a second copy of the count.
-  store::LeasingStore* leasing = nullptr;
-  const bool leases = std::any_of(config.limiter.rules.begin(), config.limiter.rules.end(),
-                                  [](const limiter::Rule& rule) { return rule.lease.enabled(); });
-  if (leases && store->supports_leases() && store->kind() != "memory") {
-    auto leased = std::make_unique<store::LeasingStore>(
-        std::move(store), store::LeasingStoreOptions{.clock = config.store.clock, .reaper_thread = true});
-    leasing = leased.get();
-    store = std::move(leased);
-  } else if (leases && store->kind() != "memory") {
-    spdlog::warn("store {} does not grant leases: leased rules are checked against it directly", store->kind());
-  }
+  process.denial_cache = opened->denial_cache;
   process.loop = loop;
   process.store = store.get();
   // The store for the start-up check on the loop, until it goes.
@@ -284,7 +267,7 @@ int serve(const ServeArgs& args) {
   process.leasing = leasing;
   process.proxy = config.upstream.has_value();
   process.grpc = rls_config.has_value();
-  process.extra_metrics = [&server, &proxy, &current, &reloader, leasing] {
+  process.extra_metrics = [&server, &proxy, &current, &reloader] {
     std::string text = build_info_metrics();
     if (Reloader* r = reloader.load(); r != nullptr) text += r->metrics_text();
     text += http_server_metrics(server);
@@ -292,7 +275,6 @@ int serve(const ServeArgs& args) {
     if (const auto generation = current.load(); generation && generation->rls_service) {
       text += generation->rls_service->metrics_text();
     }
-    if (leasing != nullptr) text += leasing->metrics_text();
     return text;
   };
   process.reload = [&reloader](Responder respond) {

@@ -30,6 +30,10 @@ std::string_view to_string(OnLimit on_limit) noexcept {
   return on_limit == OnLimit::delay ? "delay" : "reject";
 }
 
+bool any_leased(std::span<const Rule> rules) noexcept {
+  return std::any_of(rules.begin(), rules.end(), [](const Rule& rule) { return rule.lease.enabled(); });
+}
+
 const std::string& Tiers::resolve(std::string_view user_id,
                                   std::optional<std::string_view> header_value) const {
   if (trust_header && header_value) {

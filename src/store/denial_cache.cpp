@@ -1,5 +1,7 @@
 #include "ratekeeper/store/denial_cache.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <mutex>
@@ -130,6 +132,15 @@ DenialCache::Stats DenialCache::stats() const {
     s.size += shards_[i].denials.size();
   }
   return s;
+}
+
+void DenialCache::write_metrics(MetricsWriter& out) const {
+  const Stats s = stats();
+  out.counter("ratekeeper_denial_cache_hits_total", "Checks answered as denied without the store (known denials).",
+              s.hits);
+  out.gauge("ratekeeper_denial_cache_entries", "Denials held (expired ones until swept).",
+            static_cast<std::int64_t>(s.size));
+  inner_->write_metrics(out);
 }
 
 }  // namespace ratekeeper::store

@@ -1,5 +1,7 @@
 #include "ratekeeper/store/leasing_store.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -527,25 +529,19 @@ LeasingStore::Stats LeasingStore::stats() const {
   return s;
 }
 
-std::string LeasingStore::metrics_text() const {
+void LeasingStore::write_metrics(MetricsWriter& out) const {
   const Stats s = stats();
-  std::string out;
-  auto counter = [&out](std::string_view name, std::string_view help, std::uint64_t value) {
-    out += fmt::format("# HELP ratekeeper_lease_{0} {1}\n# TYPE ratekeeper_lease_{0} counter\nratekeeper_lease_{0} {2}\n",
-                       name, help, value);
-  };
-  counter("leases_taken_total", "Leases granted by the store (at least one unit).", s.leases_taken);
-  counter("grants_denied_total", "Lease grants refused: nothing available.", s.grants_denied);
-  counter("grants_failed_total", "Lease grants the store failed to answer.", s.grants_failed);
-  counter("units_granted_total", "Units granted in leases.", s.units_granted);
-  counter("returns_total", "Returns of unused lease units sent to the store.", s.returns);
-  counter("units_returned_total", "Unused lease units given back to the store.", s.units_returned);
-  counter("local_admissions_total", "Checks admitted from leases without a store call.", s.local_admissions);
-  counter("local_denials_total", "Checks denied locally after a refused grant.", s.local_denials);
-  out += fmt::format("# HELP ratekeeper_lease_keys Keys with a lease record.\n# TYPE ratekeeper_lease_keys gauge\n"
-                     "ratekeeper_lease_keys {}\n",
-                     s.leases);
-  return out;
+  out.counter("ratekeeper_lease_leases_taken_total", "Leases granted by the store (at least one unit).", s.leases_taken);
+  out.counter("ratekeeper_lease_grants_denied_total", "Lease grants refused: nothing available.", s.grants_denied);
+  out.counter("ratekeeper_lease_grants_failed_total", "Lease grants the store failed to answer.", s.grants_failed);
+  out.counter("ratekeeper_lease_units_granted_total", "Units granted in leases.", s.units_granted);
+  out.counter("ratekeeper_lease_returns_total", "Returns of unused lease units sent to the store.", s.returns);
+  out.counter("ratekeeper_lease_units_returned_total", "Unused lease units given back to the store.", s.units_returned);
+  out.counter("ratekeeper_lease_local_admissions_total", "Checks admitted from leases without a store call.",
+              s.local_admissions);
+  out.counter("ratekeeper_lease_local_denials_total", "Checks denied locally after a refused grant.", s.local_denials);
+  out.gauge("ratekeeper_lease_keys", "Keys with a lease record.", static_cast<std::int64_t>(s.leases));
+  inner_->write_metrics(out);
 }
 
 }  // namespace ratekeeper::store

@@ -3,13 +3,18 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/redis/url.hpp"
+#include "ratekeeper/store/denial_cache.hpp"
+#include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/memory_store.hpp"
-#include "ratekeeper/store/redis_cluster_store.hpp"
-#include "ratekeeper/store/redis_sentinel_store.hpp"
-#include "ratekeeper/store/redis_store.hpp"
+#include "redis/redis_store.hpp"
 
 namespace ratekeeper::store {
 namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
 
 Result<void> check_timeouts(const StoreOptions& options) {
   if (options.command_timeout <= 0 || options.connect_timeout <= 0) {
@@ -102,26 +107,32 @@ Result<std::unique_ptr<Store>> open_store(const StoreOptions& options) {
   auto target = redis_target(options);
   if (!target) return std::unexpected(target.error());
   auto& [parsed, tls] = *target;
-  switch (parsed.scheme) {
-    case redis::UrlScheme::redis:
-    case redis::UrlScheme::unix_socket: {
-      auto o = redis_store_options(options, parsed);
-      o.connection.tls = tls;
-      return std::make_unique<RedisStore>(std::move(o));
-    }
-    case redis::UrlScheme::cluster: {
-      auto o = redis_cluster_store_options(options, parsed);
-      o.cluster.node.tls = tls;
-      return std::make_unique<RedisClusterStore>(std::move(o));
-    }
-    case redis::UrlScheme::sentinel: {
-      auto o = redis_sentinel_store_options(options, parsed);
-      o.sentinel.master.tls = tls;
-      o.sentinel.sentinel.tls = tls;
-      return std::make_unique<RedisSentinelStore>(std::move(o));
-    }
+  auto o = redis_store_options(options, parsed);
+  std::visit(Overloaded{[&](redis::ConnectionOptions& c) { c.tls = tls; },
+                        [&](redis::SentinelOptions& s) { s.master.tls = s.sentinel.tls = tls; },
+                        [&](redis::ClusterOptions& c) { c.node.tls = tls; }},
+             o.topology);
+  return std::make_unique<RedisStore>(std::move(o));
+}
+
+Result<StoreStack> open_store_stack(const StoreOptions& options, const StackOptions& stack) {
+  auto opened = open_store(options);
+  if (!opened) return std::unexpected(opened.error());
+  StoreStack out{std::move(*opened)};
+  if (out.store->kind() == "memory") return out;
+  if (stack.denied_cache_keys > 0) {
+    auto cache = std::make_unique<DenialCache>(
+        std::move(out.store), DenialCacheOptions{.max_keys = stack.denied_cache_keys, .clock = options.clock});
+    out.denial_cache = cache.get();
+    out.store = std::move(cache);
   }
-  return std::unexpected(unsupported_scheme(url));
+  if (stack.leases) {
+    auto leased = std::make_unique<LeasingStore>(std::move(out.store),
+                                                 LeasingStoreOptions{.clock = options.clock, .reaper_thread = true});
+    out.leasing = leased.get();
+    out.store = std::move(leased);
+  }
+  return out;
 }
 
 }  // namespace ratekeeper::store

@@ -6,8 +6,8 @@
 #include <stdexcept>
 
 #include "ratekeeper/store/lua_scripts.hpp"
-#include "store/script_argv.hpp"
-#include "store/script_client.hpp"
+#include "store/redis/script_argv.hpp"
+#include "store/redis/script_client.hpp"
 
 namespace ratekeeper::testing {
 namespace {

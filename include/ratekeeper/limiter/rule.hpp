@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,9 @@ struct Rule {
   // window and token bucket limits only, not with on_limit delay.
   store::LeasePolicy lease;
 };
+
+// Whether any of `rules` admits from leases (then the store stack has a LeasingStore).
+bool any_leased(std::span<const Rule> rules) noexcept;
 
 // Tiered policies (free, pro, enterprise...). A request's tier comes from `header` only when
 // `trust_header` is set (a trusted gateway writes it), else from the static `users` table

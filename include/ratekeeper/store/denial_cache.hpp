@@ -53,6 +53,8 @@ class DenialCache final : public Store {
   }
 
   Store& inner() noexcept { return *inner_; }
+  // ratekeeper_denial_cache_*, then the inner store's metrics.
+  void write_metrics(MetricsWriter& out) const override;
 
   struct Stats {
     std::uint64_t hits = 0;      // checks answered locally

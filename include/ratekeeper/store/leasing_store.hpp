@@ -108,8 +108,8 @@ class LeasingStore final : public Store {
     std::size_t leases = 0;               // keys with a lease record now
   };
   Stats stats() const;
-  // The stats as Prometheus text (ratekeeper_lease_*), for /metrics.
-  std::string metrics_text() const;
+  // The stats (ratekeeper_lease_*), then the inner store's metrics.
+  void write_metrics(MetricsWriter& out) const override;
 
  private:
   struct Lease;

@@ -16,6 +16,9 @@ class EventLoop;
 
 namespace ratekeeper::store {
 
+class DenialCache;
+class LeasingStore;
+
 // How a Redis store's health() judges whether its script calls currently succeed: not ready
 // while a script call got an error reply (OOM under maxmemory with noeviction, a command an
 // ACL refuses, ...) within the last error_window, ready again once it has passed without one.
@@ -62,6 +65,26 @@ struct StoreOptions {
 // A Redis store is returned even when Redis is down (it connects in the background);
 // its health() says whether it can answer.
 Result<std::unique_ptr<Store>> open_store(const StoreOptions& options);
+
+// The layers in front of a Redis store (memory:// gets none: it answers locally already).
+struct StackOptions {
+  // A DenialCache holding this many keys' denials in front of the store; 0: none.
+  std::size_t denied_cache_keys = 0;
+  // A LeasingStore in front of everything (some rule is leased): a leased key's checks never
+  // reach the store but for its grants and returns. Its reaper runs on a thread of its own.
+  bool leases = false;
+};
+
+// The store a limiter uses, outermost layer first, and its layers for whoever drives them
+// (a reload clears the denial cache; a shutdown returns the leases).
+struct StoreStack {
+  std::unique_ptr<Store> store;
+  DenialCache* denial_cache = nullptr;  // in the stack, or nullptr
+  LeasingStore* leasing = nullptr;      // in the stack, or nullptr
+};
+
+// open_store, then the layers `stack` asks for, each on the store's clock.
+Result<StoreStack> open_store_stack(const StoreOptions& options, const StackOptions& stack);
 
 // What open_store would refuse (the URL, the timeouts, the TLS files), checked without opening
 // anything: the configuration loader refuses exactly what `serve` would.

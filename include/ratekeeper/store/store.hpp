@@ -13,6 +13,10 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/store/lease.hpp"
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::store {
 
 using algorithms::Decision;
@@ -97,6 +101,9 @@ class Store {
   // store's own time (algorithms::lease_return). Thread-safe; `done` as for check().
   virtual void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
                             LeaseReturnCallback done);
+
+  // The store's own metrics (a decorator: its own, then its inner store's). Thread-safe.
+  virtual void write_metrics(MetricsWriter&) const {}
 };
 
 }  // namespace ratekeeper::store

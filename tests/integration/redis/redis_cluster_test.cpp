@@ -18,7 +18,8 @@
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/open_store.hpp"
-#include "ratekeeper/store/redis_cluster_store.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
+#include "store/redis/redis_store.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_cluster.hpp"
@@ -33,7 +34,7 @@ using namespace std::chrono_literals;
 
 using testing::eventually;
 
-std::unique_ptr<RedisClusterStore> open_cluster(const std::string& url, Micros command_timeout,
+std::unique_ptr<RedisStore> open_cluster(const std::string& url, Micros command_timeout,
                                                 bool reject_cross_slot = false, bool functions = true) {
   StoreOptions o;
   o.url = url;
@@ -43,9 +44,9 @@ std::unique_ptr<RedisClusterStore> open_cluster(const std::string& url, Micros c
   o.reconnect_max = 200 * kMicrosPerMilli;
   auto parsed = redis::parse_url(url);
   EXPECT_TRUE(parsed) << parsed.error().message;
-  auto options = redis_cluster_store_options(o, *parsed);
+  auto options = redis_store_options(o, *parsed);
   options.reject_cross_slot = reject_cross_slot;
-  auto store = std::make_unique<RedisClusterStore>(options);
+  auto store = std::make_unique<RedisStore>(options);
   EXPECT_TRUE(eventually([&] { return store->health().ready; })) << store->health().detail;
   return store;
 }
@@ -334,9 +335,11 @@ TEST(RedisClusterStore, AFailedRefundIsCountedAndItsConsumptionStays) {
   EXPECT_EQ(after.refunds_sent, before.refunds_sent + 1);
   EXPECT_EQ(after.refunds_failed, before.refunds_failed + 1);
   // ... and in /metrics.
-  EXPECT_NE(store->metrics_text().find(fmt::format("\nratekeeper_cluster_refund_failures_total {}\n", after.refunds_failed)),
+  MetricsWriter metrics;
+  store->write_metrics(metrics);
+  EXPECT_NE(metrics.text().find(fmt::format("\nratekeeper_cluster_refund_failures_total {}\n", after.refunds_failed)),
             std::string::npos)
-      << store->metrics_text();
+      << metrics.text();
 
   for (auto* m : masters) testing::command_on(m->port(), {"ACL", "SETUSER", "default", "+eval"});
   auto peek = store->check_sync({{ip, limit, 0}});
@@ -396,7 +399,7 @@ TEST(RedisClusterStore, ErrorRepliesMakeTheStoreNotReadyUntilChecksSucceedAgain)
   o.error_window = 10 * kMicrosPerSecond;
   auto parsed = redis::parse_url(o.url);
   ASSERT_TRUE(parsed) << parsed.error().message;
-  RedisClusterStore store(redis_cluster_store_options(o, *parsed));
+  RedisStore store(redis_store_options(o, *parsed));
   ASSERT_TRUE(eventually([&] { return store.health().ready; })) << store.health().detail;
   const auto ip = fmt::format("oom:{{ip-{}}}:r", unique("x"));
   const auto user = fmt::format("oom:{{user-{}}}:r", unique("x"));

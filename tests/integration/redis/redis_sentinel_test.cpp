@@ -16,7 +16,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/sentinel.hpp"
 #include "ratekeeper/store/open_store.hpp"
-#include "ratekeeper/store/redis_sentinel_store.hpp"
+#include "store/redis/redis_store.hpp"
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_sentinel.hpp"
@@ -46,7 +46,7 @@ TEST(RedisSentinelStore, OpenStoreFindsTheMasterByName) {
   auto& group = testing::shared_sentinel_group();
   auto store = open(group.url(), 2 * kMicrosPerSecond);
   EXPECT_EQ(store->kind(), "redis-sentinel");
-  auto* sentinel_store = dynamic_cast<RedisSentinelStore*>(store.get());
+  auto* sentinel_store = dynamic_cast<RedisStore*>(store.get());
   ASSERT_NE(sentinel_store, nullptr);
   ASSERT_TRUE(sentinel_store->sentinel().master());
   EXPECT_EQ(sentinel_store->sentinel().master()->port, group.master_port());
@@ -141,7 +141,7 @@ TEST(RedisSentinelStore, FollowsTheMasterWhenSentinelsPromoteTheReplica) {
   testing::RedisSentinelGroup group;  // its own: this one loses its master
   constexpr Micros kDeadline = 100 * kMicrosPerMilli;
   auto store_ptr = open(group.url(), kDeadline);
-  auto& store = dynamic_cast<RedisSentinelStore&>(*store_ptr);
+  auto& store = dynamic_cast<RedisStore&>(*store_ptr);
   auto& old_master = group.current_master();
   const int old_port = old_master.port();
   auto made = algorithms::Limit::make(Algorithm::fixed_window, 100'000, 3600 * kMicrosPerSecond);

@@ -16,8 +16,7 @@
 
 #include "ratekeeper/redis/key_slot.hpp"
 #include "ratekeeper/store/open_store.hpp"
-#include "ratekeeper/store/redis_cluster_store.hpp"
-#include "ratekeeper/store/redis_sentinel_store.hpp"
+#include "store/redis/redis_store.hpp"
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_sentinel.hpp"
@@ -180,7 +179,7 @@ TEST(RedisTls, ClusterOverTlsFollowsAskAndMovedToTlsPorts) {
   testing::RedisCluster cluster(testing::RedisCluster::Options{.masters = 3, .replicas_per_master = 0, .args = {}, .tls = true});
   auto opened = open_ready(store_options(cluster.tls_url()));
   ASSERT_TRUE(opened);
-  auto* store = dynamic_cast<RedisClusterStore*>(opened.get());
+  auto* store = dynamic_cast<RedisStore*>(opened.get());
   ASSERT_NE(store, nullptr);
   // Identities on every master.
   for (int i = 0; i < 30; ++i) {
@@ -227,7 +226,7 @@ TEST(RedisTls, SentinelAndMasterOverTls) {
   EXPECT_EQ(r->decision.remaining, 9);
   EXPECT_EQ(master.server.command({"EXISTS", "t:{sentinel}:r"}), "1");
   // The +switch-master subscriptions are over TLS too.
-  auto* sentinel_store = dynamic_cast<RedisSentinelStore*>(store.get());
+  auto* sentinel_store = dynamic_cast<RedisStore*>(store.get());
   ASSERT_NE(sentinel_store, nullptr);
   EXPECT_TRUE(eventually([&] {
     return sentinel_store->sentinel().subscription_status().starts_with("subscribed to 3 of 3 sentinels");

@@ -17,7 +17,7 @@
 #include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
-#include "ratekeeper/store/redis_store.hpp"
+#include "store/redis/redis_store.hpp"
 #include "support/redis_server.hpp"
 #include "support/script_runner.hpp"
 

@@ -26,7 +26,7 @@
 #include "ratekeeper/store/lua_scripts.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
-#include "ratekeeper/store/redis_store.hpp"
+#include "store/redis/redis_store.hpp"
 #include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 #include "support/script_runner.hpp"
@@ -489,8 +489,8 @@ TEST(RedisStore, FunctionsRefusedByAnAclFallBackToScripts) {
     ASSERT_EQ(server.command({"SCRIPT", "FLUSH"}), "OK");
     ASSERT_EQ(server.command({"FUNCTION", "FLUSH"}), "OK");
     RedisStoreOptions o;
-    o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
-    o.connection.credentials = redis::Credentials{user, "pw"};
+    std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+    std::get<redis::ConnectionOptions>(o.topology).credentials = redis::Credentials{user, "pw"};
     RedisStore store(o);
     ASSERT_TRUE(eventually([&] { return store.health().ready; }));
     EXPECT_TRUE(store.using_functions());
@@ -629,8 +629,8 @@ TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
   RedisServer server;
   auto loop = std::make_shared<EventLoop>(1);
   RedisStoreOptions o;
-  o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
-  o.connection.command_timeout = 2 * kMicrosPerSecond;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
   o.loop = loop;
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
@@ -689,8 +689,8 @@ TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
 TEST(RedisStore, ChecksThatMayWaitAreNeverCoalesced) {
   auto loop = std::make_shared<EventLoop>(1);
   RedisStoreOptions o;
-  o.connection.endpoint = redis::Endpoint{shared_server().host(), shared_server().port(), {}};
-  o.connection.command_timeout = 2 * kMicrosPerSecond;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{shared_server().host(), shared_server().port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
   o.loop = loop;
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
@@ -752,8 +752,8 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
   RedisServer server;
   auto loop = std::make_shared<EventLoop>(1);
   RedisStoreOptions o;
-  o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
-  o.connection.command_timeout = 2 * kMicrosPerSecond;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
   o.loop = loop;
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
@@ -804,8 +804,8 @@ void flush_while_a_batch_waits(bool functions) {
   RedisServer server(debug);
   auto loop = std::make_shared<EventLoop>(1);
   RedisStoreOptions o;
-  o.connection.endpoint = redis::Endpoint{server.host(), server.port(), {}};
-  o.connection.command_timeout = 30 * kMicrosPerSecond;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 30 * kMicrosPerSecond;
   o.loop = loop;
   o.max_in_flight = 1;
   o.functions = functions;

@@ -10,6 +10,7 @@
 #include <deque>
 #include <vector>
 
+#include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/algorithms/lease.hpp"
 #include "ratekeeper/algorithms/step.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
@@ -182,7 +183,9 @@ TEST(LeasingStore, MetricsCountGrantsUnitsAndLocalAdmissions) {
   const auto item = leased("k", window(1000, 3600 * kSecond), 64, 3600 * kSecond);
   for (int i = 0; i < 1 + 2 + 4 + 1; ++i) ASSERT_TRUE(admitted(*a.leasing, item));  // 7 of 8 left
   a.leasing->shutdown();
-  const std::string text = a.leasing->metrics_text();
+  MetricsWriter metrics;
+  a.leasing->write_metrics(metrics);
+  const std::string text = metrics.take();
   for (const char* line : {"ratekeeper_lease_leases_taken_total 4\n", "ratekeeper_lease_units_granted_total 15\n",
                            "ratekeeper_lease_units_returned_total 7\n", "ratekeeper_lease_returns_total 1\n",
                            "ratekeeper_lease_local_admissions_total 8\n", "ratekeeper_lease_keys 1\n"}) {

@@ -1,7 +1,7 @@
 // What a Redis store learns from its script replies (store/script_health.hpp): the NOSCRIPT
 // count, the health rule on a manual clock, and the error text made safe to show.
 
-#include "store/script_health.hpp"
+#include "store/redis/script_health.hpp"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "store/script_reply.hpp"
+#include "store/redis/script_reply.hpp"
 
 namespace ratekeeper::store::detail {
 namespace {

@@ -92,13 +92,25 @@ void Coalescer::flush() {
     if (closed_ || in_flight_ >= options_.max_in_flight || queued_.empty()) return;
     checks.swap(queued_);
   }
+  // Checks of different keys are concurrent: their order among each other is free. With
+  // same_keys_only, the checks of one key set are brought together, each set in issue order.
+  const auto same_keys = [](const Check* a, const Check* b) {
+    return std::equal(a->items.begin(), a->items.end(), b->items.begin(), b->items.end(),
+                      [](const CheckItem& x, const CheckItem& y) { return x.key == y.key; });
+  };
+  if (options_.same_keys_only && checks.size() > 2) {
+    std::stable_sort(checks.begin(), checks.end(), [](const Check* a, const Check* b) {
+      return std::lexicographical_compare(a->items.begin(), a->items.end(), b->items.begin(), b->items.end(),
+                                          [](const CheckItem& x, const CheckItem& y) { return x.key < y.key; });
+    });
+  }
   // Runs of checks with the same `now` (the script takes one), at most max_batch each. A check
   // that may wait for its turn goes out alone ("multi_delay"), never in a batch.
   for (std::size_t i = 0; i < checks.size();) {
     std::size_t j = i + 1;
     if (!may_delay(checks[i]->items)) {
       while (j < checks.size() && j - i < options_.max_batch && checks[j]->now == checks[i]->now &&
-             !may_delay(checks[j]->items)) {
+             !may_delay(checks[j]->items) && (!options_.same_keys_only || same_keys(checks[i], checks[j]))) {
         ++j;
       }
     }
@@ -111,6 +123,7 @@ void Coalescer::flush() {
     batch->entries.clear();
     batch->checks.clear();
     batch->call.deadline = checks[i]->deadline;
+    batch->call.slot = options_.slot;
     for (std::size_t k = i; k < j; ++k) {
       const auto& items = checks[k]->items;
       // Identical to an earlier check of the batch (typically one client's key): one entry.
@@ -150,6 +163,7 @@ void Coalescer::finished() {
 void Coalescer::send_one(Check* check) {
   check->call.argv.check(check->items, check->now);
   check->call.deadline = check->deadline;
+  check->call.slot = options_.slot;
   check->call.done = [this, check](Result<redis::Reply> reply) { on_reply(check, std::move(reply)); };
   client_.send(check->call);
 }

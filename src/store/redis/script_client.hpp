@@ -3,7 +3,8 @@
 // its function in the library (store/lua_scripts.hpp). When the server does not have the
 // library (first use, a restart without persistence, FUNCTION FLUSH) it is loaded there
 // (FUNCTION LOAD, routed as the call) and the call sent once more; a second "Function not
-// found" is the call's answer. Where functions cannot be used (Redis before 7, an ACL that
+// found" (the call ran where the load did not go: a node importing the slot, through ASK)
+// sends this call as a script. Where functions cannot be used (Redis before 7, an ACL that
 // refuses FCALL or FUNCTION, a managed service that renamed them: any error reply to FUNCTION
 // LOAD but OOM, or NOPERM / unknown command to FCALL), the client falls back to scripts for good:
 // EVALSHA and, when the server does not know the script (a restart, a promoted replica,
@@ -14,8 +15,8 @@
 // every reload and fallback counted there. Deadlines are absolute on the steady reading of
 // the store's clock; each call but a refund also carries its deadline on the server's clock
 // (server_clock.hpp), so that it does nothing when Redis runs it after the caller gave up.
-// Internal to the store layer; used by the Coalescer (RedisStore, RedisSentinelStore) and
-// RedisClusterStore. Thread-safe: the client is immutable, each ScriptCall belongs to one
+// Internal to the store layer; used by RedisStore's lanes (their coalescers, cross-slot
+// checks and leases). Thread-safe: the client is immutable, each ScriptCall belongs to one
 // call at a time.
 
 #include <atomic>

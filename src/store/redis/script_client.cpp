@@ -70,8 +70,15 @@ void ScriptClient::dispatch(ScriptCall& call, Invocation how) const {
   send_(call.slot, call.argv.argv(how), left, [this, &call](Result<redis::Reply> reply) {
     switch (call.sent) {
       case Invocation::fcall:
-        if (is_no_function(reply) && !call.loaded) {
-          load_library(call);
+        if (is_no_function(reply)) {
+          if (!call.loaded) {
+            load_library(call);
+            return;
+          }
+          // Loaded where the call is routed, yet missing where it ran: a node importing the
+          // slot, reached through ASK, never had it. This call goes as a script, which EVAL
+          // carries wherever the call is redirected.
+          dispatch(call, Invocation::evalsha);
           return;
         }
         if (refuses_command(reply)) {

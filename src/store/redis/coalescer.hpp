@@ -1,6 +1,6 @@
 #pragma once
-// Coalescing of checks bound for one Redis server, shared by the stores that talk to one
-// master (RedisStore per connection, RedisSentinelStore). Internal to the store layer.
+// Coalescing of the checks one lane of RedisStore sends to one destination (a server, or a
+// cluster slot). Internal to the store layer.
 //
 // While max_in_flight script calls are pending, new checks wait; when one completes (and,
 // with a `post` function, at the end of the current turn of the thread it posts to) the
@@ -29,6 +29,11 @@ class Coalescer {
   struct Options {
     std::size_t max_batch = 64;     // checks per script call at most; 1: never batch
     std::size_t max_in_flight = 1;  // script calls pending before new checks wait
+    std::uint16_t slot = 0;         // where its calls go (ScriptSender)
+    // Only checks of the same keys share a batch call. A cluster slot being migrated answers
+    // a call naming keys on both nodes with TRYAGAIN until the migration ends: a batch of
+    // one key set behaves as one check of it does.
+    bool same_keys_only = false;
   };
   // Runs a function later, e.g. at the end of the current turn of an event-loop thread.
   using Post = std::function<void(std::function<void()>)>;

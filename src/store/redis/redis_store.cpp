@@ -1,0 +1,298 @@
+#include "redis_store.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
+#include "ratekeeper/redis/key_slot.hpp"
+#include "check_validation.hpp"
+#include "coalescer.hpp"
+#include "cross_slot.hpp"
+#include "lease_script.hpp"
+#include "script_client.hpp"
+#include "script_health.hpp"
+
+namespace ratekeeper::store {
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+
+Micros command_timeout_of(const RedisTopology& topology) {
+  return std::visit(Overloaded{[](const redis::ConnectionOptions& c) { return c.command_timeout; },
+                               [](const redis::SentinelOptions& s) { return s.master.command_timeout; },
+                               [](const redis::ClusterOptions& c) { return c.node.command_timeout; }},
+                    topology);
+}
+
+}  // namespace
+
+// One I/O thread: its script client (sending through the thread's connection) and, per
+// destination (slot 0 on one master, each slot on a cluster), the coalescing of its checks.
+struct RedisStore::Lane {
+  std::size_t index = 0;
+  std::unique_ptr<redis::Connection> connection;  // one server only
+  std::unique_ptr<detail::ScriptClient> client;
+  detail::Coalescer::Options coalescing;
+  EventLoop* loop = nullptr;
+
+  std::mutex mu;  // guards the map, not the coalescers (thread-safe themselves)
+  std::unordered_map<std::uint16_t, std::unique_ptr<detail::Coalescer>> coalescers;
+  bool closed = false;
+
+  // The coalescer of `slot`, made on first use; nullptr once closed.
+  detail::Coalescer* coalescer(std::uint16_t slot) {
+    std::lock_guard lock(mu);
+    if (closed) return nullptr;
+    auto& c = coalescers[slot];
+    if (!c) {
+      auto options = coalescing;
+      options.slot = slot;
+      c = std::make_unique<detail::Coalescer>(
+          *client, [loop = loop, i = index](std::function<void()> fn) { loop->post(i, std::move(fn)); }, options);
+    }
+    return c.get();
+  }
+
+  void close() {
+    std::lock_guard lock(mu);
+    closed = true;
+    for (auto& [slot, c] : coalescers) c->close();
+  }
+};
+
+RedisStore::RedisStore(RedisStoreOptions options)
+    : options_(std::move(options)),
+      clock_(&clock_or_system(options_.clock)),
+      command_timeout_(command_timeout_of(options_.topology)),
+      health_(std::make_unique<detail::ScriptHealth>(options_.health, clock_)) {
+  loop_ = options_.loop ? options_.loop : std::make_shared<EventLoop>(std::max(1, options_.connections));
+  const int threads = static_cast<int>(loop_->size());
+  // The client of a sentinel deployment or a cluster runs on the store's loop.
+  if (auto* s = std::get_if<redis::SentinelOptions>(&options_.topology)) {
+    s->loop = loop_;
+    s->io_threads = threads;
+    router_ = std::make_unique<redis::Sentinel>(*s);
+  } else if (auto* c = std::get_if<redis::ClusterOptions>(&options_.topology)) {
+    c->loop = loop_;
+    c->io_threads = threads;
+    router_ = std::make_unique<redis::Cluster>(*c);
+    cross_slot_ = std::make_unique<detail::CrossSlotChecks>(*clock_, command_timeout_);
+  }
+  for (std::size_t i = 0; i < loop_->size(); ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = i;
+    lane->loop = loop_.get();
+    lane->coalescing = {.max_batch = std::max<std::size_t>(1, options_.max_batch),
+                        .max_in_flight = options_.max_in_flight,
+                        .same_keys_only = cross_slot_ != nullptr};
+    detail::ScriptSender send;
+    if (const auto* single = std::get_if<redis::ConnectionOptions>(&options_.topology)) {
+      lane->connection = std::make_unique<redis::Connection>(*loop_, *single, i);
+      send = [connection = lane->connection.get()](std::uint16_t, std::span<const std::string_view> argv,
+                                                   Micros timeout, redis::ReplyCallback cb) {
+        connection->command(argv, std::move(cb), timeout);
+      };
+    } else if (auto* sentinel = std::get_if<std::unique_ptr<redis::Sentinel>>(&router_)) {
+      send = [s = sentinel->get()](std::uint16_t, std::span<const std::string_view> argv, Micros timeout,
+                                   redis::ReplyCallback cb) { s->command(argv, std::move(cb), timeout); };
+    } else {
+      send = [c = std::get<std::unique_ptr<redis::Cluster>>(router_).get()](
+                 std::uint16_t slot, std::span<const std::string_view> argv, Micros timeout,
+                 redis::ReplyCallback cb) { c->command(slot, argv, std::move(cb), timeout); };
+    }
+    lane->client = std::make_unique<detail::ScriptClient>(std::move(send), health_.get(), clock_, options_.functions);
+    lanes_.push_back(std::move(lane));
+  }
+}
+
+RedisStore::~RedisStore() {
+  // Nothing new is sent; flushes already posted run out (and find the coalescers closed),
+  // then closing the connections fails whatever is pending, on the loop threads; those
+  // callbacks still reach the coalescers and clients, destroyed last.
+  for (auto& lane : lanes_) lane->close();
+  if (!loop_->on_loop_thread()) loop_->barrier();
+  for (auto& lane : lanes_) lane->connection.reset();
+  router_ = std::monostate{};
+  lanes_.clear();
+  loop_.reset();
+}
+
+std::string_view RedisStore::kind() const noexcept {
+  switch (options_.topology.index()) {
+    case 1: return "redis-sentinel";
+    case 2: return "redis-cluster";
+    default: return "redis";
+  }
+}
+
+RedisStore::Lane& RedisStore::lane() {
+  std::size_t index = loop_->current_index();
+  if (index >= lanes_.size()) {
+    index = lanes_.size() == 1 ? 0 : next_.fetch_add(1, std::memory_order_relaxed) % lanes_.size();
+  }
+  return *lanes_[index];
+}
+
+std::uint16_t RedisStore::slot_of(const CheckItem& item) const {
+  return cross_slot_ ? redis::key_slot(item.key) : 0;
+}
+
+void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
+  if (detail::answered_locally(items, now, done)) return;
+  const Micros deadline = clock_->steady() + command_timeout_;
+  Lane& here = lane();
+  const std::uint16_t first = slot_of(items[0]);
+  if (cross_slot_) {
+    std::vector<std::uint16_t> slots;
+    slots.reserve(items.size());
+    for (const auto& item : items) slots.push_back(slot_of(item));
+    const auto other = std::find_if(slots.begin(), slots.end(), [&](std::uint16_t s) { return s != first; });
+    if (other != slots.end()) {
+      if (options_.reject_cross_slot) {
+        done(make_error(ErrorCode::invalid_argument,
+                        fmt::format("keys span slots: '{}' and '{}' have different hash tags", items[0].key,
+                                    items[static_cast<std::size_t>(other - slots.begin())].key)));
+        return;
+      }
+      cross_slot_->check(*here.client, std::move(items), slots, now, deadline, std::move(done));
+      return;
+    }
+  }
+  detail::Coalescer* coalescer = here.coalescer(first);
+  if (coalescer == nullptr) {
+    done(make_error(ErrorCode::unavailable, "redis store closed"));
+    return;
+  }
+  coalescer->check(std::move(items), now, deadline, std::move(done));
+}
+
+void RedisStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
+  const Micros deadline = clock_->steady() + command_timeout_;
+  detail::run_lease_grant(*lane().client, slot_of(item), item, want, std::nullopt, deadline, std::move(done));
+}
+
+void RedisStore::lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
+                              LeaseReturnCallback done) {
+  const Micros deadline = clock_->steady() + command_timeout_;
+  detail::run_lease_return(*lane().client, slot_of(item), item, units, at, reset_after, deadline,
+                           std::move(done));
+}
+
+StoreHealth RedisStore::health() const {
+  std::string status = "ok";
+  if (const auto* sentinel = std::get_if<std::unique_ptr<redis::Sentinel>>(&router_)) {
+    status = (*sentinel)->status();
+  } else if (const auto* cluster = std::get_if<std::unique_ptr<redis::Cluster>>(&router_)) {
+    status = (*cluster)->status();
+  } else {
+    for (const auto& lane : lanes_) {
+      const auto& c = *lane->connection;
+      if (c.state() != redis::ConnectionState::connected ||
+          c.breaker_state() != redis::CircuitBreaker::State::closed) {
+        status = c.status();
+        break;
+      }
+    }
+  }
+  if (status != "ok") return {false, std::move(status)};
+  if (auto why = health_->failing()) return {false, std::move(*why)};
+  return {true, "ok"};
+}
+
+bool RedisStore::using_functions() const noexcept {
+  return std::all_of(lanes_.begin(), lanes_.end(), [](const auto& lane) { return lane->client->functions(); });
+}
+
+redis::Connection& RedisStore::connection(std::size_t index) {
+  std::get<redis::ConnectionOptions>(options_.topology);  // throws on another topology
+  return *lanes_.at(index)->connection;
+}
+
+redis::Sentinel& RedisStore::sentinel() { return *std::get<std::unique_ptr<redis::Sentinel>>(router_); }
+redis::Cluster& RedisStore::cluster() { return *std::get<std::unique_ptr<redis::Cluster>>(router_); }
+
+RedisStore::Stats RedisStore::stats() const noexcept {
+  Stats s;
+  for (const auto& lane : lanes_) {
+    std::lock_guard lock(lane->mu);
+    for (const auto& [slot, c] : lane->coalescers) {
+      s.batches += c->batches();
+      s.batched_checks += c->batched_checks();
+    }
+  }
+  s.noscript_reloads = health_->noscript_reloads();
+  s.library_loads = health_->library_loads();
+  if (cross_slot_) {
+    s.cross_slot_checks = cross_slot_->checks();
+    s.cross_slot_partial = cross_slot_->partial();
+    s.refunds_sent = cross_slot_->refunds_sent();
+    s.refunds_failed = cross_slot_->refunds_failed();
+  }
+  return s;
+}
+
+void RedisStore::write_metrics(MetricsWriter& out) const {
+  const Stats s = stats();
+  out.counter("ratekeeper_redis_batches_total", "Batch script calls sent (checks coalesced into one call).",
+              s.batches);
+  out.counter("ratekeeper_redis_batched_checks_total", "Checks answered through batch script calls.",
+              s.batched_checks);
+  out.counter("ratekeeper_redis_noscript_reloads_total",
+              "Script calls sent again with their source after NOSCRIPT (restart, failover, SCRIPT FLUSH).",
+              s.noscript_reloads);
+  out.counter("ratekeeper_redis_library_loads_total",
+              "FUNCTION LOADs of the scripts' library (first use, after a flush or restart).", s.library_loads);
+  out.gauge("ratekeeper_redis_functions", "1 while the scripts are called as Redis Functions (FCALL), 0: EVALSHA.",
+            std::int64_t{using_functions() ? 1 : 0});
+  if (std::holds_alternative<redis::ConnectionOptions>(options_.topology)) {
+    redis::Connection::Stats c;
+    for (const auto& lane : lanes_) {
+      const auto l = lane->connection->stats();
+      c.commands += l.commands;
+      c.writes += l.writes;
+      c.timeouts += l.timeouts;
+      c.reconnects += l.reconnects;
+      c.breaker_opened += l.breaker_opened;
+    }
+    out.counter("ratekeeper_redis_commands_total", "Commands queued on the store's connections.", c.commands);
+    out.counter("ratekeeper_redis_writes_total", "Writes to the store's connections (each a pipeline of commands).",
+                c.writes);
+    out.counter("ratekeeper_redis_timeouts_total", "Commands that missed their deadline.", c.timeouts);
+    out.counter("ratekeeper_redis_reconnects_total", "Connections made again after a loss.", c.reconnects);
+    out.counter("ratekeeper_redis_breaker_opened_total", "Times a connection's circuit breaker opened.",
+                c.breaker_opened);
+  }
+  if (const auto* sentinel = std::get_if<std::unique_ptr<redis::Sentinel>>(&router_)) {
+    const auto st = (*sentinel)->stats();
+    out.counter("ratekeeper_sentinel_master_switches_total", "Changes of master after the first resolution.",
+                st.switches);
+    out.counter("ratekeeper_sentinel_resolutions_total", "Masters resolved through a sentinel.", st.resolutions);
+    out.gauge("ratekeeper_sentinel_subscribed", "Sentinels whose +switch-master subscription is up.",
+              static_cast<std::int64_t>(st.subscribed));
+  }
+  if (const auto* cluster = std::get_if<std::unique_ptr<redis::Cluster>>(&router_)) {
+    const auto c = (*cluster)->stats();
+    out.counter("ratekeeper_cluster_cross_slot_checks_total", "Checks whose keys span several slots of the cluster.",
+                s.cross_slot_checks);
+    out.counter("ratekeeper_cluster_cross_slot_partial_total",
+                "Of those, checks some slots admitted while another denied or failed (their consumption refunded).",
+                s.cross_slot_partial);
+    out.counter("ratekeeper_cluster_refunds_total", "Refund calls sent, one per slot that consumed.", s.refunds_sent);
+    out.counter("ratekeeper_cluster_refund_failures_total",
+                "Refunds not confirmed (failed, or left unsent by the deadline): their consumption stays.",
+                s.refunds_failed);
+    out.counter("ratekeeper_cluster_redirects_total", "Redirections followed.", c.moved, {{"kind", "moved"}});
+    out.counter("ratekeeper_cluster_redirects_total", "Redirections followed.", c.ask, {{"kind", "ask"}});
+    out.counter("ratekeeper_cluster_slot_map_refreshes_total", "Slot maps loaded from the cluster.", c.refreshes);
+  }
+}
+
+}  // namespace ratekeeper::store
