@@ -1,5 +1,5 @@
 # Builds the Redis scripts from lua/*.lua and embeds them into the library as string
-# constants (store/lua_scripts.hpp). Redis cannot include files, so each script is the
+# constants (store/redis/lua_scripts.hpp). Redis cannot include files, so each script is the
 # concatenation of its parts, listed in EmbedLuaScript.cmake. The assembled scripts are
 # also written to <output dir>/lua/<name>.lua, for redis-cli and the benchmarks.
 function(ratekeeper_embed_lua output)

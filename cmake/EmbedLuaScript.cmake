@@ -1,5 +1,5 @@
 # cmake -DOUTPUT=<file.cpp> -DINPUTS=<lua/*.lua, separated by '|' or ';'> -P EmbedLuaScript.cmake
-# Writes OUTPUT (the embedded scripts, see store/lua_scripts.hpp) and <dir of OUTPUT>/lua/<name>.lua.
+# Writes OUTPUT (the embedded scripts, see store/redis/lua_scripts.hpp) and <dir of OUTPUT>/lua/<name>.lua.
 #
 # The scripts and their parts: LuaScripts.cmake.
 include(${CMAKE_CURRENT_LIST_DIR}/LuaScripts.cmake)
@@ -13,7 +13,7 @@ endforeach()
 
 get_filename_component(dir ${OUTPUT} DIRECTORY)
 list(LENGTH scripts count)
-set(body "// Generated from lua/*.lua by cmake/EmbedLuaScript.cmake.\n#include <array>\n\n#include \"ratekeeper/store/lua_scripts.hpp\"\n\nnamespace ratekeeper::store {\n\nstd::span<const LuaScript> lua_scripts() {\n  static const std::array<LuaScript, ${count}> scripts{{\n")
+set(body "// Generated from lua/*.lua by cmake/EmbedLuaScript.cmake.\n#include <array>\n\n#include \"store/redis/lua_scripts.hpp\"\n\nnamespace ratekeeper::store {\n\nstd::span<const LuaScript> lua_scripts() {\n  static const std::array<LuaScript, ${count}> scripts{{\n")
 foreach(name IN LISTS scripts)
   set(text "-- ratekeeper ${name}: assembled from lua/{${parts_${name}}}.lua\n")
   string(REPLACE ";" "," text "${text}")

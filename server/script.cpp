@@ -9,7 +9,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "store/redis/lua_scripts.hpp"
 
 namespace ratekeeper::server {
 namespace {

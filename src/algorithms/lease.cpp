@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::algorithms {
 

@@ -1,4 +1,4 @@
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <stdexcept>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 
 namespace ratekeeper::limiter {

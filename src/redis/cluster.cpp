@@ -1,4 +1,4 @@
-#include "ratekeeper/redis/cluster.hpp"
+#include "redis/cluster.hpp"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/shared_value.hpp"
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 #include "refresher.hpp"
 #include "routed_command.hpp"
 #include "topology.hpp"

@@ -1,4 +1,4 @@
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 
 namespace ratekeeper::redis {
 

@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "ratekeeper/core/error.hpp"
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 
 namespace ratekeeper::redis::detail {
 

@@ -42,7 +42,7 @@
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/event_loop.hpp"
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 
 namespace ratekeeper::redis::detail {
 

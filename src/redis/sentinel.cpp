@@ -1,4 +1,4 @@
-#include "ratekeeper/redis/sentinel.hpp"
+#include "redis/sentinel.hpp"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <string>
 
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 
 namespace ratekeeper::redis::detail {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ratekeeper/core/error.hpp"
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 #include "ratekeeper/redis/url.hpp"
 
 namespace ratekeeper::redis::detail {

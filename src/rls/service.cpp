@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/limiter/limiter.hpp"

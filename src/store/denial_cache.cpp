@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::store {
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "ratekeeper/algorithms/lease.hpp"
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/core/contained.hpp"
 
 namespace ratekeeper::store {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "ratekeeper/algorithms/lease.hpp"
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::store {
 namespace {

@@ -22,6 +22,18 @@ done
 for f in include/ratekeeper/rls/service.hpp include/ratekeeper/rls/grpc_server.hpp; do
   [[ ! -e $prefix/$f ]] || fail "$f is installed (it belongs to a library that is not)"
 done
+# Only the library's API: no layer's internals, and every installed header includes only
+# installed ones.
+for f in include/ratekeeper/redis/cluster.hpp include/ratekeeper/redis/connection.hpp \
+         include/ratekeeper/algorithms/step.hpp include/ratekeeper/store/lua_scripts.hpp \
+         include/ratekeeper/store/redis_store.hpp; do
+  [[ ! -e $prefix/$f ]] || fail "$f is installed (it is internal to the library)"
+done
+while read -r header; do
+  while read -r included; do
+    [[ -e $prefix/include/$included ]] || fail "${header#"$prefix"/} includes $included, which is not installed"
+  done < <(sed -n 's/^#include "\(ratekeeper\/[^"]*\)".*/\1/p' "$header")
+done < <(find "$prefix/include/ratekeeper" -name '*.hpp')
 config=$(find "$prefix" -name ratekeeperConfig.cmake)
 [[ -n $config ]] || fail "no ratekeeperConfig.cmake installed"
 grep -qx "ExecStart=$prefix/bin/ratekeeper serve --config $prefix/etc/ratekeeper/ratekeeper.yaml" \

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::testing {
 

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "store/redis/lua_scripts.hpp"
 #include "store/redis/script_argv.hpp"
 #include "store/redis/script_client.hpp"
 

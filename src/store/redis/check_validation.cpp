@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::store::detail {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::store::detail {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 #include "ratekeeper/store/store.hpp"
 #include "script_client.hpp"
 

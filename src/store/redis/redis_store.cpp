@@ -9,7 +9,7 @@
 
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 #include "check_validation.hpp"
 #include "coalescer.hpp"
 #include "cross_slot.hpp"

@@ -20,9 +20,9 @@
 #include <variant>
 #include <vector>
 
-#include "ratekeeper/redis/cluster.hpp"
-#include "ratekeeper/redis/connection.hpp"
-#include "ratekeeper/redis/sentinel.hpp"
+#include "redis/cluster.hpp"
+#include "redis/connection.hpp"
+#include "redis/sentinel.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/store/store.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// The argument vector of one call of an embedded script (store/lua_scripts.hpp), for every
+// The argument vector of one call of an embedded script (store/redis/lua_scripts.hpp), for every
 // shape of call: a check (its algorithm's own script for one item, "multi" for several),
 // several checks in one call of "batch", one cluster slot's part of a check ("multi_at"),
 // and its "refund". The calling conventions are those documented in lua_scripts.hpp and
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ratekeeper/core/time.hpp"
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "store/redis/lua_scripts.hpp"
 #include "ratekeeper/store/store.hpp"
 
 namespace ratekeeper::store::detail {

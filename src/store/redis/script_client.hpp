@@ -1,6 +1,6 @@
 #pragma once
 // The one client of the embedded scripts: sends a script call (script_argv.hpp) as FCALL of
-// its function in the library (store/lua_scripts.hpp). When the server does not have the
+// its function in the library (store/redis/lua_scripts.hpp). When the server does not have the
 // library (first use, a restart without persistence, FUNCTION FLUSH) it is loaded there
 // (FUNCTION LOAD, routed as the call) and the call sent once more; a second "Function not
 // found" (the call ran where the load did not go: a node importing the slot, through ASK)
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "ratekeeper/core/clock.hpp"
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 #include "ratekeeper/store/store.hpp"
 #include "script_argv.hpp"
 #include "script_health.hpp"

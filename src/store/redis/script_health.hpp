@@ -26,7 +26,7 @@
 
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/core/error.hpp"
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "server_clock.hpp"
 

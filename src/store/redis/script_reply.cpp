@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 
 namespace ratekeeper::store::detail {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// The replies of the embedded scripts (store/lua_scripts.hpp), parsed into decisions: the one
+// The replies of the embedded scripts (store/redis/lua_scripts.hpp), parsed into decisions: the one
 // place that reads them, for every shape of call that script_argv.hpp encodes. Internal to
 // the store layer. Stateless; thread-safe.
 //
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ratekeeper/core/error.hpp"
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 #include "ratekeeper/store/store.hpp"
 #include "script_argv.hpp"
 

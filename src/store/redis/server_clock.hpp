@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "ratekeeper/core/time.hpp"
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/reply.hpp"
 
 namespace ratekeeper::store::detail {
 

@@ -15,7 +15,7 @@
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/http/server.hpp"
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 

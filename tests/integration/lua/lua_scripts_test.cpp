@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/algorithms/token_bucket.hpp"
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "store/redis/lua_scripts.hpp"
 #include "support/redis_server.hpp"
 #include "support/script_runner.hpp"
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/core/clock.hpp"
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/redis/url.hpp"
 #include "support/eventually.hpp"

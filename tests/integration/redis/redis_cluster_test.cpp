@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/core/event_loop.hpp"
-#include "ratekeeper/redis/key_slot.hpp"
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "redis/key_slot.hpp"
+#include "store/redis/lua_scripts.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
 #include "store/redis/redis_store.hpp"

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/core/event_loop.hpp"
-#include "ratekeeper/redis/sentinel.hpp"
+#include "redis/sentinel.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "store/redis/redis_store.hpp"
 #include "support/eventually.hpp"

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "store/redis/redis_store.hpp"
 #include "support/eventually.hpp"

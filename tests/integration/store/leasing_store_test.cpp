@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "ratekeeper/algorithms/lease.hpp"
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "store/redis/redis_store.hpp"

@@ -23,7 +23,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "store/redis/lua_scripts.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
 #include "store/redis/redis_store.hpp"

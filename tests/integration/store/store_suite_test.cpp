@@ -17,9 +17,9 @@
 
 #include <fmt/format.h>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"

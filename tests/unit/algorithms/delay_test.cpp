@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/algorithms/token_bucket.hpp"
 
 namespace ratekeeper::algorithms {

@@ -1,4 +1,4 @@
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "ratekeeper/redis/key_slot.hpp"
+#include "redis/key_slot.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "rls_service.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/algorithms/lease.hpp"
-#include "ratekeeper/algorithms/step.hpp"
+#include "algorithms/step.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 

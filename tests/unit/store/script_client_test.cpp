@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ratekeeper/store/lua_scripts.hpp"
+#include "store/redis/lua_scripts.hpp"
 #include "store/redis/lease_script.hpp"
 
 namespace ratekeeper::store::detail {

@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 #include "ratekeeper/redis/url.hpp"
 
 namespace ratekeeper {

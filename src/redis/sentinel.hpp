@@ -42,7 +42,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ratekeeper/redis/connection.hpp"
+#include "redis/connection.hpp"
 #include "ratekeeper/redis/url.hpp"
 
 namespace ratekeeper {

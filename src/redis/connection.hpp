@@ -28,8 +28,8 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/time.hpp"
-#include "ratekeeper/redis/circuit_breaker.hpp"
-#include "ratekeeper/redis/reply.hpp"
+#include "redis/circuit_breaker.hpp"
+#include "redis/reply.hpp"
 #include "ratekeeper/redis/tls.hpp"
 #include "ratekeeper/redis/url.hpp"
 
