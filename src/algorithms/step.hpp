@@ -38,11 +38,8 @@ struct MultiStep {
 // and every decision, the combined one too, has delay D. Beyond, the denial is the one
 // without max_delays: nothing consumed.
 //
-// Exact: a bucket only ever holds steps at their send times. For a bucket with interval T
-// and τ = C·T, every admission at send time s leaves TAT' = max(TAT, s) + c·T with
-// TAT' − s ≤ τ; for n admissions with send times in [x, y], whatever the order they were
-// checked in, the TAT rises by n·c·T from at least x to at most y + τ, so n·c·T ≤ y − x + τ:
-// passed on at their send times, the requests never exceed what the bucket allows.
+// Exact: passed on at their send times, the requests never exceed what the bucket allows
+// (the proof: docs/design/architecture.md, "Delayed admission is exact").
 Result<MultiStep> step_all(std::span<const Limit> limits, std::vector<State> states, Micros now,
                            std::span<const std::int64_t> costs,
                            std::span<const Micros> max_delays = {});

@@ -1,25 +1,15 @@
 #pragma once
 // A Redis Cluster client: the slot map from CLUSTER SLOTS, one auto-pipelined Connection per
-// node, and commands routed to the master of a slot.
-//
-// Redirections: MOVED → retry on the named node and refresh the map; ASK → ASKING and the
-// command back to back on the named node, map unchanged; both count against max_redirects
-// (then ErrorCode::redirect). TRYAGAIN, CLUSTERDOWN, LOADING, READONLY and MASTERDOWN mean
-// the command did not run: the map is refreshed (except for TRYAGAIN) and the command is
-// retried with a bounded backoff until its deadline (TRYAGAIN from an ASK target: retried
-// on that target, with ASKING). A command that could not be sent
-// (connection down, breaker open, slot without a master) is retried the same way. A command
-// that was sent and then lost (timeout, connection dropped) may have run, so it is not
-// retried: the caller gets the error. (The routing and retrying is src/redis/routed_command.hpp,
-// shared with Sentinel.) A refresh asks the known nodes (masters, replicas, then the seeds) in
-// turn for CLUSTER SLOTS, on the event loop (src/redis/refresher.hpp): one at a time, those
-// asked meanwhile coalesced, and one every refresh_interval.
+// node and I/O thread, and commands routed to the master of a slot. MOVED and ASK are
+// followed (max_redirects, then ErrorCode::redirect); TRYAGAIN, CLUSTERDOWN, LOADING,
+// READONLY, MASTERDOWN and commands that could not be sent are retried with a bounded backoff
+// until their deadline; a command sent and then lost may have run: the caller gets the error
+// (docs/design/architecture.md, "The Redis clients"). The map is refreshed on redirections and
+// errors (coalesced) and every refresh_interval.
 //
 // Time: deadlines and backoffs are read from options.node.clock (nullptr: the system clock).
-//
-// Thread-safe. Callbacks run on the event loop's threads (options.loop's, or the client's
-// own); they must not block. Destroy the client off the loop's threads, or on one of them
-// while no other thread sends.
+// Thread-safe. Callbacks run on the event loop's threads; they must not block. Destroy the
+// client off the loop's threads, or on one of them while no other thread sends.
 
 #include <cstdint>
 #include <memory>

@@ -1,20 +1,8 @@
 #pragma once
 // A command routed to the server that should run it and retried until it runs or its
-// deadline passes: what redis::Cluster and redis::Sentinel share.
-//
-// One attempt: the client picks a target (route), the command goes out on the target's
-// connection (transmit), and the reply decides what follows:
-// - a reply that is not an error, or an error the client does not recognise: the answer;
-// - a transport error: the answer (a command that was sent and then lost may have run, so
-//   it is never retried), and the client re-routes unless it was a timeout;
-// - an error reply the client recognises: its Disposition (answer instead, retry after a
-//   backoff, resend at once to a new target).
-// A command that could not be sent (no target, connection down, breaker open: it did not run)
-// is retried after a backoff and the client re-routes. Backoff: retry_min doubled per retry up
-// to retry_max, never past the deadline (retry_delay()); at the deadline the command fails with
-// the error of its last attempt. Every command completes exactly once: with its answer, at its
-// deadline, or with unavailable when the router closes (close() completes the commands waiting
-// for a retry; in-flight ones complete when their connections close).
+// deadline passes: what redis::Cluster and redis::Sentinel share (docs/design/architecture.md,
+// "The Redis clients"). Every command completes exactly once: with its answer, at its
+// deadline (with the error of its last attempt), or with unavailable when the router closes.
 //
 // Client is the routing client (compile-time hooks, no virtual calls):
 //   using Target = ...;    // where one attempt goes (copyable)
@@ -25,9 +13,8 @@
 //   void reroute();        // the topology may have changed: refresh it (coalesced)
 //
 // Thread-safe. Callbacks run on the loop's threads, or on the caller's stack when a command
-// completes before anything was sent (closed, deadline passed). The client closes the router,
-// then closes its connections, before either is destroyed; closed on a loop thread, no other
-// thread may be sending (as RedisStore, see store/redis_store.hpp).
+// completes before anything was sent. The client closes the router, then its connections,
+// before either is destroyed; closed on a loop thread, no other thread may be sending.
 
 #include <atomic>
 #include <memory>

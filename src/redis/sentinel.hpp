@@ -1,38 +1,16 @@
 #pragma once
 // A client of the master that Redis Sentinel monitors under a name: the master's address
-// comes from `SENTINEL get-master-addr-by-name` (sentinels asked in turn, from the one that
-// announced the last switch), is verified with ROLE, and the master is reached over one
-// auto-pipelined Connection.
-//
-// Following failovers: every sentinel is listened to on its own pub/sub connection (each
-// reconnecting with its own backoff, a PING every 2 s noticing a silent one) for
-// +switch-master, and the first announcement of a switch of master_name by any of them makes
-// the client re-resolve at once. The sentinel that leads a failover may announce it only once
-// it has reconfigured every replica, seconds after the promotion, while the others announce
-// it as soon as they learn the new configuration: listening to one sentinel alone would keep
-// the client writing to the old master meanwhile. Later announcements of the same switch (the
-// other sentinels') are counted and ignored. The new address is not taken from the message:
-// the announcing sentinel is asked first (then the others in turn) and the answer is verified
-// with ROLE. Messages published while a subscription was down are lost, so the client also
-// re-resolves when a subscription is confirmed again, periodically (poll_interval, the
-// fallback), and at once after a connection error, READONLY, MASTERDOWN, LOADING or
-// NOREPLICAS. Commands answered READONLY, MASTERDOWN, LOADING or NOREPLICAS, and commands that
-// could not be sent (connection down, breaker open, no master known) did not run: they are
-// retried with a bounded backoff until their deadline. A command that was sent and then lost
-// (timeout, connection dropped) may have run: the caller gets the error. (The routing and
-// retrying is src/redis/routed_command.hpp, shared with Cluster.) Resolutions run on the event
-// loop (src/redis/refresher.hpp): one at a time, those asked meanwhile coalesced.
+// from `SENTINEL get-master-addr-by-name`, verified with ROLE, reached over one auto-pipelined
+// Connection per I/O thread. Failovers are followed through every sentinel's +switch-master
+// announcements, re-resolution on errors and a periodic poll (docs/design/architecture.md,
+// "The Redis clients"). Commands that did not run (READONLY, MASTERDOWN, LOADING, NOREPLICAS,
+// not sent) are retried with a bounded backoff until their deadline; a command sent and then
+// lost may have run: the caller gets the error.
 //
 // Time: deadlines, backoffs and the age of replaced connections are read from
-// options.master.clock (nullptr: the system clock).
-//
-// Writes the old master acknowledged and had not replicated when the replica was promoted,
-// and writes it took until the first announcement reached the client, are lost (replication
-// is asynchronous); docs/configuration.md says how min-replicas-to-write bounds them.
-//
-// Thread-safe. Callbacks run on the event loop's threads (options.loop's, or the client's
-// own); they must not block. Destroy the client off the loop's threads, or on one of them
-// while no other thread sends.
+// options.master.clock (nullptr: the system clock). Thread-safe. Callbacks run on the event
+// loop's threads; they must not block. Destroy the client off the loop's threads, or on one
+// of them while no other thread sends.
 
 #include <cstdint>
 #include <memory>

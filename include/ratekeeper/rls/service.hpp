@@ -3,7 +3,7 @@
 // descriptor of a request finds its node in the domain's configuration (match), its entries
 // name the identity counted, and every descriptor with limits is checked in ONE Limiter
 // evaluation: a request's descriptors are consumed all-or-nothing (across Redis Cluster
-// slots by the store's refunds, see store/redis_cluster_store.hpp). Shadow-mode descriptors
+// slots by the store's refunds, see docs/design/architecture.md). Shadow-mode descriptors
 // are counted on their own and always answered OK; quota-mode descriptors are counted on their
 // own too, and answered OVER_LIMIT when over, but make the request over only when every
 // quota-mode descriptor of it is. Values matching a share_threshold wildcard share one counter.

@@ -1,21 +1,13 @@
 #pragma once
 // A Store in front of another (a Redis store) that answers, without asking it, the checks it
-// already knows to be denied: when the store denies an item (key, limit, cost) with
-// retry_after R, a check of that key with the same limit and a cost at least as large is
-// denied locally until R has passed, counted from when the first check was SENT (before the
-// store decided), so the local answer can only deny what the store itself would deny at that
-// moment — a client hammering a denied key costs no store round trip until it could succeed.
-//
-// What it does not see: a key reset by hand (DEL on Redis) stays denied locally until R
-// passes. A refund across Redis Cluster slots only gives back units consumed by a check
-// that was admitted by that key, so it never shortens a recorded denial.
-//
-// Checks that may wait for their turn (may_delay) pass through untouched.
-// Only checks without an explicit `now` are cached (the store's own time); a check is answered
-// locally only when every one of its items has a live denial (the per-item decisions of the
-// other items would be unknown). The answer reports the recorded denial with retry_after and
-// reset_after shortened by the time elapsed. At most max_keys denials are held; when full,
-// expired ones are swept and new denials beyond the bound are not recorded. Thread-safe.
+// already knows to be denied: after the store denies an item (key, limit, cost) with
+// retry_after R, checks of that key with the same limit and a cost at least as large are
+// denied locally until R has passed, counted from when the first check was sent
+// (docs/design/architecture.md, "The denial cache"). Only checks without an explicit `now` are
+// cached, and a check is answered locally only when every one of its items has a live denial;
+// checks that may wait for their turn pass through. The answer reports the recorded denial,
+// retry_after and reset_after shortened by the time elapsed. At most max_keys denials are
+// held. Thread-safe.
 
 #include <atomic>
 #include <cstdint>

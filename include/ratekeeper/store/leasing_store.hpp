@@ -1,45 +1,16 @@
 #pragma once
 // A Store in front of another (a Redis store) that admits the items of leased limits
-// (CheckItem::lease) from leases this instance holds, taking a hot key's traffic off Redis.
-//
-// A lease is a block of units of one key consumed from the inner store at once, in one atomic
-// script call (Store::lease_grant): g = min(k, available) units, so what every instance admits
-// from its leases together never exceeds what the store granted. The instance then admits
-// locally from the block until it is used up or expires: after the policy's ttl, and for a
-// fixed window at the end of the window the units were granted in (a lease never outlives
-// its window). k adapts to the local rate: it doubles (up to the policy's max, and the
-// limit's capacity) when a lease is used up before it expires, halves when less than half of
-// an expired lease was used, and is never below the cost of the check that asks. Unused units
-// go back to the store (Store::lease_return, lua/refund.lua) when a lease expires (reap(),
-// run by the checks that follow and, optionally, by a thread of its own), when it
-// is replaced, and on shutdown().
-//
-// One grant in flight per key: checks that need the key's next lease queue behind the grant
-// and run again when it is answered. A grant that is refused (fewer than the check's cost
-// available) is remembered with its retry_after, counted from when the grant was sent, and
-// checks of that key asking as much or more are denied locally until then, as DenialCache
-// does: the store itself would deny them. A token bucket that grants less than k (or
-// nothing) is asked again only once the rest of k has refilled (checks of any cost are
-// denied locally until then, once the units granted are used): under overload a grant still
-// brings k units instead of the one that refilled last.
-//
-// All-or-nothing stays exact: a check takes its leased items' units from the leases
-// tentatively, sends its other items to the inner store, and puts the units back when that
-// check is denied or fails. A check whose leased item is denied asks the inner store only
-// for a peek (cost 0) of its other items, for their decisions.
+// (CheckItem::lease) from leases this instance holds: blocks of a key's units consumed from
+// the inner store at once (Store::lease_grant), admitted locally until used up or expired,
+// their unused units given back (Store::lease_return). What every instance admits together
+// never exceeds what the store granted; all-or-nothing checks stay exact. The price is
+// bounded under-admission and stale `remaining` on local admissions: see
+// docs/design/architecture.md, "Leases".
 //
 // Passed through untouched: checks with an explicit `now`, checks that may wait for their
 // turn (may_delay), a key named twice, more than kMaxLeasedItems items, and everything when
-// the inner store does not support leases (Store::supports_leases) or after shutdown().
-// Items of cost 0 and of limits that cannot be leased (algorithms::leasable) go to the
-// inner store as if they were not leased.
-//
-// The price: under-admission while units sit in other instances' leases (at most the sum of
-// their leases' max per key, for at most the ttl) and, for a dry token bucket, while the next
-// lease refills (at most max refill intervals); a token bucket's units admitted up to ttl
-// after they were consumed; and `remaining` / `reset_after` of a local
-// admission computed from this instance's last grant: stale by what other instances consumed
-// since (at most ttl old).
+// the inner store does not support leases or after shutdown(). Items of cost 0 and of limits
+// that cannot be leased (algorithms::leasable) go to the inner store as if not leased.
 //
 // Thread-safe. Callbacks of the inner store run on its threads; this store's own state is
 // guarded by sharded locks, never held while a callback runs.

@@ -41,18 +41,21 @@ struct StoreOptions {
   Micros reconnect_min = 50 * kMicrosPerMilli;
   Micros reconnect_max = 2 * kMicrosPerSecond;
   int io_threads = 1;  // threads running the Redis client's event loop
-  // redis:// and unix://: run on this loop (shared with e.g. the HTTP server) instead of
-  // starting io_threads threads; see RedisStoreOptions::loop.
+  // Redis stores: run on this loop (shared with e.g. the HTTP server) instead of starting
+  // io_threads threads: a check issued on a loop thread is sent from that thread.
   std::shared_ptr<EventLoop> loop;
-  // redis:// and unix://: checks coalesced into one script call at most (1: one script call
-  // per check). See RedisStoreOptions::max_batch.
+  // Redis stores: checks coalesced into one script call at most (1: one script call per
+  // check; docs/design/architecture.md, "Coalescing").
   std::size_t max_batch = 64;
   // Redis stores: health() reports not ready while a script call got an error reply within
   // this long (see ReplyHealthOptions).
   Micros error_window = 10 * kMicrosPerSecond;
   // Redis stores: call the scripts as Redis Functions (FCALL), falling back to EVALSHA where
-  // the server refuses them; false: EVALSHA only. See RedisStoreOptions::functions.
+  // the server refuses them; false: EVALSHA only.
   bool redis_functions = true;
+  // Redis Cluster: a check whose keys span slots is invalid_argument instead of split per slot
+  // and refunded where another slot denies (docs/configuration.md, "Redis Cluster").
+  bool reject_cross_slot = false;
   // memory:// only.
   std::size_t max_keys = 1'000'000;
   // The store's one clock (nullptr: the system clock). memory://: its wall reading is the

@@ -17,8 +17,8 @@ namespace ratekeeper::store::detail {
 // in [0, want] or does not agree with its decision.
 Result<LeaseGrant> parse_lease_grant(const redis::Reply& reply, std::int64_t want);
 
-// A lease of min(want, available) units of item.key, at least item.cost, through `client`
-// (EVALSHA, EVAL on NOSCRIPT) to `slot`; `now` explicit or the server's clock.
+// A lease of min(want, available) units of item.key, at least item.cost, through `client` to
+// `slot`; `now` explicit or the server's clock.
 void run_lease_grant(const ScriptClient& client, std::uint16_t slot, const CheckItem& item, std::int64_t want,
                      std::optional<Micros> now, Micros deadline, LeaseCallback done);
 

@@ -58,6 +58,7 @@ RedisStoreOptions redis_store_options(const StoreOptions& options, const redis::
   out.max_batch = std::max<std::size_t>(1, options.max_batch);
   out.health = ReplyHealthOptions{options.error_window};
   out.functions = options.redis_functions;
+  out.reject_cross_slot = options.reject_cross_slot;
   out.clock = options.clock;
   return out;
 }
