@@ -1,5 +1,7 @@
 #include "ratekeeper/http/request_metrics.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <fmt/format.h>
 
 #include <iterator>
@@ -22,18 +24,18 @@ std::string_view to_string(RequestOutcome outcome) noexcept {
   return "unknown";
 }
 
-std::string RequestMetrics::render() const {
-  std::string out;
-  auto it = std::back_inserter(out);
-  fmt::format_to(it,
-                 "# HELP ratekeeper_http_requests_total Middleware answers by result.\n"
-                 "# TYPE ratekeeper_http_requests_total counter\n");
+void RequestMetrics::write(MetricsWriter& out) const {
+  out.family("ratekeeper_http_requests_total", "counter", "Middleware answers by result.");
   for (std::size_t i = 0; i < kRequestOutcomeCount; ++i) {
-    fmt::format_to(it, "ratekeeper_http_requests_total{{result=\"{}\"}} {}\n",
-                   to_string(static_cast<RequestOutcome>(i)),
-                   counts_[i].load(std::memory_order_relaxed));
+    out.sample("ratekeeper_http_requests_total", counts_[i].load(std::memory_order_relaxed),
+               {{"result", to_string(static_cast<RequestOutcome>(i))}});
   }
-  return out;
+}
+
+std::string RequestMetrics::render() const {
+  MetricsWriter out;
+  write(out);
+  return out.take();
 }
 
 }  // namespace ratekeeper::http

@@ -1,5 +1,7 @@
 #include "ratekeeper/limiter/metrics.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,22 +43,6 @@ namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
 // Label values escape backslash, double quote and newline.
-std::string escape_label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out.push_back(c);
-  }
-  return out;
-}
-
 std::string seconds(Micros us) {
   return fmt::format("{}", static_cast<double>(us) / static_cast<double>(kMicrosPerSecond));
 }
@@ -140,85 +126,57 @@ std::uint64_t Metrics::store_latency_count() const noexcept {
   return totals_->latency_count.load(kRelaxed);
 }
 
-std::string Metrics::render(const store::StoreHealth& health, std::string_view store_kind) const {
-  std::string out;
-  auto it = std::back_inserter(out);
-
-  fmt::format_to(it,
-                 "# HELP ratekeeper_decisions_total Rate limit decisions by rule and outcome.\n"
-                 "# TYPE ratekeeper_decisions_total counter\n");
+void Metrics::write(MetricsWriter& out, const store::StoreHealth& health, std::string_view store_kind) const {
+  out.family("ratekeeper_decisions_total", "counter", "Rate limit decisions by rule and outcome.");
   for (std::size_t r = 0; r < rule_names_.size(); ++r) {
-    const auto rule = escape_label(rule_names_[r]);
     for (std::size_t o = 0; o < kOutcomeCount; ++o) {
-      fmt::format_to(it, "ratekeeper_decisions_total{{rule=\"{}\",outcome=\"{}\"}} {}\n", rule,
-                     to_string(static_cast<Outcome>(o)), rows_[r]->decisions[o].load(kRelaxed));
+      out.sample("ratekeeper_decisions_total", rows_[r]->decisions[o].load(kRelaxed),
+                 {{"rule", rule_names_[r]}, {"outcome", to_string(static_cast<Outcome>(o))}});
     }
   }
-
-  fmt::format_to(it,
-                 "# HELP ratekeeper_near_limit_total Allowed decisions with less than 10% of the "
-                 "limit remaining.\n"
-                 "# TYPE ratekeeper_near_limit_total counter\n");
+  out.family("ratekeeper_near_limit_total", "counter",
+             "Allowed decisions with less than 10% of the limit remaining.");
   for (std::size_t r = 0; r < rule_names_.size(); ++r) {
-    fmt::format_to(it, "ratekeeper_near_limit_total{{rule=\"{}\"}} {}\n",
-                   escape_label(rule_names_[r]), rows_[r]->near_limit.load(kRelaxed));
+    out.sample("ratekeeper_near_limit_total", rows_[r]->near_limit.load(kRelaxed), {{"rule", rule_names_[r]}});
+  }
+  out.family("ratekeeper_delayed_total", "counter", "Allowed decisions that wait for their turn (on_limit: delay).");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    out.sample("ratekeeper_delayed_total", rows_[r]->delayed.load(kRelaxed), {{"rule", rule_names_[r]}});
+  }
+  out.family("ratekeeper_delay_seconds_total", "counter", "Sum of the waits of the delayed decisions.");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    out.sample("ratekeeper_delay_seconds_total",
+               static_cast<double>(rows_[r]->delay_us.load(kRelaxed)) / kMicrosPerSecond, {{"rule", rule_names_[r]}});
   }
 
-  fmt::format_to(it,
-                 "# HELP ratekeeper_delayed_total Allowed decisions that wait for their turn "
-                 "(on_limit: delay).\n"
-                 "# TYPE ratekeeper_delayed_total counter\n");
-  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
-    fmt::format_to(it, "ratekeeper_delayed_total{{rule=\"{}\"}} {}\n", escape_label(rule_names_[r]),
-                   rows_[r]->delayed.load(kRelaxed));
-  }
-  fmt::format_to(it,
-                 "# HELP ratekeeper_delay_seconds_total Sum of the waits of the delayed decisions.\n"
-                 "# TYPE ratekeeper_delay_seconds_total counter\n");
-  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
-    fmt::format_to(it, "ratekeeper_delay_seconds_total{{rule=\"{}\"}} {}\n", escape_label(rule_names_[r]),
-                   static_cast<double>(rows_[r]->delay_us.load(kRelaxed)) / kMicrosPerSecond);
-  }
-
-  fmt::format_to(it,
-                 "# HELP ratekeeper_store_latency_seconds Round trip of store checks.\n"
-                 "# TYPE ratekeeper_store_latency_seconds histogram\n");
+  out.family("ratekeeper_store_latency_seconds", "histogram", "Round trip of store checks.");
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
     cumulative += totals_->latency_buckets[i].load(kRelaxed);
-    fmt::format_to(it, "ratekeeper_store_latency_seconds_bucket{{le=\"{}\"}} {}\n",
-                   seconds(kLatencyBuckets[i]), cumulative);
+    out.sample("ratekeeper_store_latency_seconds_bucket", cumulative, {{"le", seconds(kLatencyBuckets[i])}});
   }
   cumulative += totals_->latency_buckets[kLatencyBuckets.size()].load(kRelaxed);
   // +Inf equals _count; both are derived from the buckets so a scrape stays consistent.
-  fmt::format_to(it, "ratekeeper_store_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", cumulative);
-  fmt::format_to(it, "ratekeeper_store_latency_seconds_sum {}\n",
-                 seconds(static_cast<Micros>(totals_->latency_sum_us.load(kRelaxed))));
-  fmt::format_to(it, "ratekeeper_store_latency_seconds_count {}\n", cumulative);
+  out.sample("ratekeeper_store_latency_seconds_bucket", cumulative, {{"le", "+Inf"}});
+  out.sample("ratekeeper_store_latency_seconds_sum",
+             static_cast<double>(totals_->latency_sum_us.load(kRelaxed)) / kMicrosPerSecond);
+  out.sample("ratekeeper_store_latency_seconds_count", cumulative);
 
-  fmt::format_to(it,
-                 "# HELP ratekeeper_store_errors_total Store failures by kind.\n"
-                 "# TYPE ratekeeper_store_errors_total counter\n");
+  out.family("ratekeeper_store_errors_total", "counter", "Store failures by kind.");
   for (std::size_t i = 0; i < kErrorCodeCount; ++i) {
-    fmt::format_to(it, "ratekeeper_store_errors_total{{kind=\"{}\"}} {}\n",
-                   ratekeeper::to_string(static_cast<ErrorCode>(i)),
-                   totals_->store_errors[i].load(kRelaxed));
+    out.sample("ratekeeper_store_errors_total", totals_->store_errors[i].load(kRelaxed),
+               {{"kind", ratekeeper::to_string(static_cast<ErrorCode>(i))}});
   }
+  out.counter("ratekeeper_decision_log_suppressed_total", "Decision log lines dropped by the log rate limit.",
+              totals_->log_suppressed.load(kRelaxed));
+  out.gauge("ratekeeper_store_ready", "Whether the store can answer (1) or not (0); 0 while the circuit breaker is open.",
+            std::int64_t{health.ready ? 1 : 0}, {{"kind", store_kind}});
+}
 
-  fmt::format_to(it,
-                 "# HELP ratekeeper_decision_log_suppressed_total Decision log lines dropped by "
-                 "the log rate limit.\n"
-                 "# TYPE ratekeeper_decision_log_suppressed_total counter\n"
-                 "ratekeeper_decision_log_suppressed_total {}\n",
-                 totals_->log_suppressed.load(kRelaxed));
-
-  fmt::format_to(it,
-                 "# HELP ratekeeper_store_ready Whether the store can answer (1) or not (0); "
-                 "0 while the circuit breaker is open.\n"
-                 "# TYPE ratekeeper_store_ready gauge\n"
-                 "ratekeeper_store_ready{{kind=\"{}\"}} {}\n",
-                 escape_label(store_kind), health.ready ? 1 : 0);
-  return out;
+std::string Metrics::render(const store::StoreHealth& health, std::string_view store_kind) const {
+  MetricsWriter out;
+  write(out, health, store_kind);
+  return out.take();
 }
 
 }  // namespace ratekeeper::limiter

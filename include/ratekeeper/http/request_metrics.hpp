@@ -9,6 +9,10 @@
 #include <string>
 #include <string_view>
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::http {
 
 enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, error, unmatched };
@@ -24,7 +28,8 @@ class RequestMetrics {
     return counts_[static_cast<std::size_t>(outcome)].load(std::memory_order_relaxed);
   }
   // The exposition text of the counters (Content-Type: text/plain; version=0.0.4).
-  std::string render() const;
+  void write(MetricsWriter& out) const;
+  std::string render() const;  // write() as exposition text
 
  private:
   std::array<std::atomic<std::uint64_t>, kRequestOutcomeCount> counts_{};

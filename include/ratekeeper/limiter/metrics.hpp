@@ -14,6 +14,10 @@
 #include "ratekeeper/core/time.hpp"
 #include "ratekeeper/store/store.hpp"
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::limiter {
 
 enum class Outcome : std::uint8_t {
@@ -57,8 +61,9 @@ class Metrics {
   std::uint64_t store_errors(ErrorCode code) const noexcept;
   std::uint64_t store_latency_count() const noexcept;
 
-  // The exposition text (Content-Type: text/plain; version=0.0.4). Health and kind of the store
-  // are given by the caller (Limiter::metrics_text does so).
+  // The families, through `out`. Health and kind of the store are given by the caller
+  // (Limiter::metrics_text does so); render() is the same as exposition text.
+  void write(MetricsWriter& out, const store::StoreHealth& health, std::string_view store_kind) const;
   std::string render(const store::StoreHealth& health, std::string_view store_kind) const;
 
   const std::vector<std::string>& rule_names() const noexcept { return rule_names_; }

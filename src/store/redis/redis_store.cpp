@@ -55,8 +55,14 @@ struct RedisStore::Lane {
     if (!c) {
       auto options = coalescing;
       options.slot = slot;
-      c = std::make_unique<detail::Coalescer>(
-          *client, [loop = loop, i = index](std::function<void()> fn) { loop->post(i, std::move(fn)); }, options);
+      // One master: the checks of one turn of the loop go out together, at its end. A cluster
+      // slot: only checks of one key set share a call, rarely issued in one turn, so a check
+      // goes out at once and only those that wait for a call in flight are batched.
+      detail::Coalescer::Post post;
+      if (!options.same_keys_only) {
+        post = [loop = loop, i = index](std::function<void()> fn) { loop->post(i, std::move(fn)); };
+      }
+      c = std::make_unique<detail::Coalescer>(*client, std::move(post), options);
     }
     return c.get();
   }
