@@ -13,10 +13,10 @@ using algorithms::kMaxHorizon;
 
 namespace {
 
-// The seed's tiers (Tiers::seed_defaults), one limit each.
-std::map<std::string, Limit> seed_limits() {
+// The standard tiers (Tiers::standard), one limit each.
+std::map<std::string, Limit> standard_limits() {
   std::map<std::string, Limit> out;
-  for (const auto& [name, policy] : Tiers::seed_defaults().levels) {
+  for (const auto& [name, policy] : Tiers::standard().levels) {
     out.emplace(name, policy.front().limit);
   }
   return out;
@@ -77,7 +77,7 @@ TieredRateLimiter::TieredRateLimiter(std::map<std::string, RateLimiter, std::les
     : tiers_(std::move(tiers)), default_tier_(std::move(default_tier)) {}
 
 TieredRateLimiter::TieredRateLimiter(store::Store& store, const RateLimiterOptions& options)
-    : TieredRateLimiter(*create(store, seed_limits(), Tiers::seed_defaults().default_tier,
+    : TieredRateLimiter(*create(store, standard_limits(), Tiers::standard().default_tier,
                                 options)) {}
 
 Result<TieredRateLimiter> TieredRateLimiter::create(store::Store& store,

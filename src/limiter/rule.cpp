@@ -54,7 +54,7 @@ const Policy* Tiers::policy(std::string_view tier) const {
   return it == levels.end() ? nullptr : &it->second;
 }
 
-Tiers Tiers::seed_defaults() {
+Tiers Tiers::standard() {
   Tiers t;
   auto add = [&t](const std::string& name, double capacity, double rate) {
     t.levels[name] = Policy{NamedLimit{"bucket", *algorithms::Limit::token_bucket(capacity, rate)}};

@@ -36,7 +36,7 @@ namespace ratekeeper::limiter {
 struct LimiterConfig {
   std::string prefix = "ratelimit";  // of every key
   std::vector<Rule> rules;
-  Tiers tiers = Tiers::seed_defaults();
+  Tiers tiers = Tiers::standard();
   int instances = 1;                               // failure policy `local` divides limits by it
   Micros deny_retry_after = 1 * kMicrosPerSecond;  // failure policy `deny`: Retry-After
   DecisionLogOptions decision_log;

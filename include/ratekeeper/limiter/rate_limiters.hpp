@@ -1,5 +1,6 @@
 #pragma once
-// The seed's limiter classes, over any Store, answering a Decision instead of a bare bool.
+// The classic Redis rate limiter classes (as the Python recipe they come from names them),
+// over any Store, answering a Decision instead of a bare bool.
 // Keys: <prefix>:{<identifier>}:<rule>, rule "token_bucket", "sliding_window",
 // "fixed_window", or the tier name. Thread-safe when the store is.
 
@@ -37,7 +38,7 @@ class RateLimiter {
   RateLimiterOptions options_;
 };
 
-// The seed's TokenBucketRateLimiter(redis, capacity=100, refill_rate=10.0).
+// TokenBucketRateLimiter(redis, capacity=100, refill_rate=10.0).
 class TokenBucketRateLimiter : public RateLimiter {
  public:
   static Result<TokenBucketRateLimiter> create(store::Store& store, double capacity = 100,
@@ -48,7 +49,7 @@ class TokenBucketRateLimiter : public RateLimiter {
   using RateLimiter::RateLimiter;
 };
 
-// The seed's SlidingWindowRateLimiter(redis, window_ms=60000, limit=100), exact (log) form.
+// SlidingWindowRateLimiter(redis, window_ms=60000, limit=100), exact (log) form.
 class SlidingWindowRateLimiter : public RateLimiter {
  public:
   static Result<SlidingWindowRateLimiter> create(store::Store& store, std::int64_t window_ms = 60000,
@@ -58,7 +59,7 @@ class SlidingWindowRateLimiter : public RateLimiter {
   using RateLimiter::RateLimiter;
 };
 
-// The seed's FixedWindowRateLimiter(redis, window_seconds=60, limit=100), atomic.
+// FixedWindowRateLimiter(redis, window_seconds=60, limit=100), atomic.
 class FixedWindowRateLimiter : public RateLimiter {
  public:
   static Result<FixedWindowRateLimiter> create(store::Store& store, std::int64_t window_seconds = 60,
@@ -68,7 +69,7 @@ class FixedWindowRateLimiter : public RateLimiter {
   using RateLimiter::RateLimiter;
 };
 
-// The seed's TieredRateLimiter: the tiers of Tiers::seed_defaults (free 60 / 1 per s, pro
+// TieredRateLimiter: the tiers of Tiers::standard (free 60 / 1 per s, pro
 // 600 / 10 per s, enterprise 6000 / 100 per s). An unknown tier is charged as the default
 // tier ("free"), under the default's key.
 class TieredRateLimiter {

@@ -94,8 +94,8 @@ struct Tiers {
                              std::optional<std::string_view> header_value) const;
   const Policy* policy(std::string_view tier) const;
 
-  // The seed's tiers: free 60 / 1 per s, pro 600 / 10 per s, enterprise 6000 / 100 per s.
-  static Tiers seed_defaults();
+  // The standard tiers: free 60 / 1 per s, pro 600 / 10 per s, enterprise 6000 / 100 per s.
+  static Tiers standard();
 };
 
 }  // namespace ratekeeper::limiter

@@ -25,7 +25,7 @@ struct Coalescer::Batch {
 
 template <class T>
 T* Coalescer::Pool<T>::acquire() {
-  if (free_.empty()) return &all_.emplace_back();
+  if (free_.empty()) return all_.emplace_back(std::make_unique<T>()).get();
   T* t = free_.back();
   free_.pop_back();
   return t;

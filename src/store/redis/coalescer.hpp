@@ -14,7 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -66,7 +66,7 @@ class Coalescer {
     void release(T* t) { free_.push_back(t); }
 
    private:
-    std::deque<T> all_;  // stable addresses
+    std::vector<std::unique_ptr<T>> all_;  // stable addresses; nothing allocated until used
     std::vector<T*> free_;
   };
 

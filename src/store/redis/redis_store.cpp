@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "ratekeeper/core/event_loop.hpp"
@@ -43,34 +42,54 @@ struct RedisStore::Lane {
   detail::Coalescer::Options coalescing;
   EventLoop* loop = nullptr;
 
-  std::mutex mu;  // guards the map, not the coalescers (thread-safe themselves)
-  std::unordered_map<std::uint16_t, std::unique_ptr<detail::Coalescer>> coalescers;
+  // By destination: one for a single master, one per slot (made on first use) on a cluster.
+  std::unique_ptr<std::atomic<detail::Coalescer*>[]> coalescers;
+  std::size_t destinations = 0;
+  std::mutex mu;  // guards making a coalescer, and closing
   bool closed = false;
+
+  Lane(std::size_t count) : coalescers(new std::atomic<detail::Coalescer*>[count]), destinations(count) {
+    for (std::size_t i = 0; i < count; ++i) coalescers[i].store(nullptr, std::memory_order_relaxed);
+  }
+  ~Lane() {
+    for (std::size_t i = 0; i < destinations; ++i) delete coalescers[i].load(std::memory_order_relaxed);
+  }
 
   // The coalescer of `slot`, made on first use; nullptr once closed.
   detail::Coalescer* coalescer(std::uint16_t slot) {
+    if (detail::Coalescer* c = coalescers[slot].load(std::memory_order_acquire)) return c;
     std::lock_guard lock(mu);
     if (closed) return nullptr;
-    auto& c = coalescers[slot];
-    if (!c) {
-      auto options = coalescing;
-      options.slot = slot;
-      // One master: the checks of one turn of the loop go out together, at its end. A cluster
-      // slot: only checks of one key set share a call, rarely issued in one turn, so a check
-      // goes out at once and only those that wait for a call in flight are batched.
-      detail::Coalescer::Post post;
-      if (!options.same_keys_only) {
-        post = [loop = loop, i = index](std::function<void()> fn) { loop->post(i, std::move(fn)); };
-      }
-      c = std::make_unique<detail::Coalescer>(*client, std::move(post), options);
+    if (detail::Coalescer* c = coalescers[slot].load(std::memory_order_relaxed)) return c;
+    auto options = coalescing;
+    options.slot = slot;
+    // One master: the checks of one turn of the loop go out together, at its end. A cluster
+    // slot: only checks of one key set share a call, rarely issued in one turn, so a check
+    // goes out at once and only those that wait for a call in flight are batched.
+    detail::Coalescer::Post post;
+    if (!options.same_keys_only) {
+      post = [loop = loop, i = index](std::function<void()> fn) { loop->post(i, std::move(fn)); };
     }
-    return c.get();
+    auto* c = new detail::Coalescer(*client, std::move(post), options);
+    coalescers[slot].store(c, std::memory_order_release);
+    return c;
   }
 
+  // Closed coalescers answer every check "closed" (unavailable), so a check that found one
+  // before close() is still answered.
   void close() {
     std::lock_guard lock(mu);
     closed = true;
-    for (auto& [slot, c] : coalescers) c->close();
+    for (std::size_t i = 0; i < destinations; ++i) {
+      if (auto* c = coalescers[i].load(std::memory_order_relaxed)) c->close();
+    }
+  }
+
+  template <class F>
+  void each(F f) const {
+    for (std::size_t i = 0; i < destinations; ++i) {
+      if (const auto* c = coalescers[i].load(std::memory_order_acquire)) f(*c);
+    }
   }
 };
 
@@ -93,7 +112,7 @@ RedisStore::RedisStore(RedisStoreOptions options)
     cross_slot_ = std::make_unique<detail::CrossSlotChecks>(*clock_, command_timeout_);
   }
   for (std::size_t i = 0; i < loop_->size(); ++i) {
-    auto lane = std::make_unique<Lane>();
+    auto lane = std::make_unique<Lane>(cross_slot_ ? std::size_t{redis::kClusterSlots} : 1);
     lane->index = i;
     lane->loop = loop_.get();
     lane->coalescing = {.max_batch = std::max<std::size_t>(1, options_.max_batch),
@@ -228,11 +247,10 @@ redis::Cluster& RedisStore::cluster() { return *std::get<std::unique_ptr<redis::
 RedisStore::Stats RedisStore::stats() const noexcept {
   Stats s;
   for (const auto& lane : lanes_) {
-    std::lock_guard lock(lane->mu);
-    for (const auto& [slot, c] : lane->coalescers) {
-      s.batches += c->batches();
-      s.batched_checks += c->batched_checks();
-    }
+    lane->each([&s](const detail::Coalescer& c) {
+      s.batches += c.batches();
+      s.batched_checks += c.batched_checks();
+    });
   }
   s.noscript_reloads = health_->noscript_reloads();
   s.library_loads = health_->library_loads();
