@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <expected>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -165,6 +166,76 @@ std::shared_ptr<Generation> reload_generation(const ServeArgs& args, const Proce
   return build_generation(std::move(config), std::nullopt, rls_options, process, &running);
 }
 
+// What `serve` starts from: the configuration file and, with `grpc`, the rate limit
+// service's domains. Errors are said on stderr; the exit status comes back.
+struct StartConfig {
+  Config config;
+  std::optional<rls::RlsConfig> rls_config;
+  rls::ServiceOptions rls_options;
+};
+
+std::expected<StartConfig, int> load_start_config(const ServeArgs& args) {
+  StartConfig out;
+  try {
+    out.config = load_serve_config(args);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "ratekeeper serve: invalid configuration: %s\n", e.what());
+    return std::unexpected(2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ratekeeper serve: cannot load configuration %s: %s\n", args.config.c_str(), e.what());
+    return std::unexpected(2);
+  }
+  const Config& config = out.config;
+  set_up_logging(config.logging.format, spdlog::level::from_str(config.logging.level));
+  if (args.store.empty() && !config.store_configured) {
+    spdlog::info("no store configured: using memory:// (limits are not shared between instances)");
+  }
+  // Envoy's rate limit service: its domains' limits are rules of the one limiter.
+  if (config.grpc) {
+    try {
+      out.rls_config = load_rls_config(config.grpc->config_dir);
+    } catch (const ConfigError& e) {
+      std::fprintf(stderr, "ratekeeper serve: invalid rate limit service configuration: %s\n", e.what());
+      return std::unexpected(2);
+    }
+    out.rls_options.response_headers = config.grpc->response_headers;
+    out.rls_options.max_message_bytes = config.grpc->max_message_bytes;
+  }
+  return out;
+}
+
+// A store still unreachable once its first connection could have been made is said in the
+// log, with the reason, and not only by /readyz. `watch` names the store until it goes.
+struct StoreWatch {
+  std::mutex mu;
+  const store::Store* store = nullptr;
+};
+
+void warn_if_unreachable(EventLoop& loop, std::shared_ptr<StoreWatch> watch, const store::StoreOptions& options) {
+  const Micros after = options.connect_timeout + 100 * kMicrosPerMilli;
+  loop.post(0, [watch = std::move(watch), url = redis::redact_url(options.url), after] {
+    const std::lock_guard lock(watch->mu);
+    if (watch->store == nullptr) return;
+    const auto health = watch->store->health();
+    if (health.ready) return;
+    spdlog::warn("store {} not reachable {} ms after start: {}; checks are answered by the "
+                 "failure policy until it is",
+                 url, after / kMicrosPerMilli, health.detail);
+  }, after);
+}
+
+// Every listener up, or the reason one is not (the exit status is 1).
+Result<void> listen_all(http::Server& server, http::Proxy* proxy, rls::GrpcServer* grpc) {
+  if (auto listening = server.listen(); !listening) return listening;
+  if (proxy != nullptr) {
+    if (auto listening = proxy->listen(); !listening) return listening;
+  }
+  if (grpc != nullptr) {
+    if (auto listening = grpc->start(); !listening) return listening;
+  }
+  return {};
+}
+
 int serve(const ServeArgs& args) {
   // A SIGHUP before the servers handle it (while starting) must not end the process.
   std::signal(SIGHUP, SIG_IGN);
@@ -175,35 +246,9 @@ int serve(const ServeArgs& args) {
       return 2;
     }
   }
-  Config config;
-  try {
-    config = load_serve_config(args);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "ratekeeper serve: invalid configuration: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ratekeeper serve: cannot load configuration %s: %s\n",
-                 args.config.c_str(), e.what());
-    return 2;
-  }
-  set_up_logging(config.logging.format, spdlog::level::from_str(config.logging.level));
-  if (args.store.empty() && !config.store_configured) {
-    spdlog::info("no store configured: using memory:// (limits are not shared between instances)");
-  }
-
-  // Envoy's rate limit service: its domains' limits are rules of the one limiter.
-  std::optional<rls::RlsConfig> rls_config;
-  rls::ServiceOptions rls_options;
-  if (config.grpc) {
-    try {
-      rls_config = load_rls_config(config.grpc->config_dir);
-    } catch (const ConfigError& e) {
-      std::fprintf(stderr, "ratekeeper serve: invalid rate limit service configuration: %s\n", e.what());
-      return 2;
-    }
-    rls_options.response_headers = config.grpc->response_headers;
-    rls_options.max_message_bytes = config.grpc->max_message_bytes;
-  }
+  auto loaded = load_start_config(args);
+  if (!loaded) return loaded.error();
+  auto& [config, rls_config, rls_options] = *loaded;
 
   http::ServerOptions options = config.http;
 
@@ -258,10 +303,6 @@ int serve(const ServeArgs& args) {
   process.loop = loop;
   process.store = store.get();
   // The store for the start-up check on the loop, until it goes.
-  struct StoreWatch {
-    std::mutex mu;
-    const store::Store* store = nullptr;
-  };
   auto store_watch = std::make_shared<StoreWatch>();
   store_watch->store = store.get();
   process.leasing = leasing;
@@ -324,39 +365,16 @@ int serve(const ServeArgs& args) {
                                  .loop = loop});
     }
 
-    if (auto listening = server.listen(); !listening) {
+    if (auto listening = listen_all(server, proxy.get(), grpc.get()); !listening) {
       std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
       return 1;
     }
-    if (proxy) {
-      if (auto listening = proxy->listen(); !listening) {
-        std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
-        return 1;
-      }
-    }
     if (grpc) {
-      if (auto listening = grpc->start(); !listening) {
-        std::fprintf(stderr, "ratekeeper serve: %s\n", listening.error().message.c_str());
-        return 1;
-      }
       spdlog::info("rate limit service (gRPC) on {}: {} domain(s) from {}", grpc->address(),
                    current.load()->rls_service->config().domains.size(), config.grpc->config_dir);
     }
     spdlog::info("store {} ({})", store->kind(), redis::redact_url(config.store.url));
-    if (store->kind() != "memory") {
-      // A store still unreachable once its first connection could have been made is said in
-      // the log, with the reason, and not only by /readyz.
-      const Micros after = config.store.connect_timeout + 100 * kMicrosPerMilli;
-      loop->post(0, [watch = store_watch, url = redis::redact_url(config.store.url), after] {
-        const std::lock_guard lock(watch->mu);
-        if (watch->store == nullptr) return;
-        const auto health = watch->store->health();
-        if (health.ready) return;
-        spdlog::warn("store {} not reachable {} ms after start: {}; checks are answered by the "
-                     "failure policy until it is",
-                     url, after / kMicrosPerMilli, health.detail);
-      }, after);
-    }
+    if (store->kind() != "memory") warn_if_unreachable(*loop, store_watch, config.store);
     spdlog::info("{} rule(s) from {}, {} io thread(s)", current.load()->config.limiter.rules.size(),
                  config.source, options.threads);
     if (proxy) {
