@@ -1,4 +1,7 @@
 #include "reload.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
+
+#include <cmath>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -62,20 +65,6 @@ std::string compiler() {
 #else
   return "unknown";
 #endif
-}
-
-// Label values escape backslash, double quote and newline.
-std::string label(std::string_view v) {
-  std::string out;
-  for (const char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -212,7 +201,7 @@ ReloadOutcome Reloader::reload_once() {
   return outcome;
 }
 
-std::string Reloader::metrics_text() const {
+void Reloader::write_metrics(MetricsWriter& out) const {
   std::uint64_t successes = 0;
   std::uint64_t failures = 0;
   bool last_ok = true;
@@ -224,30 +213,26 @@ std::string Reloader::metrics_text() const {
     last_ok = last_ok_;
     last_success = last_success_seconds_;
   }
-  return fmt::format(
-      "# HELP ratekeeper_config_reloads_total Configuration reloads (SIGHUP, POST /admin/reload) "
-      "by result; a failed one keeps the running configuration.\n"
-      "# TYPE ratekeeper_config_reloads_total counter\n"
-      "ratekeeper_config_reloads_total{{result=\"success\"}} {}\n"
-      "ratekeeper_config_reloads_total{{result=\"failure\"}} {}\n"
-      "# HELP ratekeeper_config_last_reload_successful Whether the last reload succeeded (1; also "
-      "before any) or failed (0).\n"
-      "# TYPE ratekeeper_config_last_reload_successful gauge\n"
-      "ratekeeper_config_last_reload_successful {}\n"
-      "# HELP ratekeeper_config_last_reload_success_timestamp_seconds Unix time the running "
-      "configuration was loaded (at start or by the last successful reload).\n"
-      "# TYPE ratekeeper_config_last_reload_success_timestamp_seconds gauge\n"
-      "ratekeeper_config_last_reload_success_timestamp_seconds {:.3f}\n",
-      successes, failures, last_ok ? 1 : 0, last_success);
+  constexpr std::string_view kReloads =
+      "Configuration reloads (SIGHUP, POST /admin/reload) by result; a failed one keeps the running configuration.";
+  out.counter("ratekeeper_config_reloads_total", kReloads, successes, {{"result", "success"}});
+  out.counter("ratekeeper_config_reloads_total", kReloads, failures, {{"result", "failure"}});
+  out.gauge("ratekeeper_config_last_reload_successful",
+            "Whether the last reload succeeded (1; also before any) or failed (0).", std::int64_t{last_ok ? 1 : 0});
+  out.gauge("ratekeeper_config_last_reload_success_timestamp_seconds",
+            "Unix time the running configuration was loaded (at start or by the last successful reload).",
+            std::round(last_success * 1000) / 1000);
 }
 
-std::string build_info_metrics() {
-  return fmt::format(
-      "# HELP ratekeeper_build_info The running build: version, compiler and build type (value "
-      "1).\n"
-      "# TYPE ratekeeper_build_info gauge\n"
-      "ratekeeper_build_info{{version=\"{}\",compiler=\"{}\",build_type=\"{}\"}} 1\n",
-      label(RATEKEEPER_VERSION), label(compiler()), label(RATEKEEPER_BUILD_TYPE));
+std::string Reloader::metrics_text() const {
+  MetricsWriter out;
+  write_metrics(out);
+  return out.take();
+}
+
+void write_build_info(MetricsWriter& out) {
+  out.gauge("ratekeeper_build_info", "The running build: version, compiler and build type (value 1).", std::int64_t{1},
+            {{"version", RATEKEEPER_VERSION}, {"compiler", compiler()}, {"build_type", RATEKEEPER_BUILD_TYPE}});
 }
 
 }  // namespace ratekeeper::server

@@ -32,6 +32,10 @@
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/rls/service.hpp"
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::server {
 
 // Everything one configuration decides per request. Members are destroyed in reverse order:
@@ -86,7 +90,8 @@ class Reloader {
 
   // ratekeeper_config_reloads_total{result}, ratekeeper_config_last_reload_successful,
   // ratekeeper_config_last_reload_success_timestamp_seconds, in Prometheus text.
-  std::string metrics_text() const;
+  void write_metrics(MetricsWriter& out) const;
+  std::string metrics_text() const;  // write_metrics() as exposition text
 
  private:
   void run();
@@ -112,6 +117,6 @@ class Reloader {
 };
 
 // ratekeeper_build_info{version,compiler,build_type} 1, in Prometheus text.
-std::string build_info_metrics();
+void write_build_info(MetricsWriter& out);
 
 }  // namespace ratekeeper::server

@@ -28,6 +28,7 @@
 #include "rls_config.hpp"
 #include "yaml_reader.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
@@ -309,8 +310,10 @@ int serve(const ServeArgs& args) {
   process.proxy = config.upstream.has_value();
   process.grpc = rls_config.has_value();
   process.extra_metrics = [&server, &proxy, &current, &reloader] {
-    std::string text = build_info_metrics();
-    if (Reloader* r = reloader.load(); r != nullptr) text += r->metrics_text();
+    MetricsWriter out;
+    write_build_info(out);
+    if (Reloader* r = reloader.load(); r != nullptr) r->write_metrics(out);
+    std::string text = out.take();
     text += http_server_metrics(server);
     if (proxy) text += http::proxy_metrics(*proxy);
     if (const auto generation = current.load(); generation && generation->rls_service) {

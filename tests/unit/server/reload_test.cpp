@@ -13,6 +13,7 @@
 #include <string>
 
 #include "config.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "support/http_client.hpp"
@@ -201,7 +202,9 @@ TEST_F(ReloaderFixture, AnInvalidFileKeepsTheRunningGenerationAndIsCounted) {
 }
 
 TEST(BuildInfo, IsAGaugeOfOne) {
-  const auto text = build_info_metrics();
+  MetricsWriter out;
+  write_build_info(out);
+  const std::string text = out.take();
   EXPECT_NE(text.find("# TYPE ratekeeper_build_info gauge"), std::string::npos);
   EXPECT_NE(text.find("} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("compiler=\""), std::string::npos) << text;
