@@ -497,7 +497,7 @@ class Api::Routes {
       if (!ip) return respond(bad_request("`request.client_ip` must be an IP address"));
       request.peer_address = ip->to_string();
     }
-    auto apps = middleware_.applications(request);
+    auto apps = middleware_.applied_rules(request);
     if (!apps) return respond(bad_request(fmt::format("`request`: {}", apps.error().message)));
     evaluate(std::move(*apps), std::move(respond));
   }
@@ -509,7 +509,7 @@ class Api::Routes {
       return respond(
           bad_request(fmt::format("`checks` must be an array of 1 to {} checks", kMaxChecks)));
     }
-    std::vector<limiter::Application> apps;
+    std::vector<limiter::AppliedRule> apps;
     apps.reserve(checks.size());
     for (std::size_t i = 0; i < checks.size(); ++i) {
       const auto& item = checks[i];
@@ -546,7 +546,7 @@ class Api::Routes {
   }
 
   // One evaluation of the limiter, answered with the decision, headers and limits.
-  void evaluate(std::vector<limiter::Application> apps, Responder respond) {
+  void evaluate(std::vector<limiter::AppliedRule> apps, Responder respond) {
     limiter_.evaluate(
         std::move(apps),
         [this, respond = std::move(respond)](Result<limiter::Evaluation> ev) mutable {

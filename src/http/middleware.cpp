@@ -41,7 +41,7 @@ Result<std::string_view> normal_path(const Request& request, const PathOptions& 
 
 }  // namespace
 
-Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
+Result<limiter::AppliedRule> Middleware::resolve(const limiter::Rule& rule,
                                                  const Request& request) const {
   std::string storage;
   auto path = normal_path(request, options_.paths, storage);
@@ -49,10 +49,10 @@ Result<limiter::Application> Middleware::resolve(const limiter::Rule& rule,
   return resolve_at(rule, request, *path);
 }
 
-Result<limiter::Application> Middleware::resolve_at(const limiter::Rule& rule,
+Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
                                                     const Request& request,
                                                     std::string_view path) const {
-  limiter::Application app;
+  limiter::AppliedRule app;
   app.rule = &rule;
   if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(path);
 
@@ -128,8 +128,8 @@ Result<limiter::Application> Middleware::resolve_at(const limiter::Rule& rule,
   return app;
 }
 
-Result<std::vector<limiter::Application>> Middleware::applications(const Request& request) const {
-  std::vector<limiter::Application> out;
+Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Request& request) const {
+  std::vector<limiter::AppliedRule> out;
   std::string storage;
   const auto normal = normal_path(request, options_.paths, storage);
   if (!normal) return std::unexpected(normal.error());
@@ -150,7 +150,7 @@ Result<std::vector<limiter::Application>> Middleware::applications(const Request
 }
 
 void Middleware::handle(const Request& request, MiddlewareCallback done) {
-  auto apps = applications(request);
+  auto apps = applied_rules(request);
   if (!apps) {
     metrics_->record(RequestOutcome::bad_request);
     MiddlewareResult r;

@@ -181,7 +181,7 @@ struct Proxy::Impl : ServerCore {
     if (!ec) literal = tcp::endpoint(address, upstream.port);
   }
 
-  std::shared_ptr<Connection> make_connection(tcp::socket socket) override;
+  std::shared_ptr<ClientConnection> make_connection(tcp::socket socket) override;
 
   UpstreamPool& pool_of(const net::any_io_executor& executor) {
     auto* context = &net::query(executor, net::execution::context);
@@ -225,10 +225,10 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> buffered_high{0};
 };
 
-class ProxySession final : public Connection {
+class ProxySession final : public ClientConnection {
  public:
   ProxySession(const std::shared_ptr<Proxy::Impl>& proxy, tcp::socket&& socket)
-      : Connection(proxy),
+      : ClientConnection(proxy),
         proxy_(*proxy),
         client_(std::move(socket)),
         pool_(proxy_.pool_of(client_.get_executor())),
@@ -248,7 +248,7 @@ class ProxySession final : public Connection {
     net::dispatch(client_.get_executor(), [self = self<ProxySession>()] { self->read_request(); });
   }
 
-  // Marked here, on the caller's thread (see Connection::shutdown()).
+  // Marked here, on the caller's thread (see ClientConnection::shutdown()).
   void shutdown() override {
     draining_.store(true);
     net::post(client_.get_executor(), [self = self<ProxySession>()] {
@@ -916,7 +916,7 @@ class ProxySession final : public Connection {
   bool closed_ = false;
 };
 
-std::shared_ptr<Connection> Proxy::Impl::make_connection(tcp::socket socket) {
+std::shared_ptr<ClientConnection> Proxy::Impl::make_connection(tcp::socket socket) {
   return std::make_shared<ProxySession>(std::static_pointer_cast<Impl>(shared_from_this()),
                                         std::move(socket));
 }

@@ -47,15 +47,15 @@ constexpr std::size_t kKeptWireBytes = std::size_t{64} * 1024;
 struct Server::Impl : ServerCore {
   Impl(ServerOptions o, Handler h, EventLoop& l) : ServerCore(std::move(o), l), handler(std::move(h)) {}
 
-  std::shared_ptr<Connection> make_connection(tcp::socket socket) override;
+  std::shared_ptr<ClientConnection> make_connection(tcp::socket socket) override;
 
   Handler handler;
 };
 
-class Session final : public Connection {
+class Session final : public ClientConnection {
  public:
   Session(const std::shared_ptr<Server::Impl>& server, tcp::socket&& socket)
-      : Connection(server), server_(*server), stream_(std::move(socket)) {
+      : ClientConnection(server), server_(*server), stream_(std::move(socket)) {
     peer_of(stream_.socket(), peer_address_, peer_port_);
     beast::error_code ec;
     stream_.socket().set_option(tcp::no_delay(true), ec);
@@ -337,7 +337,7 @@ class Session final : public Connection {
   bool linger_ = false;  // the close after the next write lingers (see linger())
 };
 
-std::shared_ptr<Connection> Server::Impl::make_connection(tcp::socket socket) {
+std::shared_ptr<ClientConnection> Server::Impl::make_connection(tcp::socket socket) {
   return std::make_shared<Session>(std::static_pointer_cast<Impl>(shared_from_this()),
                                    std::move(socket));
 }

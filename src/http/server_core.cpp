@@ -53,9 +53,9 @@ void peer_of(const tcp::socket& socket, std::string& address, std::uint16_t& por
   port = peer.port();
 }
 
-Connection::Connection(std::shared_ptr<ServerCore> core) : core_(std::move(core)) {}
+ClientConnection::ClientConnection(std::shared_ptr<ServerCore> core) : core_(std::move(core)) {}
 
-Connection::~Connection() {
+ClientConnection::~ClientConnection() {
   core_->unregister(this);
 }
 
@@ -80,7 +80,7 @@ void ServerCore::on_accept(error_code ec, tcp::socket socket) {
   if (ec) return on_accept_error(ec);
   accept_backoff_ = std::chrono::milliseconds(0);
   {
-    std::shared_ptr<Connection> connection;
+    std::shared_ptr<ClientConnection> connection;
     {
       std::lock_guard lock(mu_);
       if (stopping_) return;
@@ -144,7 +144,7 @@ void ServerCore::stop() {
 }
 
 void ServerCore::on_stop() {
-  std::vector<std::shared_ptr<Connection>> live;
+  std::vector<std::shared_ptr<ClientConnection>> live;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
@@ -177,7 +177,7 @@ void ServerCore::finish() {
   finished_cv_.notify_all();
 }
 
-void ServerCore::unregister(Connection* c) {
+void ServerCore::unregister(ClientConnection* c) {
   std::lock_guard lock(mu_);
   connections_.erase(c);
   if (stopping_ && connections_.empty() && !destroying.load()) {
@@ -189,7 +189,7 @@ void ServerCore::destroy(EventLoop& loop) {
   destroying.store(true);
   // Close the listener and whatever the drain left; connections still referenced by pending
   // work (a store callback) end when it completes, and keep the core alive until then.
-  std::vector<std::shared_ptr<Connection>> live;
+  std::vector<std::shared_ptr<ClientConnection>> live;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

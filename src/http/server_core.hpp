@@ -32,12 +32,12 @@ namespace ratekeeper::http {
 class ServerCore;
 
 // One client connection. Keeps its ServerCore alive and leaves its registry when destroyed.
-class Connection : public std::enable_shared_from_this<Connection> {
+class ClientConnection : public std::enable_shared_from_this<ClientConnection> {
  public:
-  explicit Connection(std::shared_ptr<ServerCore> core);
-  virtual ~Connection();
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  explicit ClientConnection(std::shared_ptr<ServerCore> core);
+  virtual ~ClientConnection();
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
 
   // On the connection's thread, once registered.
   virtual void start() = 0;
@@ -70,7 +70,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   Server::Stats stats() const;
   void destroy(EventLoop& loop);
 
-  void unregister(Connection* c);
+  void unregister(ClientConnection* c);
 
   ServerOptions options;
   std::string address;
@@ -82,7 +82,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
  protected:
   // A connection for an accepted socket (on the listener's thread; the socket belongs to the
   // connection's thread).
-  virtual std::shared_ptr<Connection> make_connection(boost::asio::ip::tcp::socket socket) = 0;
+  virtual std::shared_ptr<ClientConnection> make_connection(boost::asio::ip::tcp::socket socket) = 0;
 
  private:
   void do_accept();
@@ -98,7 +98,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   // Live connections, for the drain. Connections keep the core alive (shared_ptr), so they
   // may outlive the Server on a shared loop and still unregister here.
   mutable std::mutex mu_;
-  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections_;
+  std::unordered_map<ClientConnection*, std::weak_ptr<ClientConnection>> connections_;
   bool stopping_ = false;
   bool finished_ = false;  // run() may return
   std::condition_variable finished_cv_;

@@ -72,15 +72,15 @@ std::size_t Limiter::rule_index(const Rule* rule) const noexcept {
 }
 
 Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
-    std::vector<Application> applications) const {
+    std::vector<AppliedRule> rules) const {
   std::size_t shadow = 0;
   std::size_t enforcing_limits = 0;
-  for (const auto& app : applications) {
+  for (const auto& app : rules) {
     const Rule* rule = app.rule;
     const std::less<> before;
     if (rule == nullptr || before(rule, config_.rules.data()) ||
         !before(rule, config_.rules.data() + config_.rules.size())) {
-      return make_error(ErrorCode::invalid_argument, "application without a rule of this limiter");
+      return make_error(ErrorCode::invalid_argument, "an applied rule that is not one of this limiter's");
     }
     if (rule->shadow) {
       ++shadow;
@@ -89,11 +89,11 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     }
   }
   auto prepared = std::make_shared<Prepared>();
-  if (applications.size() > shadow) prepared->enforcing.reserve(applications.size() - shadow);
+  if (rules.size() > shadow) prepared->enforcing.reserve(rules.size() - shadow);
   if (shadow > 0) prepared->shadow.reserve(shadow);
   prepared->items.reserve(enforcing_limits);
 
-  for (auto& app : applications) {
+  for (auto& app : rules) {
     const Rule* rule = app.rule;
     RuleOutcome& out = (rule->shadow ? prepared->shadow : prepared->enforcing).emplace_back();
     out.rule = rule;
@@ -340,9 +340,9 @@ void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done
   });
 }
 
-void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback done,
+void Limiter::evaluate(std::vector<AppliedRule> rules, EvaluationCallback done,
                        EvaluateOptions options) {
-  auto prepared = prepare(std::move(applications));
+  auto prepared = prepare(std::move(rules));
   if (!prepared) {
     done(std::unexpected(prepared.error()));
     return;
@@ -384,17 +384,17 @@ void Limiter::evaluate(std::vector<Application> applications, EvaluationCallback
   });
 }
 
-Result<Evaluation> Limiter::evaluate_sync(std::vector<Application> applications,
+Result<Evaluation> Limiter::evaluate_sync(std::vector<AppliedRule> rules,
                                           EvaluateOptions options) {
   std::promise<Result<Evaluation>> promise;
   auto future = promise.get_future();
   evaluate(
-      std::move(applications),
+      std::move(rules),
       [&promise](Result<Evaluation> r) { promise.set_value(std::move(r)); }, options);
   return future.get();
 }
 
-Result<Application> Limiter::application(std::string_view rule_name, std::string_view identity,
+Result<AppliedRule> Limiter::application(std::string_view rule_name, std::string_view identity,
                                          std::int64_t cost, std::string_view tier) const {
   const Rule* rule = find_rule(rule_name);
   if (rule == nullptr) {
@@ -404,7 +404,7 @@ Result<Application> Limiter::application(std::string_view rule_name, std::string
   if (cost < 0) {
     return make_error(ErrorCode::invalid_argument, fmt::format("cost must be >= 0, got {}", cost));
   }
-  Application app;
+  AppliedRule app;
   app.rule = rule;
   app.identity = std::string(identity);
   app.cost = cost;
@@ -427,7 +427,7 @@ void Limiter::check(std::string_view rule_name, std::string_view identity, std::
     return;
   }
   const Rule* rule = app->rule;
-  std::vector<Application> apps;
+  std::vector<AppliedRule> apps;
   apps.push_back(std::move(*app));
 
   if (rule->shadow) {

@@ -273,7 +273,7 @@ void append_limiter_rules(RlsConfig& config, std::vector<limiter::Rule>& rules) 
     limiter::Rule override_rule;
     override_rule.name = names.take({domain.name});
     override_rule.cost = 1;
-    // Never checked: each request carrying an override brings its limit (Application::
+    // Never checked: each request carrying an override brings its limit (AppliedRule::
     // limits). A rule holds at least one limit.
     override_rule.limits = {{"", *algorithms::Limit::make(algorithms::Algorithm::fixed_window, 1,
                                                           kMicrosPerSecond)}};

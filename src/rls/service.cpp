@@ -20,7 +20,7 @@ namespace ratekeeper::rls {
 namespace {
 
 using algorithms::Decision;
-using limiter::Application;
+using limiter::AppliedRule;
 using limiter::Evaluation;
 using limiter::RuleOutcome;
 
@@ -345,14 +345,14 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     }
   }
 
-  std::vector<Application> apps;
+  std::vector<AppliedRule> apps;
   std::size_t enforcing = 0;
   std::size_t shadow = 0;
   for (int i = 0; i < n; ++i) {
     auto& slot = call->slots[i];
     if (slot.kind != Slot::Kind::enforcing && slot.kind != Slot::Kind::shadow) continue;
     if (slot.same_as) continue;
-    Application app;
+    AppliedRule app;
     app.rule = &rules[slot.rule];
     app.identity = std::move(slot.identity);
     const bool apart = slot.kind == Slot::Kind::shadow;  // shadow_mode or quota_mode

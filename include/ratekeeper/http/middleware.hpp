@@ -57,14 +57,14 @@ class Middleware {
   void handle(const Request& request, MiddlewareCallback done);
   MiddlewareResult handle_sync(const Request& request);
 
-  // The applications of the request's rules (identity, tier, endpoint resolved), or the
+  // The request's rules as applied to it (identity, tier, endpoint resolved), or the
   // reason for a 400. Rules match the normal form of the request's path (http/path.hpp); a
   // path that has none (an invalid escape, a control byte) is a 400. Exposed for tests and
   // for diagnostics.
-  Result<std::vector<limiter::Application>> applications(const Request& request) const;
+  Result<std::vector<limiter::AppliedRule>> applied_rules(const Request& request) const;
 
   // The identity of one rule for a request, e.g. "user:123" or "ip:192.0.2.7".
-  Result<limiter::Application> resolve(const limiter::Rule& rule, const Request& request) const;
+  Result<limiter::AppliedRule> resolve(const limiter::Rule& rule, const Request& request) const;
 
   const MiddlewareOptions& options() const noexcept { return options_; }
   // What it answered, by result (ratekeeper_http_requests_total).
@@ -73,7 +73,7 @@ class Middleware {
  private:
   limiter::Limiter* limiter_;
   MiddlewareOptions options_;
-  Result<limiter::Application> resolve_at(const limiter::Rule& rule, const Request& request,
+  Result<limiter::AppliedRule> resolve_at(const limiter::Rule& rule, const Request& request,
                                           std::string_view path) const;
 
   struct Route {

@@ -55,7 +55,7 @@ struct ConfigIssue {
 std::vector<ConfigIssue> validate(const LimiterConfig& config);
 
 // One rule applied to one request, with what the caller resolved.
-struct Application {
+struct AppliedRule {
   const Rule* rule = nullptr;
   std::string identity;      // "ip:…", "user:…", "key:…"
   bool ip_fallback = false;  // the identity is the IP fallback of a user/API-key rule
@@ -137,9 +137,9 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // Checks every application (enforcing in one batch, shadow in another). `done` is called
   // exactly once, possibly inline, possibly on a store thread. Errors: invalid_argument (bad
   // identity, bad cost), or a store error a rule's policy could not answer.
-  void evaluate(std::vector<Application> applications, EvaluationCallback done,
+  void evaluate(std::vector<AppliedRule> rules, EvaluationCallback done,
                 EvaluateOptions options = {});
-  Result<Evaluation> evaluate_sync(std::vector<Application> applications,
+  Result<Evaluation> evaluate_sync(std::vector<AppliedRule> rules,
                                    EvaluateOptions options = {});
 
   // The application of one rule to an identity chosen by the caller (the decision API):
@@ -147,7 +147,7 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // an "ip:" identity of a non-IP rule takes the rule's IP policy. Unknown rule or negative
   // cost → invalid_argument; the identity and the cost against the limits are checked when
   // evaluated.
-  Result<Application> application(std::string_view rule_name, std::string_view identity,
+  Result<AppliedRule> application(std::string_view rule_name, std::string_view identity,
                                   std::int64_t cost, std::string_view tier = {}) const;
 
   // The decision API (POST /v1/check): one rule, an identity given by the caller, a cost.
@@ -173,7 +173,7 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
 
  private:
   struct Prepared;
-  Result<std::shared_ptr<Prepared>> prepare(std::vector<Application> applications) const;
+  Result<std::shared_ptr<Prepared>> prepare(std::vector<AppliedRule> rules) const;
   void run_enforcing(std::shared_ptr<Prepared> prepared, EvaluationCallback done);
   void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                   std::function<void(const RuleOutcome&)> then);

@@ -50,7 +50,7 @@ LimiterConfig one_rule(FailureMode mode, Policy limits) {
 
 // One check of rule "api", asserted to come back within the generous bound.
 Result<Evaluation> timed_check(Limiter& limiter, std::int64_t cost = 1) {
-  Application app;
+  AppliedRule app;
   app.rule = limiter.find_rule("api");
   app.identity = "ip:192.0.2.7";
   app.cost = cost;

@@ -93,7 +93,7 @@ class MiddlewareTest : public ::testing::Test {
   MiddlewareResult send(const Request& r) { return middleware.handle_sync(r.view()); }
 
   std::string identity(const Request& r) {
-    auto apps = middleware.applications(r.view());
+    auto apps = middleware.applied_rules(r.view());
     if (!apps) return "<error: " + apps.error().message + ">";
     if (apps->empty()) return "<none>";
     return apps->front().identity;
@@ -244,7 +244,7 @@ TEST_F(MiddlewareTest, WithoutTrustedProxiesTheClientIsThePeerInCanonicalForm) {
     Request r;
     r.peer = std::move(peer);
     r.headers = {{"X-Forwarded-For", "198.51.100.1"}};
-    auto apps = direct.applications(r.view());
+    auto apps = direct.applied_rules(r.view());
     return apps && !apps->empty() ? apps->front().identity : "<error>";
   };
   EXPECT_EQ(identity_of("192.0.2.7"), "ip:192.0.2.7");
@@ -351,7 +351,7 @@ TEST_F(MiddlewareTest, IdentityWithBracesCannotBreakTheHashTag) {
   Request r;
   r.path = "/api/profile";
   r.headers = {{"X-User-ID", "x}:other{y"}};
-  auto apps = middleware.applications(r.view());
+  auto apps = middleware.applied_rules(r.view());
   ASSERT_TRUE(apps);
   auto ev = limiter.evaluate_sync(*apps);
   ASSERT_TRUE(ev);
@@ -432,7 +432,7 @@ rules:
     request.target = std::move(path);
     request.peer_address = "192.0.2.7";
     std::vector<std::string> out;
-    const auto apps = m.applications(request);
+    const auto apps = m.applied_rules(request);
     EXPECT_TRUE(apps);
     if (apps) {
       for (const auto& app : *apps) out.push_back(app.rule->name);
@@ -465,7 +465,7 @@ rules:
     request.target = std::move(path);
     request.peer_address = "192.0.2.7";
     std::vector<std::string> out;
-    const auto apps = m.applications(request);
+    const auto apps = m.applied_rules(request);
     EXPECT_TRUE(apps);
     if (apps) {
       for (const auto& app : *apps) out.push_back(app.rule->name);

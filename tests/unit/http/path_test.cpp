@@ -198,7 +198,7 @@ rules:
     r.method = "GET";
     r.target = std::string(spelling);
     r.peer_address = "192.0.2.1";
-    auto apps = middleware.applications(r);
+    auto apps = middleware.applied_rules(r);
     ASSERT_TRUE(apps) << spelling;
     ASSERT_EQ(apps->size(), 1u) << spelling;
     const auto res = middleware.handle_sync(r);
@@ -211,7 +211,7 @@ rules:
   r.peer_address = "192.0.2.1";
   EXPECT_EQ(middleware.handle_sync(r).status, 429);
   r.target = "/ORDERS";  // another path: case is kept
-  EXPECT_TRUE(middleware.applications(r)->empty());
+  EXPECT_TRUE(middleware.applied_rules(r)->empty());
   r.target = "/or%zzders";
   const auto bad = middleware.handle_sync(r);
   EXPECT_EQ(bad.status, 400);

@@ -164,7 +164,7 @@ TEST_F(DecisionLogTest, ALimiterWithoutASinkWritesNothingButCountsDecisions) {
   Limiter limiter(config, store);
   testing::internal::CaptureStdout();
   for (int i = 0; i < 3; ++i) {
-    Application app;
+    AppliedRule app;
     app.rule = limiter.find_rule("api");
     app.identity = "ip:192.0.2.7";
     ASSERT_TRUE(limiter.evaluate_sync({app}));
@@ -186,7 +186,7 @@ TEST_F(DecisionLogTest, ALimitersLogKeepsItsConfiguredLineBudget) {
   config.decision_log = options(4, 3);  // 3 lines at once, then one every 250 ms
   Limiter limiter(config, store);
   auto check = [&] {
-    Application app;
+    AppliedRule app;
     app.rule = limiter.find_rule("login");
     app.identity = "ip:192.0.2.7";
     auto ev = limiter.evaluate_sync({app});

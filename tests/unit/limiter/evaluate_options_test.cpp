@@ -44,9 +44,9 @@ class EvaluateOptionsTest : public ::testing::Test {
     c.rules = std::move(rules);
     return c;
   }
-  static Application app(const Limiter& l, std::string_view name, std::string identity,
+  static AppliedRule app(const Limiter& l, std::string_view name, std::string identity,
                          const Policy* limits = nullptr) {
-    Application a;
+    AppliedRule a;
     a.rule = l.find_rule(name);
     a.identity = std::move(identity);
     a.limits = limits;

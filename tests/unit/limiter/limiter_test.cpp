@@ -57,8 +57,8 @@ class LimiterTest : public ::testing::Test {
     return c;
   }
 
-  static Application app(const Limiter& l, std::string_view rule, std::string identity) {
-    Application a;
+  static AppliedRule app(const Limiter& l, std::string_view rule, std::string identity) {
+    AppliedRule a;
     a.rule = l.find_rule(rule);
     a.identity = std::move(identity);
     return a;
@@ -287,7 +287,7 @@ TEST_F(LimiterTest, TieredRuleUsesTierLimitsAndUnknownTierFallsBackToDefault) {
   EXPECT_EQ(unknown->decision.limit, 60);
 
   auto ev = l.evaluate_sync({[&] {
-    Application a = app(l, "search", "user:alice");
+    AppliedRule a = app(l, "search", "user:alice");
     a.tier = "pro";
     return a;
   }()});
@@ -316,7 +316,7 @@ TEST_F(LimiterTest, PerEndpointBucketsAreSeparateSharedBucketsAreNot) {
   Rule shared = ip_rule("shared", {{"", bucket(1, 0.001)}});
   Limiter l(config({per, shared}), store);
   auto with_path = [&](std::string_view rule, std::string path) {
-    Application a = app(l, rule, "ip:1.2.3.4");
+    AppliedRule a = app(l, rule, "ip:1.2.3.4");
     a.endpoint = std::move(path);
     return l.evaluate_sync({a});
   };

@@ -341,7 +341,7 @@ rules:
   HeldStore store;
   auto owner = std::make_shared<limiter::Limiter>(config.limiter, store);
   const std::weak_ptr<limiter::Limiter> watched = owner;
-  std::vector<limiter::Application> apps;
+  std::vector<limiter::AppliedRule> apps;
   apps.push_back(*owner->application("real", "user:a", 1));
   apps.push_back(*owner->application("watch", "user:a", 1));
   bool answered = false;
