@@ -207,13 +207,6 @@ class Api::Routes {
   Routes(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options)
       : limiter_(limiter), middleware_(middleware), options_(std::move(options)) {}
 
-  // The store's metrics: each layer's own (leases, denial cache, Redis), outermost first.
-  std::string store_layers_text() const {
-    MetricsWriter out;
-    limiter_.store().write_metrics(out);
-    return out.take();
-  }
-
   void handle(Request request, Responder respond) {
     spdlog::debug("{} {} from {}", request.method, request.target, request.peer_address);
     const std::string_view path = request.path();
@@ -268,10 +261,11 @@ class Api::Routes {
     if (path == "/metrics") {
       if (method != "GET" && method != "HEAD") return respond(not_allowed("GET, HEAD"));
       if (!options_.metrics_enabled) return respond(error_response(404, "Not found"));
-      std::string text =
-          limiter_.metrics_text() + middleware_.metrics().render() + store_layers_text();
-      if (options_.extra_metrics) text += options_.extra_metrics();
-      return respond(Response{200, std::string(kPrometheus), {}, std::move(text)});
+      MetricsWriter out;
+      limiter_.write_metrics(out);
+      middleware_.metrics().write(out);
+      if (options_.extra_metrics) options_.extra_metrics(out);
+      return respond(Response{200, std::string(kPrometheus), {}, out.take()});
     }
     if (path == "/v1/check") {
       if (method != "POST") return respond(not_allowed("POST"));
@@ -617,26 +611,18 @@ class Api::Routes {
 };
 
 // The HTTP server's own counters, in Prometheus text.
-std::string http_server_metrics(const http::Server& server) {
+void write_http_server_metrics(MetricsWriter& out, const http::Server& server) {
   const auto stats = server.stats();
-  return fmt::format(
-      "# HELP ratekeeper_http_connections_open Client connections open.\n"
-      "# TYPE ratekeeper_http_connections_open gauge\n"
-      "ratekeeper_http_connections_open {}\n"
-      "# HELP ratekeeper_http_accept_errors_total Failed accepts (e.g. out of file descriptors): "
-      "accepting backs off and resumes by itself.\n"
-      "# TYPE ratekeeper_http_accept_errors_total counter\n"
-      "ratekeeper_http_accept_errors_total {}\n"
-      "# HELP ratekeeper_http_handler_exceptions_total Requests answered 500 because handling "
-      "them threw.\n"
-      "# TYPE ratekeeper_http_handler_exceptions_total counter\n"
-      "ratekeeper_http_handler_exceptions_total {}\n"
-      "# HELP ratekeeper_contained_exceptions_total Exceptions caught on event-loop threads and in "
-      "completion handlers; the process went on.\n"
-      "# TYPE ratekeeper_contained_exceptions_total counter\n"
-      "ratekeeper_contained_exceptions_total {}\n",
-      stats.connections_open, stats.accept_errors, stats.handler_exceptions,
-      contained_exceptions());
+  out.gauge("ratekeeper_http_connections_open", "Client connections open.",
+            static_cast<std::int64_t>(stats.connections_open));
+  out.counter("ratekeeper_http_accept_errors_total",
+              "Failed accepts (e.g. out of file descriptors): accepting backs off and resumes by itself.",
+              std::uint64_t{stats.accept_errors});
+  out.counter("ratekeeper_http_handler_exceptions_total", "Requests answered 500 because handling them threw.",
+              std::uint64_t{stats.handler_exceptions});
+  out.counter("ratekeeper_contained_exceptions_total",
+              "Exceptions caught on event-loop threads and in completion handlers; the process went on.",
+              std::uint64_t{contained_exceptions()});
 }
 
 Api::Api(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options)

@@ -25,6 +25,10 @@ namespace ratekeeper::http {
 class Middleware;
 }
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::server {
 
 struct ApiOptions {
@@ -35,7 +39,7 @@ struct ApiOptions {
   // time: the caller then passes the request on at once. Null: a loop of the Api's own.
   std::shared_ptr<EventLoop> loop;
   // More Prometheus text appended to /metrics (e.g. the HTTP server's own counters).
-  std::function<std::string()> extra_metrics;
+  std::function<void(MetricsWriter&)> extra_metrics;
   // POST /admin/reload: asks for a configuration reload and answers through the responder
   // (from another thread) with its outcome. Accepted from a loopback peer only (the socket's
   // peer: forwarding headers are not believed); others get 403. Empty: the route is a 404.
@@ -44,7 +48,7 @@ struct ApiOptions {
 
 // The HTTP server's own counters and the contained exceptions, in Prometheus text (for
 // ApiOptions::extra_metrics).
-std::string http_server_metrics(const http::Server& server);
+void write_http_server_metrics(MetricsWriter& out, const http::Server& server);
 
 class Api {
  public:

@@ -98,7 +98,7 @@ struct Process {
   bool proxy = false;  // the routes are the admin listener
   bool grpc = false;   // the gRPC rate limit service runs
   std::shared_ptr<http::RequestMetrics> request_metrics = std::make_shared<http::RequestMetrics>();
-  std::function<std::string()> extra_metrics;
+  std::function<void(MetricsWriter&)> extra_metrics;
   std::function<void(Responder)> reload;
 };
 
@@ -309,17 +309,14 @@ int serve(const ServeArgs& args) {
   process.leasing = leasing;
   process.proxy = config.upstream.has_value();
   process.grpc = rls_config.has_value();
-  process.extra_metrics = [&server, &proxy, &current, &reloader] {
-    MetricsWriter out;
+  process.extra_metrics = [&server, &proxy, &current, &reloader](MetricsWriter& out) {
     write_build_info(out);
     if (Reloader* r = reloader.load(); r != nullptr) r->write_metrics(out);
-    std::string text = out.take();
-    text += http_server_metrics(server);
-    if (proxy) text += http::proxy_metrics(*proxy);
+    write_http_server_metrics(out, server);
+    if (proxy) http::write_proxy_metrics(out, *proxy);
     if (const auto generation = current.load(); generation && generation->rls_service) {
-      text += generation->rls_service->metrics_text();
+      generation->rls_service->write_metrics(out);
     }
-    return text;
   };
   process.reload = [&reloader](Responder respond) {
     Reloader* r = reloader.load();

@@ -11,6 +11,8 @@
 
 #include "ratekeeper/http/proxy.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -1030,43 +1032,29 @@ ProxyStats Proxy::proxy_stats() const {
   return s;
 }
 
-std::string proxy_metrics(const Proxy& proxy) {
+void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy) {
   const auto s = proxy.proxy_stats();
-  std::string out;
-  auto it = std::back_inserter(out);
-  auto counter = [&](std::string_view name, std::string_view help, std::uint64_t value) {
-    fmt::format_to(it, "# HELP ratekeeper_proxy_{0} {1}\n# TYPE ratekeeper_proxy_{0} counter\n"
-                       "ratekeeper_proxy_{0} {2}\n",
-                   name, help, value);
-  };
-  counter("forwarded_total", "Admitted requests sent to the upstream.", s.forwarded);
-  counter("answered_by_limiter_total",
-          "Requests answered by the rate limiter (429, 400, 500), never sent upstream.",
-          s.answered_by_limiter);
-  counter("delayed_total", "Requests forwarded after waiting for their turn (on_limit: delay).",
-          s.delayed);
-  counter("held_client_gone_total",
-          "Requests held for their turn (on_limit: delay) whose client closed meanwhile: not forwarded.",
-          s.held_client_gone);
-  fmt::format_to(it,
-                 "# HELP ratekeeper_proxy_upstream_errors_total Requests the upstream could not "
-                 "answer, by kind.\n# TYPE ratekeeper_proxy_upstream_errors_total counter\n"
-                 "ratekeeper_proxy_upstream_errors_total{{kind=\"unreachable\"}} {}\n"
-                 "ratekeeper_proxy_upstream_errors_total{{kind=\"timeout\"}} {}\n"
-                 "ratekeeper_proxy_upstream_errors_total{{kind=\"bad_response\"}} {}\n"
-                 "ratekeeper_proxy_upstream_errors_total{{kind=\"aborted\"}} {}\n",
-                 s.upstream_unreachable, s.upstream_timeout, s.upstream_bad_response,
-                 s.upstream_aborted);
-  counter("client_aborted_total", "Requests whose client went away before their response ended.",
-          s.client_aborted);
-  fmt::format_to(it,
-                 "# HELP ratekeeper_proxy_upstream_connections_total Upstream connections used "
-                 "for a request, new or taken from the keep-alive pool.\n"
-                 "# TYPE ratekeeper_proxy_upstream_connections_total counter\n"
-                 "ratekeeper_proxy_upstream_connections_total{{state=\"opened\"}} {}\n"
-                 "ratekeeper_proxy_upstream_connections_total{{state=\"reused\"}} {}\n",
-                 s.upstream_connections_opened, s.upstream_connections_reused);
-  return out;
+  out.counter("ratekeeper_proxy_forwarded_total", "Admitted requests sent to the upstream.", s.forwarded);
+  out.counter("ratekeeper_proxy_answered_by_limiter_total",
+              "Requests answered by the rate limiter (429, 400, 500), never sent upstream.", s.answered_by_limiter);
+  out.counter("ratekeeper_proxy_delayed_total", "Requests forwarded after waiting for their turn (on_limit: delay).",
+              s.delayed);
+  out.counter("ratekeeper_proxy_held_client_gone_total",
+              "Requests held for their turn (on_limit: delay) whose client closed meanwhile: not forwarded.",
+              s.held_client_gone);
+  constexpr std::string_view kErrors = "Requests the upstream could not answer, by kind.";
+  out.counter("ratekeeper_proxy_upstream_errors_total", kErrors, s.upstream_unreachable, {{"kind", "unreachable"}});
+  out.counter("ratekeeper_proxy_upstream_errors_total", kErrors, s.upstream_timeout, {{"kind", "timeout"}});
+  out.counter("ratekeeper_proxy_upstream_errors_total", kErrors, s.upstream_bad_response, {{"kind", "bad_response"}});
+  out.counter("ratekeeper_proxy_upstream_errors_total", kErrors, s.upstream_aborted, {{"kind", "aborted"}});
+  out.counter("ratekeeper_proxy_client_aborted_total", "Requests whose client went away before their response ended.",
+              s.client_aborted);
+  constexpr std::string_view kConnections =
+      "Upstream connections used for a request, new or taken from the keep-alive pool.";
+  out.counter("ratekeeper_proxy_upstream_connections_total", kConnections, s.upstream_connections_opened,
+              {{"state", "opened"}});
+  out.counter("ratekeeper_proxy_upstream_connections_total", kConnections, s.upstream_connections_reused,
+              {{"state", "reused"}});
 }
 
 }  // namespace ratekeeper::http

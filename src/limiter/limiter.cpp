@@ -1,5 +1,7 @@
 #include "ratekeeper/limiter/limiter.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -465,8 +467,15 @@ Result<Verdict> Limiter::check_sync(std::string_view rule_name, std::string_view
   return future.get();
 }
 
+void Limiter::write_metrics(MetricsWriter& out) const {
+  metrics_->write(out, store_->health(), store_->kind());
+  store_->write_metrics(out);
+}
+
 std::string Limiter::metrics_text() const {
-  return metrics_->render(store_->health(), store_->kind());
+  MetricsWriter out;
+  write_metrics(out);
+  return out.take();
 }
 
 }  // namespace ratekeeper::limiter

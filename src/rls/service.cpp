@@ -1,5 +1,7 @@
 #include "ratekeeper/rls/service.hpp"
 
+#include "ratekeeper/core/metrics_writer.hpp"
+
 #include <fmt/format.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
@@ -529,34 +531,34 @@ Answer Service::should_rate_limit_sync(const pb::RateLimitRequest& request) {
   return future.get();
 }
 
-std::string Service::metrics_text() const {
+void Service::write_metrics(MetricsWriter& out) const {
   const auto v = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  std::string out;
-  out += "# HELP ratekeeper_rls_calls_total ShouldRateLimit calls received (answered or not yet).\n";
-  out += "# TYPE ratekeeper_rls_calls_total counter\n";
-  out += fmt::format("ratekeeper_rls_calls_total {}\n", v(counters_->calls));
-  out += "# HELP ratekeeper_rls_requests_total ShouldRateLimit calls by answer.\n";
-  out += "# TYPE ratekeeper_rls_requests_total counter\n";
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"ok\"}} {}\n", v(counters_->ok));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"over_limit\"}} {}\n", v(counters_->over_limit));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"invalid_argument\"}} {}\n", v(counters_->invalid));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"unavailable\"}} {}\n", v(counters_->unavailable));
-  out += fmt::format("ratekeeper_rls_requests_total{{result=\"internal\"}} {}\n", v(counters_->internal));
-  out += "# HELP ratekeeper_rls_unknown_domain_total ShouldRateLimit calls for a domain that is not configured (answered OK).\n";
-  out += "# TYPE ratekeeper_rls_unknown_domain_total counter\n";
-  out += fmt::format("ratekeeper_rls_unknown_domain_total {}\n", v(counters_->unknown_domain));
-  out += "# HELP ratekeeper_rls_descriptors_total Descriptors answered, by status.\n";
-  out += "# TYPE ratekeeper_rls_descriptors_total counter\n";
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"ok\"}} {}\n", v(counters_->descriptors_ok));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"over_limit\"}} {}\n", v(counters_->descriptors_over));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"no_limit\"}} {}\n", v(counters_->descriptors_no_limit));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"shadow_over_limit\"}} {}\n",
-                     v(counters_->descriptors_shadow_over));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"quota_over_limit\"}} {}\n",
-                     v(counters_->descriptors_quota_over));
-  out += fmt::format("ratekeeper_rls_descriptors_total{{result=\"quota_store_error\"}} {}\n",
-                     v(counters_->descriptors_quota_store_error));
-  return out;
+  const Counters& c = *counters_;
+  out.counter("ratekeeper_rls_calls_total", "ShouldRateLimit calls received (answered or not yet).", v(c.calls));
+  constexpr std::string_view kRequests = "ShouldRateLimit calls by answer.";
+  out.counter("ratekeeper_rls_requests_total", kRequests, v(c.ok), {{"result", "ok"}});
+  out.counter("ratekeeper_rls_requests_total", kRequests, v(c.over_limit), {{"result", "over_limit"}});
+  out.counter("ratekeeper_rls_requests_total", kRequests, v(c.invalid), {{"result", "invalid_argument"}});
+  out.counter("ratekeeper_rls_requests_total", kRequests, v(c.unavailable), {{"result", "unavailable"}});
+  out.counter("ratekeeper_rls_requests_total", kRequests, v(c.internal), {{"result", "internal"}});
+  out.counter("ratekeeper_rls_unknown_domain_total",
+              "ShouldRateLimit calls for a domain that is not configured (answered OK).", v(c.unknown_domain));
+  constexpr std::string_view kDescriptors = "Descriptors answered, by status.";
+  out.counter("ratekeeper_rls_descriptors_total", kDescriptors, v(c.descriptors_ok), {{"result", "ok"}});
+  out.counter("ratekeeper_rls_descriptors_total", kDescriptors, v(c.descriptors_over), {{"result", "over_limit"}});
+  out.counter("ratekeeper_rls_descriptors_total", kDescriptors, v(c.descriptors_no_limit), {{"result", "no_limit"}});
+  out.counter("ratekeeper_rls_descriptors_total", kDescriptors, v(c.descriptors_shadow_over),
+              {{"result", "shadow_over_limit"}});
+  out.counter("ratekeeper_rls_descriptors_total", kDescriptors, v(c.descriptors_quota_over),
+              {{"result", "quota_over_limit"}});
+  out.counter("ratekeeper_rls_descriptors_total", kDescriptors, v(c.descriptors_quota_store_error),
+              {{"result", "quota_store_error"}});
+}
+
+std::string Service::metrics_text() const {
+  MetricsWriter out;
+  write_metrics(out);
+  return out.take();
 }
 
 }  // namespace ratekeeper::rls

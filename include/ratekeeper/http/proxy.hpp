@@ -20,6 +20,10 @@
 #include "ratekeeper/core/time.hpp"
 #include "ratekeeper/http/server.hpp"
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::http {
 
 class Middleware;
@@ -100,7 +104,7 @@ class Proxy {
   std::shared_ptr<Impl> impl_;
 };
 
-// The proxy's counters in Prometheus text (ratekeeper_proxy_*), for /metrics.
-std::string proxy_metrics(const Proxy& proxy);
+// The proxy's counters (ratekeeper_proxy_*), for /metrics.
+void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy);
 
 }  // namespace ratekeeper::http

@@ -31,6 +31,10 @@
 #include "ratekeeper/limiter/rule.hpp"
 #include "ratekeeper/store/store.hpp"
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::limiter {
 
 struct LimiterConfig {
@@ -168,8 +172,9 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   const Metrics& metrics() const noexcept { return *metrics_; }
   DecisionLog& decision_log() noexcept { return *log_; }
   store::Store& store() noexcept { return *store_; }
-  // Metrics::render with the store's health and kind.
-  std::string metrics_text() const;
+  // Its metrics (with the store's health and kind), then the store stack's.
+  void write_metrics(MetricsWriter& out) const;
+  std::string metrics_text() const;  // write_metrics() as exposition text
 
  private:
   struct Prepared;

@@ -35,6 +35,10 @@
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/rls/descriptors.hpp"
 
+namespace ratekeeper {
+class MetricsWriter;
+}
+
 namespace ratekeeper::rls {
 
 namespace pb = ::envoy::service::ratelimit::v3;
@@ -73,8 +77,9 @@ class Service {
   Answer should_rate_limit_sync(const pb::RateLimitRequest& request);
 
   const RlsConfig& config() const noexcept { return config_; }
-  // Prometheus text: requests by result, descriptors by result.
-  std::string metrics_text() const;
+  // Requests by result, descriptors by result.
+  void write_metrics(MetricsWriter& out) const;
+  std::string metrics_text() const;  // write_metrics() as exposition text
   // Its counters become `previous`'s, shared (a service rebuilt from a reloaded
   // configuration counts on). Call before the first call: not thread-safe.
   void continue_counters(const Service& previous);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "config.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "support/http_client.hpp"
@@ -421,9 +422,10 @@ TEST_F(ProxyTest, UnreachableUpstreamIs502) {
   EXPECT_EQ(r.status, 502);
   EXPECT_EQ(r.body, R"({"error":"Upstream unreachable"})");
   EXPECT_EQ(stats().upstream_unreachable, 1u);
-  EXPECT_NE(http::proxy_metrics(*proxy_).find(
-                "ratekeeper_proxy_upstream_errors_total{kind=\"unreachable\"} 1"),
-            std::string::npos);
+  MetricsWriter metrics;
+  http::write_proxy_metrics(metrics, *proxy_);
+  EXPECT_NE(metrics.text().find("ratekeeper_proxy_upstream_errors_total{kind=\"unreachable\"} 1"), std::string::npos)
+      << metrics.text();
 }
 
 TEST_F(ProxyTest, SlowUpstreamIs504) {
