@@ -724,19 +724,10 @@ Result<ListenAddress> parse_listen_address(std::string_view text) {
                            ? host.find(':') != std::string_view::npos && http::parse_address(host)
                            : host.empty() || host == "localhost" || http::parse_address(host);
   if (!host_ok) return fail(fmt::format("host must be an IP address or localhost, got '{}'", host));
-  // Decimal digits without leading zeros, as every integer of the configuration.
-  const std::string_view digits = *split->port;
-  if (digits.empty() || (digits.size() > 1 && digits.front() == '0') ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return fail(fmt::format("must be a decimal integer, got '{}'", digits));
-  }
-  unsigned port = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-  if (ec != std::errc() || port > 65535) {
-    return fail(fmt::format("must be between 0 and 65535, got {}", digits));
-  }
-  return ListenAddress{host.empty() ? std::string("0.0.0.0") : std::string(host),
-                       static_cast<std::uint16_t>(port)};
+  // Decimal digits without leading zeros, as every integer of the configuration; 0: any port.
+  const auto port = parse_port(*split->port, /*allow_zero=*/true);
+  if (!port) return fail(port.error().message);
+  return ListenAddress{host.empty() ? std::string("0.0.0.0") : std::string(host), *port};
 }
 
 Config parse_config(std::string_view yaml, std::string_view source) {

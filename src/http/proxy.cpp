@@ -11,6 +11,7 @@
 
 #include "ratekeeper/http/proxy.hpp"
 
+#include "ratekeeper/core/host_port.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
 
 #include <fmt/format.h>
@@ -941,32 +942,15 @@ Result<UpstreamOptions> parse_upstream_url(std::string_view url) {
     return bad("only http://host[:port]: no path, query, fragment or credentials");
   }
   UpstreamOptions options;
-  std::string_view host = rest;
-  std::string_view port;
-  if (rest.front() == '[') {
-    const auto close = rest.find(']');
-    if (close == std::string_view::npos) return bad("unterminated IPv6 address");
-    host = rest.substr(1, close - 1);
-    const auto after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return bad("expected ':' after the IPv6 address");
-      port = after.substr(1);
-      if (port.empty()) return bad("empty port");
-    }
-  } else if (const auto colon = rest.rfind(':'); colon != std::string_view::npos) {
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
-    if (port.empty()) return bad("empty port");
-    if (host.find(':') != std::string_view::npos) return bad("an IPv6 address goes in brackets");
-  }
+  const auto split = split_host_port(rest);
+  if (!split) return bad(split.error().message);
+  const std::string_view host = split->host;
+  if (!split->bracketed && host.find(':') != std::string_view::npos) return bad("an IPv6 address goes in brackets");
   if (host.empty()) return bad("no host");
-  if (!port.empty()) {
-    unsigned value = 0;
-    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
-      return bad("invalid port");
-    }
-    options.port = static_cast<std::uint16_t>(value);
+  if (split->port) {
+    const auto port = parse_port(*split->port);
+    if (!port) return bad(port.error().message);
+    options.port = *port;
   }
   options.host = std::string(host);
   return options;

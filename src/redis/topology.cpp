@@ -5,6 +5,7 @@
 #include <charconv>
 #include <string>
 
+#include "ratekeeper/core/host_port.hpp"
 #include "redis/key_slot.hpp"
 
 namespace ratekeeper::redis::detail {
@@ -59,11 +60,9 @@ std::optional<Endpoint> parse_redirect(std::string_view error, std::string_view 
   const auto colon = addr.rfind(':');
   if (colon == std::string_view::npos) return std::nullopt;
   if (colon == 0) {
-    int port = 0;
-    auto [p, ec] = std::from_chars(addr.data() + 1, addr.data() + addr.size(), port);
-    if (ec != std::errc() || p != addr.data() + addr.size() || port < 1 || port > 65535)
-      return std::nullopt;
-    return Endpoint{std::string(from_host), port, ""};
+    const auto port = parse_port(addr.substr(1));
+    if (!port) return std::nullopt;
+    return Endpoint{std::string(from_host), *port, ""};
   }
   auto ep = parse_host_port(addr);
   if (!ep) return std::nullopt;
@@ -76,12 +75,9 @@ Result<Endpoint> parse_master_addr(const Reply& reply, std::string_view master_n
     return make_error(ErrorCode::protocol, fmt::format("no master named '{}'", master_name));
   }
   const std::string& text = reply.elements[1].str;
-  int port = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-  if (ec != std::errc() || p != text.data() + text.size() || port < 1 || port > 65535) {
-    return make_error(ErrorCode::protocol, "malformed port " + text);
-  }
-  return Endpoint{reply.elements[0].str, port, ""};
+  const auto port = parse_port(text);
+  if (!port) return make_error(ErrorCode::protocol, "malformed port " + text);
+  return Endpoint{reply.elements[0].str, *port, ""};
 }
 
 SwitchMaster parse_switch_master(std::string_view message) noexcept {

@@ -171,8 +171,8 @@ Result<Endpoint> parse_host_port(std::string_view text, int default_port) {
     }
   }
   if (!port.empty()) {
-    auto p = parse_int(port, 1, 65535, "port");
-    if (!p) return std::unexpected(p.error());
+    auto p = parse_port(port);
+    if (!p) return make_error(ErrorCode::invalid_argument, fmt::format("'{}': {}", text, p.error().message));
     ep.port = *p;
   }
   ep.host = std::string(host);
