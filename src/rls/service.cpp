@@ -10,6 +10,7 @@
 #include <future>
 #include <limits>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -96,6 +97,8 @@ std::uint32_t clamp_remaining(std::int64_t remaining) {
 
 }  // namespace
 
+namespace {
+
 // What one descriptor of a request came to before the store is asked, and where its
 // outcome will be.
 struct Slot {
@@ -123,6 +126,203 @@ struct Slot {
   // counter): its hits were added to that one's, and it is answered as that one is.
   std::optional<std::size_t> same_as;
 };
+
+// The steps of Service::should_rate_limit, in order.
+
+// Why the request is refused (invalid_argument), or nothing.
+std::optional<std::string> validate(const pb::RateLimitRequest& request, const ServiceOptions& options) {
+  if (const auto bytes = request.ByteSizeLong(); bytes > options.max_message_bytes) {
+    return fmt::format("request of {} bytes: at most {}", bytes, options.max_message_bytes);
+  }
+  if (request.domain().empty()) return "domain must not be empty";
+  const int n = request.descriptors_size();
+  if (n == 0) return "descriptors must not be empty";
+  if (static_cast<std::size_t>(n) > options.max_descriptors) {
+    return fmt::format("{} descriptors: at most {}", n, options.max_descriptors);
+  }
+  for (int i = 0; i < n; ++i) {
+    const auto& d = request.descriptors(i);
+    if (d.entries_size() == 0) return fmt::format("descriptors[{}]: entries must not be empty", i);
+    if (static_cast<std::size_t>(d.entries_size()) > options.max_entries) {
+      return fmt::format("descriptors[{}]: {} entries, at most {}", i, d.entries_size(), options.max_entries);
+    }
+    for (int e = 0; e < d.entries_size(); ++e) {
+      if (d.entries(e).key().empty()) return fmt::format("descriptors[{}].entries[{}].key must not be empty", i, e);
+    }
+    if (d.has_hits_addend() && d.hits_addend().value() > kMaxHits) {
+      return fmt::format("descriptors[{}].hits_addend {} is above {}", i, d.hits_addend().value(), kMaxHits);
+    }
+    if (d.has_limit() && (d.limit().unit() <= 0 || d.limit().unit() > static_cast<int>(Unit::week))) {
+      return fmt::format("descriptors[{}].limit.unit {} is not a unit", i, d.limit().unit());
+    }
+  }
+  return std::nullopt;
+}
+
+// What each descriptor found in the domain's configuration.
+struct Matches {
+  std::vector<const DescriptorNode*> nodes;  // the node of each descriptor (null: none, unlimited, override)
+  // The node each entry found, per descriptor, when a share_threshold wildcard is among them.
+  std::vector<std::vector<const DescriptorNode*>> shared_paths;
+  std::vector<std::int64_t> costs;  // the hits of each descriptor
+  std::unordered_set<std::string_view> replaced;  // the names of the limits replaced
+};
+
+Matches match_descriptors(const pb::RateLimitRequest& request, const Domain& domain) {
+  const auto n = static_cast<std::size_t>(request.descriptors_size());
+  const std::uint64_t request_hits = request.hits_addend() == 0 ? 1 : request.hits_addend();
+  Matches m;
+  m.nodes.assign(n, nullptr);
+  m.shared_paths.resize(n);
+  m.costs.assign(n, 1);
+  std::vector<Entry> entries;
+  std::vector<const DescriptorNode*> path;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& d = request.descriptors(static_cast<int>(i));
+    m.costs[i] = static_cast<std::int64_t>(d.has_hits_addend() ? d.hits_addend().value() : request_hits);
+    if (d.has_limit()) continue;
+    entries.clear();
+    for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
+    const DescriptorNode* node = match(domain, entries, path);
+    if (node == nullptr) continue;
+    if (std::any_of(path.begin(), path.end(), [](const DescriptorNode* p) { return p->share_threshold; })) {
+      m.shared_paths[i] = path;
+    }
+    // An unlimited descriptor's `replaces` apply too (envoyproxy/ratelimit).
+    for (const auto& name : node->replaces) m.replaced.insert(name);
+    if (!node->unlimited) m.nodes[i] = node;
+  }
+  return m;
+}
+
+// What each descriptor checks: its kind, limits shown, rule and policy. The refusal of a
+// limit override that is not a limit, or nothing.
+std::optional<std::string> plan_slots(const pb::RateLimitRequest& request, const Domain& domain,
+                                      std::span<const limiter::Rule> rules, const Matches& m,
+                                      std::vector<Slot>& slots) {
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& slot = slots[i];
+    const auto& d = request.descriptors(static_cast<int>(i));
+    if (d.has_limit()) {
+      slot.override_limit.requests_per_unit = d.limit().requests_per_unit();
+      slot.override_limit.unit = static_cast<Unit>(d.limit().unit());
+      if (slot.override_limit.requests_per_unit > 0) {
+        auto limit = algorithms::Limit::make(algorithms::Algorithm::fixed_window,
+                                             slot.override_limit.requests_per_unit,
+                                             unit_length(slot.override_limit.unit));
+        if (!limit) return fmt::format("descriptors[{}].limit: {}", i, limit.error().message);
+        slot.override_limit.limit = *limit;
+        slot.policy.push_back({"", *limit});
+      }
+      slot.rule_name = rules[domain.override_rule].name;
+      slot.shown.push_back(&slot.override_limit);
+      slot.kind = Slot::Kind::enforcing;
+      continue;
+    }
+    const DescriptorNode* node = m.nodes[i];
+    if (node == nullptr) continue;
+    slot.shadow = node->shadow_mode;
+    slot.quota = node->quota_mode && !node->shadow_mode;
+    // Limits of 0 requests only: no rule counts them; the headers name the domain's.
+    slot.rule_name = rules[node->rule != kNoRule ? node->rule : domain.override_rule].name;
+    slot.kind = slot.shadow || slot.quota ? Slot::Kind::shadow : Slot::Kind::enforcing;
+    const auto is_replaced = [&](const DescriptorLimit& l) { return !l.name.empty() && m.replaced.contains(l.name); };
+    const bool any_replaced = !m.replaced.empty() && std::any_of(node->limits.begin(), node->limits.end(), is_replaced);
+    for (const auto& l : node->limits) {
+      if (any_replaced && is_replaced(l)) continue;
+      slot.shown.push_back(&l);
+    }
+    if (slot.shown.empty()) {
+      slot.kind = Slot::Kind::no_limit;
+      continue;
+    }
+    if (any_replaced && node->rule != kNoRule) {
+      // The rule's policy holds the node's limits of more than 0 requests, in order, each
+      // under its policy_limit_name (limits may count alike: found by name).
+      const auto& policy = rules[node->rule].limits;
+      for (const auto* l : slot.shown) {
+        if (l->requests_per_unit == 0) continue;
+        const auto name = policy_limit_name(*l);
+        for (const auto& named : policy) {
+          if (named.name == name) {
+            slot.policy.push_back(named);
+            break;
+          }
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// A descriptor given twice (Envoy sends what its actions produce, alike or not) is one
+// counter: the later one adds its hits to the first and gets the first's answer.
+void merge_repeated_descriptors(const pb::RateLimitRequest& request, const Domain& domain, Matches& m,
+                                std::vector<Slot>& slots) {
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& slot = slots[i];
+    if (slot.kind == Slot::Kind::no_limit) continue;
+    const bool is_override = request.descriptors(static_cast<int>(i)).has_limit();
+    slot.rule = is_override ? domain.override_rule : m.nodes[i]->rule;
+    slot.identity = identity_of(request, static_cast<int>(i), is_override ? &slot.override_limit : nullptr,
+                                m.shared_paths[i]);
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& first = slots[j];
+      if (first.kind != Slot::Kind::no_limit && !first.same_as && first.rule == slot.rule &&
+          first.identity == slot.identity) {
+        slot.same_as = j;
+        m.costs[j] += m.costs[i];
+        break;
+      }
+    }
+  }
+}
+
+// Descriptors over without counting (a limit of 0 requests, or more hits than a limit
+// holds) are marked; true when one of them is enforcing: the request is over, and the
+// others only peek (all-or-nothing).
+bool mark_certainly_over(std::span<const std::int64_t> costs, std::vector<Slot>& slots) {
+  bool certainly_over = false;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& slot = slots[i];
+    if (slot.kind == Slot::Kind::no_limit || slot.same_as) continue;
+    for (const auto* l : slot.shown) {
+      if (l->requests_per_unit == 0 || costs[i] > static_cast<std::int64_t>(l->requests_per_unit)) {
+        const DescriptorLimit* over = l;
+        slot.shown.assign(1, over);
+        slot.kind = Slot::Kind::over;
+        certainly_over = certainly_over || (!slot.shadow && !slot.quota);
+        break;
+      }
+    }
+  }
+  return certainly_over;
+}
+
+// The limiter's rules applied to the request, one per counted descriptor; `shadow` counts
+// those evaluated apart (shadow_mode, quota_mode). Each slot learns its place in the answer.
+std::vector<AppliedRule> applied_rules(const pb::RateLimitRequest& request, std::span<const limiter::Rule> rules,
+                                       std::span<const std::int64_t> costs, bool certainly_over,
+                                       std::vector<Slot>& slots, std::size_t& shadow) {
+  std::vector<AppliedRule> apps;
+  std::size_t enforcing = 0;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    auto& slot = slots[i];
+    if (slot.kind != Slot::Kind::enforcing && slot.kind != Slot::Kind::shadow) continue;
+    if (slot.same_as) continue;
+    AppliedRule app;
+    app.rule = &rules[slot.rule];
+    app.identity = std::move(slot.identity);
+    const bool apart = slot.kind == Slot::Kind::shadow;  // shadow_mode or quota_mode
+    app.cost = (certainly_over && !apart) ? 0 : costs[i];
+    if (!slot.policy.empty() || request.descriptors(static_cast<int>(i)).has_limit()) app.limits = &slot.policy;
+    slot.index = apart ? shadow++ : enforcing++;
+    apps.push_back(std::move(app));
+  }
+  return apps;
+}
+
+}  // namespace
 
 struct Service::Call {
   std::vector<Slot> slots;
@@ -176,45 +376,15 @@ void Service::count(Status status, const pb::RateLimitResponse* response) {
 
 void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallback done) {
   counters_->calls.fetch_add(1, std::memory_order_relaxed);
-  const auto refuse = [&](std::string message) {
+  const auto refuse = [this](AnswerCallback& done, std::string message) {
     count(Status::invalid_argument, nullptr);
     done(Answer{Status::invalid_argument, std::move(message), {}});
   };
-  if (const auto bytes = request.ByteSizeLong(); bytes > options_.max_message_bytes) {
-    return refuse(fmt::format("request of {} bytes: at most {}", bytes, options_.max_message_bytes));
-  }
-  if (request.domain().empty()) return refuse("domain must not be empty");
-  const int n = request.descriptors_size();
-  if (n == 0) return refuse("descriptors must not be empty");
-  if (static_cast<std::size_t>(n) > options_.max_descriptors) {
-    return refuse(fmt::format("{} descriptors: at most {}", n, options_.max_descriptors));
-  }
-  const std::uint64_t request_hits = request.hits_addend() == 0 ? 1 : request.hits_addend();
-  std::vector<Entry> entries;
-  for (int i = 0; i < n; ++i) {
-    const auto& d = request.descriptors(i);
-    if (d.entries_size() == 0) return refuse(fmt::format("descriptors[{}]: entries must not be empty", i));
-    if (static_cast<std::size_t>(d.entries_size()) > options_.max_entries) {
-      return refuse(fmt::format("descriptors[{}]: {} entries, at most {}", i, d.entries_size(),
-                                options_.max_entries));
-    }
-    for (int e = 0; e < d.entries_size(); ++e) {
-      if (d.entries(e).key().empty()) {
-        return refuse(fmt::format("descriptors[{}].entries[{}].key must not be empty", i, e));
-      }
-    }
-    if (d.has_hits_addend() && d.hits_addend().value() > kMaxHits) {
-      return refuse(fmt::format("descriptors[{}].hits_addend {} is above {}", i,
-                                d.hits_addend().value(), kMaxHits));
-    }
-    if (d.has_limit() && (d.limit().unit() <= 0 || d.limit().unit() > static_cast<int>(Unit::week))) {
-      return refuse(fmt::format("descriptors[{}].limit.unit {} is not a unit", i, d.limit().unit()));
-    }
-  }
+  if (auto refusal = validate(request, options_)) return refuse(done, std::move(*refusal));
 
   auto call = std::make_shared<Call>();
   call->done = std::move(done);
-  call->slots.resize(static_cast<std::size_t>(n));
+  call->slots.resize(static_cast<std::size_t>(request.descriptors_size()));
   const Domain* domain = config_.find(request.domain());
   if (domain == nullptr) {
     counters_->unknown_domain.fetch_add(1, std::memory_order_relaxed);
@@ -222,147 +392,14 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     return;
   }
   const auto& rules = limiter_->config().rules;
-
-  // Each descriptor's node (or override) and cost; the names of the limits replaced.
-  std::vector<const DescriptorNode*> nodes(static_cast<std::size_t>(n), nullptr);
-  // The node each entry found, per descriptor, when a share_threshold wildcard is among them.
-  std::vector<std::vector<const DescriptorNode*>> shared_paths(static_cast<std::size_t>(n));
-  std::vector<const DescriptorNode*> path;
-  std::vector<std::int64_t> costs(static_cast<std::size_t>(n), 1);
-  std::unordered_set<std::string_view> replaced;
-  for (int i = 0; i < n; ++i) {
-    const auto& d = request.descriptors(i);
-    costs[i] = static_cast<std::int64_t>(d.has_hits_addend() ? d.hits_addend().value() : request_hits);
-    if (d.has_limit()) continue;
-    entries.clear();
-    for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
-    const DescriptorNode* node = match(*domain, entries, path);
-    if (node == nullptr) continue;
-    if (std::any_of(path.begin(), path.end(),
-                    [](const DescriptorNode* p) { return p->share_threshold; })) {
-      shared_paths[i] = path;
-    }
-    // An unlimited descriptor's `replaces` apply too (envoyproxy/ratelimit).
-    for (const auto& name : node->replaces) replaced.insert(name);
-    if (!node->unlimited) nodes[i] = node;
+  Matches matches = match_descriptors(request, *domain);
+  if (auto refusal = plan_slots(request, *domain, rules, matches, call->slots)) {
+    return refuse(call->done, std::move(*refusal));
   }
-
-  // Slots: what each descriptor checks.
-  for (int i = 0; i < n; ++i) {
-    auto& slot = call->slots[i];
-    const auto& d = request.descriptors(i);
-    if (d.has_limit()) {
-      slot.override_limit.requests_per_unit = d.limit().requests_per_unit();
-      slot.override_limit.unit = static_cast<Unit>(d.limit().unit());
-      if (slot.override_limit.requests_per_unit > 0) {
-        auto limit = algorithms::Limit::make(algorithms::Algorithm::fixed_window,
-                                             slot.override_limit.requests_per_unit,
-                                             unit_length(slot.override_limit.unit));
-        if (!limit) {
-          count(Status::invalid_argument, nullptr);
-          call->done(Answer{Status::invalid_argument,
-                            fmt::format("descriptors[{}].limit: {}", i, limit.error().message), {}});
-          return;
-        }
-        slot.override_limit.limit = *limit;
-        slot.policy.push_back({"", *limit});
-      }
-      slot.rule_name = rules[domain->override_rule].name;
-      slot.shown.push_back(&slot.override_limit);
-      slot.kind = Slot::Kind::enforcing;
-    } else if (const DescriptorNode* node = nodes[i]; node != nullptr) {
-      slot.shadow = node->shadow_mode;
-      slot.quota = node->quota_mode && !node->shadow_mode;
-      // Limits of 0 requests only: no rule counts them; the headers name the domain's.
-      slot.rule_name = rules[node->rule != kNoRule ? node->rule : domain->override_rule].name;
-      slot.kind = slot.shadow || slot.quota ? Slot::Kind::shadow : Slot::Kind::enforcing;
-      const bool any_replaced =
-          !replaced.empty() && std::any_of(node->limits.begin(), node->limits.end(),
-                                           [&](const DescriptorLimit& l) {
-                                             return !l.name.empty() && replaced.contains(l.name);
-                                           });
-      for (const auto& l : node->limits) {
-        if (any_replaced && !l.name.empty() && replaced.contains(l.name)) continue;
-        slot.shown.push_back(&l);
-      }
-      if (slot.shown.empty()) {
-        slot.kind = Slot::Kind::no_limit;
-        continue;
-      }
-      if (any_replaced && node->rule != kNoRule) {
-        // The rule's policy holds the node's limits of more than 0 requests, in order, each
-        // under its policy_limit_name (limits may count alike: found by name).
-        const auto& policy = rules[node->rule].limits;
-        for (const auto* l : slot.shown) {
-          if (l->requests_per_unit == 0) continue;
-          const auto name = policy_limit_name(*l);
-          for (const auto& named : policy) {
-            if (named.name == name) {
-              slot.policy.push_back(named);
-              break;
-            }
-          }
-        }
-      }
-    } else {
-      continue;
-    }
-  }
-
-  // A descriptor given twice (Envoy sends what its actions produce, alike or not) is one
-  // counter: the later one adds its hits to the first and gets the first's answer.
-  for (int i = 0; i < n; ++i) {
-    auto& slot = call->slots[i];
-    if (slot.kind == Slot::Kind::no_limit) continue;
-    const bool is_override = request.descriptors(i).has_limit();
-    slot.rule = is_override ? domain->override_rule : nodes[i]->rule;
-    slot.identity =
-        identity_of(request, i, is_override ? &slot.override_limit : nullptr, shared_paths[i]);
-    for (int j = 0; j < i; ++j) {
-      const auto& first = call->slots[j];
-      if (first.kind != Slot::Kind::no_limit && !first.same_as && first.rule == slot.rule &&
-          first.identity == slot.identity) {
-        slot.same_as = j;
-        costs[j] += costs[i];
-        break;
-      }
-    }
-  }
-
-  // A descriptor certainly over keeps the others from consuming (all-or-nothing): they only
-  // peek.
-  bool certainly_over = false;
-  for (int i = 0; i < n; ++i) {
-    auto& slot = call->slots[i];
-    if (slot.kind == Slot::Kind::no_limit || slot.same_as) continue;
-    // Over without counting: a limit of 0 requests, or more hits than a limit holds.
-    for (const auto* l : slot.shown) {
-      if (l->requests_per_unit == 0 || costs[i] > static_cast<std::int64_t>(l->requests_per_unit)) {
-        const DescriptorLimit* over = l;
-        slot.shown.assign(1, over);
-        slot.kind = Slot::Kind::over;
-        certainly_over = certainly_over || (!slot.shadow && !slot.quota);
-        break;
-      }
-    }
-  }
-
-  std::vector<AppliedRule> apps;
-  std::size_t enforcing = 0;
+  merge_repeated_descriptors(request, *domain, matches, call->slots);
+  const bool certainly_over = mark_certainly_over(matches.costs, call->slots);
   std::size_t shadow = 0;
-  for (int i = 0; i < n; ++i) {
-    auto& slot = call->slots[i];
-    if (slot.kind != Slot::Kind::enforcing && slot.kind != Slot::Kind::shadow) continue;
-    if (slot.same_as) continue;
-    AppliedRule app;
-    app.rule = &rules[slot.rule];
-    app.identity = std::move(slot.identity);
-    const bool apart = slot.kind == Slot::Kind::shadow;  // shadow_mode or quota_mode
-    app.cost = (certainly_over && !apart) ? 0 : costs[i];
-    if (!slot.policy.empty() || request.descriptors(i).has_limit()) app.limits = &slot.policy;
-    slot.index = apart ? shadow++ : enforcing++;
-    apps.push_back(std::move(app));
-  }
+  auto apps = applied_rules(request, rules, matches.costs, certainly_over, call->slots, shadow);
   if (apps.empty()) {
     answer(*call, Evaluation{});
     return;
