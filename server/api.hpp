@@ -1,5 +1,5 @@
 #pragma once
-// The routes of `ratekeeper serve`: the seed's demo API (/api/data, /api/profile, /api/search,
+// The routes of `ratekeeper serve`: the demo API (/api/data, /api/profile, /api/search,
 // /api/export/<name>, /auth/login) behind the rate-limiting middleware, the decision API
 // (POST /v1/check: one rule and identity, a described HTTP request, or a list of checks
 // consumed all-or-nothing; docs/decision-api.md), nginx's auth_request endpoint (/v1/auth:
@@ -33,7 +33,7 @@ namespace ratekeeper::server {
 
 struct ApiOptions {
   bool metrics_enabled = true;
-  // The seed's demo API (/api/..., /auth/login); off where the routes are an admin listener.
+  // The demo API (/api/..., /auth/login); off where the routes are an admin listener.
   bool demo_routes = true;
   // Holds the answers of admissions that must wait (rules with `on_limit: delay`) until their
   // time: the caller then passes the request on at once. Null: a loop of the Api's own.

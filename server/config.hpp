@@ -89,7 +89,7 @@ struct Config {
   // and ratekeeper's own endpoints are served on `admin` instead. Unset: `listen` serves the
   // own endpoints (and the demo API when `demo_api` asks for it).
   std::optional<http::UpstreamOptions> upstream;
-  // `demo_api: true`: without an upstream, `listen` also serves the seed's demo API (/api/data,
+  // `demo_api: true`: without an upstream, `listen` also serves the demo API (/api/data,
   // /api/profile, /api/search, /api/export/..., /auth/login). Off unless asked for.
   bool demo_api = false;
   AdminConfig admin;  // used only with an upstream

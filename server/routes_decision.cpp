@@ -1,0 +1,271 @@
+// The decision API: POST /v1/check (docs/decision-api.md).
+#include "routes.hpp"
+
+#include <algorithm>
+
+#include "ratekeeper/http/headers.hpp"
+
+namespace ratekeeper::server {
+namespace {
+
+// The most explicit checks one POST /v1/check may carry.
+constexpr std::size_t kMaxChecks = 64;
+
+// A reason for a 400, naming the field of the body it is about.
+using Invalid = std::unexpected<std::string>;
+
+template <class T>
+using Parsed = std::expected<T, std::string>;
+
+// `object[key]` as a non-empty string; `field` names it in the reason.
+Parsed<std::string> required_string(const json& object, const char* key, std::string_view field) {
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) {
+    return Invalid(fmt::format("`{}` must be a non-empty string", field));
+  }
+  return it->get<std::string>();
+}
+
+// The optional `cost` of a check: an integer from 0 to 2^53; nullopt when absent.
+Parsed<std::optional<std::int64_t>> cost_of(const json& object, std::string_view field) {
+  const auto it = object.find("cost");
+  if (it == object.end()) return std::nullopt;
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() &&
+       it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxExact))) {
+    return Invalid(fmt::format("`{}` must be an integer", field));
+  }
+  const auto cost = it->get<std::int64_t>();
+  if (cost < 0) return Invalid(fmt::format("`{}` must not be negative", field));
+  return cost;
+}
+
+// The optional `tier` of a check, empty when absent.
+Parsed<std::string> tier_of(const json& object, std::string_view field) {
+  const auto it = object.find("tier");
+  if (it == object.end()) return std::string();
+  if (!it->is_string()) return Invalid(fmt::format("`{}` must be a string", field));
+  return it->get<std::string>();
+}
+
+// The first member of `object` not in `known`, if any.
+std::optional<std::string> unknown_member(const json& object,
+                                          std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) return key;
+  }
+  return std::nullopt;
+}
+
+Micros to_ms(Micros t) {
+  return (std::max<Micros>(t, 0) + kMicrosPerMilli - 1) / kMicrosPerMilli;
+}
+
+// The answer of the caller-shaped decision API: the decision, the headers to send with the
+// caller's response (the middleware's, http/headers.hpp), and every enforcing limit.
+Response evaluation_response(const limiter::Evaluation& ev, const http::HeaderOptions& options) {
+  json headers = json::object();
+  for (auto& [name, value] : http::rate_limit_headers(ev, options)) {
+    headers[name] = std::move(value);
+  }
+  json limits = json::array();
+  for (const auto& rule : ev.rules) {
+    for (const auto& l : rule.limits) {
+      const auto& d = l.decision;
+      limits.push_back({{"rule", rule.rule->name},
+                        {"policy", l.policy_name},
+                        {"identity", rule.identity},
+                        {"tier", rule.tier},
+                        {"algorithm", algorithms::to_string(l.limit.algorithm)},
+                        {"limit", l.limit.capacity},
+                        {"window_ms", to_ms(l.limit.horizon())},
+                        {"allowed", d.allowed},
+                        {"remaining", std::max<std::int64_t>(0, d.remaining)},
+                        {"reset_after_ms", to_ms(d.reset_after)},
+                        {"retry_after_ms", d.allowed ? 0 : to_ms(d.retry_after)},
+                        {"by_failure_policy", rule.by_failure_policy}});
+    }
+  }
+  const int status = ev.allowed ? 200 : 429;
+  json body{{"allowed", ev.allowed},
+            {"status", status},
+            {"retry_after_ms", ev.allowed ? 0 : to_ms(ev.decision.retry_after)},
+            {"delay_ms", ev.allowed ? to_ms(ev.decision.delay) : 0},
+            {"by_failure_policy", ev.by_failure_policy},
+            {"headers", std::move(headers)},
+            {"limits", std::move(limits)}};
+  auto r = json_response(status, json_text(body));
+  if (!ev.allowed) {
+    r.headers.emplace_back("Retry-After",
+                           std::to_string(http::retry_after_seconds(ev.decision.retry_after)));
+  }
+  return r;
+}
+
+}  // namespace
+
+// POST /v1/check: `request` (an HTTP request described by the caller), `checks` (explicit
+// checks, all-or-nothing) or `rule` + `identity` (one check, the original shape).
+void Api::Routes::check(const Request& request, Responder respond) {
+  json parsed = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return respond(json_response(400, http::bad_request_body("body is not valid JSON")));
+  }
+  if (!parsed.is_object()) {
+    return respond(json_response(400, http::bad_request_body("body must be a JSON object")));
+  }
+  const bool described = parsed.contains("request");
+  const bool listed = parsed.contains("checks");
+  const bool single = parsed.contains("rule") || parsed.contains("identity");
+  if (int{described} + int{listed} + int{single} > 1) {
+    return respond(bad_request("give one of `request`, `checks` or `rule` and `identity`"));
+  }
+  if (described) return check_request(parsed["request"], request, std::move(respond));
+  if (listed) return check_list(parsed["checks"], std::move(respond));
+  auto rule_it = parsed.find("rule");
+  if (rule_it == parsed.end() || !rule_it->is_string() ||
+      rule_it->get_ref<const std::string&>().empty()) {
+    return respond(
+        json_response(400, http::bad_request_body("`rule` must be a non-empty string")));
+  }
+  auto identity_it = parsed.find("identity");
+  if (identity_it == parsed.end() || !identity_it->is_string() ||
+      identity_it->get_ref<const std::string&>().empty()) {
+    return respond(
+        json_response(400, http::bad_request_body("`identity` must be a non-empty string")));
+  }
+  const auto cost = cost_of(parsed, "cost");
+  if (!cost) return respond(bad_request(cost.error()));
+  auto tier = tier_of(parsed, "tier");
+  if (!tier) return respond(bad_request(tier.error()));
+  const auto& rule_name = rule_it->get_ref<const std::string&>();
+  const limiter::Rule* rule = limiter_.find_rule(rule_name);
+  if (!rule) {
+    return respond(
+        json_response(400, http::bad_request_body(fmt::format("unknown rule `{}`", rule_name))));
+  }
+  const limiter::FailureMode policy = rule->on_store_error;
+  limiter_.check(
+      rule_name, identity_it->get_ref<const std::string&>(), cost->value_or(1),
+      [this, policy, respond = std::move(respond)](Result<limiter::Verdict> verdict) mutable {
+        if (!verdict) {
+          if (verdict.error().code == ErrorCode::invalid_argument) {
+            return respond(json_response(400, http::bad_request_body(verdict.error().message)));
+          }
+          return respond(error_response(503, "Store unavailable: " + verdict.error().message));
+        }
+        const bool allowed = verdict->decision.allowed;
+        auto r = json_response(allowed ? 200 : 429, http::verdict_json(*verdict, policy));
+        if (!allowed) {
+          r.headers.emplace_back(
+              "Retry-After",
+              std::to_string(http::retry_after_seconds(verdict->decision.retry_after)));
+        }
+        answer(allowed ? verdict->decision.delay : 0, respond, std::move(r));
+      },
+      *tier);
+}
+
+// `request`: the method, path (and query), headers and client address of a request the
+// caller received, evaluated as the middleware evaluates one (the same rules, identities
+// and tiers). Without `client_ip`, the caller's own address stands for the client's.
+void Api::Routes::check_request(const json& described, const Request& caller, Responder respond) {
+  if (!described.is_object()) return respond(bad_request("`request` must be an object"));
+  if (auto key = unknown_member(described, {"method", "path", "headers", "client_ip"})) {
+    return respond(bad_request(fmt::format("`request.{}` is not a field of a request", *key)));
+  }
+  Request request;
+  auto method = required_string(described, "method", "request.method");
+  if (!method || !is_method(*method)) {
+    return respond(bad_request("`request.method` must be an HTTP method (a token)"));
+  }
+  request.method = std::move(*method);
+  auto path = required_string(described, "path", "request.path");
+  if (!path || path->front() != '/') {
+    return respond(bad_request("`request.path` must be a path (and query) starting with /"));
+  }
+  request.target = std::move(*path);
+  if (const auto it = described.find("headers"); it != described.end()) {
+    if (!it->is_object()) {
+      return respond(bad_request("`request.headers` must be an object of strings"));
+    }
+    for (const auto& [name, value] : it->items()) {
+      if (name.empty() || !value.is_string()) {
+        return respond(bad_request(fmt::format(
+            "`request.headers` must map header names to strings (`{}`)", name.substr(0, 64))));
+      }
+      request.headers.emplace_back(name, value.get<std::string>());
+    }
+  }
+  request.peer_address = caller.peer_address;
+  if (const auto it = described.find("client_ip"); it != described.end()) {
+    const auto ip =
+        it->is_string() ? http::parse_ip(it->get_ref<const std::string&>()) : std::nullopt;
+    if (!ip) return respond(bad_request("`request.client_ip` must be an IP address"));
+    request.peer_address = ip->to_string();
+  }
+  auto apps = middleware_.applied_rules(request);
+  if (!apps) return respond(bad_request(fmt::format("`request`: {}", apps.error().message)));
+  evaluate(std::move(*apps), std::move(respond));
+}
+
+// `checks`: explicit checks of rules for identities chosen by the caller, consumed
+// all-or-nothing in one evaluation.
+void Api::Routes::check_list(const json& checks, Responder respond) {
+  if (!checks.is_array() || checks.empty() || checks.size() > kMaxChecks) {
+    return respond(
+        bad_request(fmt::format("`checks` must be an array of 1 to {} checks", kMaxChecks)));
+  }
+  std::vector<limiter::AppliedRule> apps;
+  apps.reserve(checks.size());
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const auto& item = checks[i];
+    const auto field = [i](std::string_view key) { return fmt::format("checks[{}].{}", i, key); };
+    if (!item.is_object()) {
+      return respond(bad_request(fmt::format("`checks[{}]` must be an object", i)));
+    }
+    if (auto key = unknown_member(item, {"rule", "identity", "cost", "tier"})) {
+      return respond(bad_request(fmt::format("`{}` is not a field of a check", field(*key))));
+    }
+    auto rule = required_string(item, "rule", field("rule"));
+    if (!rule) return respond(bad_request(rule.error()));
+    auto identity = required_string(item, "identity", field("identity"));
+    if (!identity) return respond(bad_request(identity.error()));
+    const auto cost = cost_of(item, field("cost"));
+    if (!cost) return respond(bad_request(cost.error()));
+    const auto tier = tier_of(item, field("tier"));
+    if (!tier) return respond(bad_request(tier.error()));
+    auto app = limiter_.application(*rule, *identity, cost->value_or(0), *tier);
+    if (!app) {
+      return respond(bad_request(fmt::format("`checks[{}]`: {}", i, app.error().message)));
+    }
+    app->cost = *cost;  // absent: the rule's cost
+    for (std::size_t j = 0; j < apps.size(); ++j) {
+      // One key twice in one atomic check is refused by the store; say which.
+      if (apps[j].rule == app->rule && apps[j].identity == app->identity) {
+        return respond(bad_request(
+            fmt::format("`checks[{}]` repeats the rule and identity of `checks[{}]`", i, j)));
+      }
+    }
+    apps.push_back(std::move(*app));
+  }
+  evaluate(std::move(apps), std::move(respond));
+}
+
+// One evaluation of the limiter, answered with the decision, headers and limits.
+void Api::Routes::evaluate(std::vector<limiter::AppliedRule> apps, Responder respond) {
+  limiter_.evaluate(
+      std::move(apps),
+      [this, respond = std::move(respond)](Result<limiter::Evaluation> ev) mutable {
+        if (!ev) {
+          if (ev.error().code == ErrorCode::invalid_argument) {
+            return respond(bad_request(ev.error().message));
+          }
+          return respond(error_response(503, "Store unavailable: " + ev.error().message));
+        }
+        answer(ev->allowed ? ev->decision.delay : 0, respond,
+               evaluation_response(*ev, middleware_.options().headers));
+      });
+}
+
+}  // namespace ratekeeper::server

@@ -1,0 +1,33 @@
+// Readiness (/readyz) and the HTTP server's own metrics.
+#include "routes.hpp"
+
+#include "ratekeeper/core/contained.hpp"
+#include "ratekeeper/core/metrics_writer.hpp"
+
+namespace ratekeeper::server {
+
+Response Api::Routes::readiness() const {
+  const auto health = limiter_.store().health();
+  json body{{"status", health.ready ? "ready" : "not ready"},
+            {"store", limiter_.store().kind()},
+            {"detail", health.detail}};
+  if (!health.ready) body["reason"] = health.detail;
+  return json_response(health.ready ? 200 : 503, json_text(body));
+}
+
+// The HTTP server's own counters and the contained exceptions.
+void write_http_server_metrics(MetricsWriter& out, const http::Server& server) {
+  const auto stats = server.stats();
+  out.gauge("ratekeeper_http_connections_open", "Client connections open.",
+            static_cast<std::int64_t>(stats.connections_open));
+  out.counter("ratekeeper_http_accept_errors_total",
+              "Failed accepts (e.g. out of file descriptors): accepting backs off and resumes by itself.",
+              std::uint64_t{stats.accept_errors});
+  out.counter("ratekeeper_http_handler_exceptions_total", "Requests answered 500 because handling them threw.",
+              std::uint64_t{stats.handler_exceptions});
+  out.counter("ratekeeper_contained_exceptions_total",
+              "Exceptions caught on event-loop threads and in completion handlers; the process went on.",
+              std::uint64_t{contained_exceptions()});
+}
+
+}  // namespace ratekeeper::server
