@@ -12,7 +12,7 @@ void register_commands(CLI::App& app);
 int exit_code();
 void set_exit_code(int code);
 
-void register_bench_command(CLI::App& app);   // server/bench.cpp
+void register_bench_command(CLI::App& app);   // bench/bench_command.cpp
 void register_check_config_command(CLI::App& app);  // server/check_config.cpp
 void register_script_command(CLI::App& app);  // server/script.cpp
 void register_serve_command(CLI::App& app);   // server/serve.cpp
