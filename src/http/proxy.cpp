@@ -103,6 +103,36 @@ struct UpstreamConnection {
 };
 
 // Whether an idle keep-alive connection is still usable: open, and nothing unexpected sent.
+// The buffers of one write of a relayed message, towards either side: an optional head, a
+// piece of the body framed as the message is (chunked: its size line before it and CRLF
+// after), and the last chunk when the body ends with this write. The one place chunk framing
+// is written. Unused buffers are empty and write nothing.
+class Frames {
+ public:
+  const std::array<net::const_buffer, 5>& build(std::string_view head, const char* data, std::size_t n,
+                                                bool chunked, bool last) {
+    buffers_ = {};
+    std::size_t i = 0;
+    if (!head.empty()) buffers_[i++] = net::buffer(head.data(), head.size());
+    if (n > 0) {
+      if (chunked) {
+        chunk_head_ = chunk_prefix(n);
+        buffers_[i++] = net::buffer(chunk_head_);
+      }
+      buffers_[i++] = net::buffer(data, n);
+      if (chunked) buffers_[i++] = net::buffer(kChunkSuffix);
+    }
+    if (last) buffers_[i++] = net::buffer(kLastChunk);
+    return buffers_;
+  }
+  // The last chunk alone.
+  const std::array<net::const_buffer, 5>& last_chunk() { return build({}, nullptr, 0, false, true); }
+
+ private:
+  std::string chunk_head_;
+  std::array<net::const_buffer, 5> buffers_{};
+};
+
 bool still_open(UpstreamConnection& c) {
   if (!c.stream.socket().is_open() || c.buffer.size() != 0) return false;
   char byte = 0;
@@ -444,26 +474,11 @@ class ProxySession final : public ClientConnection {
       n = body_ec ? 0 : req_->streamed();  // a malformed chunk: the head only, then 400
     }
     const bool chunked = request_framing_ == Framing::chunked;
-    std::array<net::const_buffer, 5> buffers{};  // empty ones write nothing
-    std::size_t i = 0;
-    buffers[i++] = net::buffer(head_);
-    if (n > 0) {
-      hold(n);
-      if (chunked) {
-        chunk_head_ = chunk_prefix(n);
-        buffers[i++] = net::buffer(chunk_head_);
-        buffers[i++] = net::buffer(up_body_.data(), n);
-        buffers[i++] = net::buffer(kChunkSuffix);
-      } else {
-        buffers[i++] = net::buffer(up_body_.data(), n);
-      }
-    }
-    if (!body_ec && chunked && req_->is_done()) {
-      buffers[i++] = net::buffer(kLastChunk);
-      request_framing_ = Framing::none;  // written: relay_request_body() does not again
-    }
+    if (n > 0) hold(n);
+    const bool last = !body_ec && chunked && req_->is_done();
+    if (last) request_framing_ = Framing::none;  // written: relay_request_body() does not again
     up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
-    net::async_write(up_->stream, buffers,
+    net::async_write(up_->stream, up_frames_.build(head_, up_body_.data(), n, chunked, last),
                      [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
                          beast::error_code ec, std::size_t written) {
                        self->release_held();
@@ -523,7 +538,7 @@ class ProxySession final : public ClientConnection {
       body_timer_.cancel();
       if (request_framing_ != Framing::chunked) return read_response_header();
       up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
-      net::async_write(up_->stream, net::buffer(kLastChunk),
+      net::async_write(up_->stream, up_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
                          if (self->closed_) return;
                          if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response, ec);
@@ -591,11 +606,7 @@ class ProxySession final : public ClientConnection {
                   Handler&& handler) {
     hold(n);
     to.stream.expires_after(to_duration(proxy_.upstream.timeout));
-    if (!chunked) return net::async_write(to.stream, net::buffer(data, n), std::forward<Handler>(handler));
-    chunk_head_ = chunk_prefix(n);
-    const std::array<net::const_buffer, 3> buffers{net::buffer(chunk_head_), net::buffer(data, n),
-                                                   net::buffer(kChunkSuffix)};
-    net::async_write(to.stream, buffers, std::forward<Handler>(handler));
+    net::async_write(to.stream, up_frames_.build({}, data, n, chunked, false), std::forward<Handler>(handler));
   }
 
   // ---- the response, upstream → client -------------------------------------------------
@@ -658,26 +669,13 @@ class ProxySession final : public ClientConnection {
   // upstream's body is complete. `failed`: the upstream's response broke off after these
   // bytes; the connection closes once they are written.
   void write_to_client(bool with_head, std::size_t n, bool failed) {
-    std::array<net::const_buffer, 5> buffers{};  // empty ones write nothing
-    std::size_t i = 0;
-    if (with_head) buffers[i++] = net::buffer(head_);
-    if (n > 0) {
-      hold(n);
-      if (response_framing_ == Framing::chunked) {
-        chunk_head_ = chunk_prefix(n);
-        buffers[i++] = net::buffer(chunk_head_);
-        buffers[i++] = net::buffer(down_body_.data(), n);
-        buffers[i++] = net::buffer(kChunkSuffix);
-      } else {
-        buffers[i++] = net::buffer(down_body_.data(), n);
-      }
-    }
-    if (!failed && response_framing_ == Framing::chunked && body_expected_ && res_->is_done()) {
-      buffers[i++] = net::buffer(kLastChunk);
-      response_framing_ = Framing::none;  // written: finish_response() does not again
-    }
+    if (n > 0) hold(n);
+    const bool chunked = response_framing_ == Framing::chunked;
+    const bool last = !failed && chunked && body_expected_ && res_->is_done();
+    if (last) response_framing_ = Framing::none;  // written: finish_response() does not again
     client_.expires_after(to_duration(proxy_.upstream.timeout));
-    net::async_write(client_, buffers, [self = self<ProxySession>(), failed](beast::error_code e,
+    net::async_write(client_, down_frames_.build(with_head ? std::string_view(head_) : std::string_view(),
+                                                 down_body_.data(), n, chunked, last), [self = self<ProxySession>(), failed](beast::error_code e,
                                                                               std::size_t) {
       self->release_held();
       if (self->closed_) return;
@@ -724,7 +722,7 @@ class ProxySession final : public ClientConnection {
     if (response_framing_ == Framing::chunked) {
       response_framing_ = Framing::none;  // written once
       client_.expires_after(to_duration(proxy_.upstream.timeout));
-      net::async_write(client_, net::buffer(kLastChunk),
+      net::async_write(client_, down_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code e, std::size_t) {
                          if (self->closed_) return;
                          if (e) return self->client_gone();
@@ -887,7 +885,8 @@ class ProxySession final : public ClientConnection {
   BodyBuffer up_body_;    // client → upstream, one piece at a time
   BodyBuffer down_body_;  // upstream → client
   std::string head_;
-  std::string chunk_head_;
+  Frames up_frames_;    // the writes to the upstream (head, request body)
+  Frames down_frames_;  // the writes to the client (head, response body)
   HeaderList limiter_fields_;
   std::string peer_address_;
   std::uint16_t peer_port_ = 0;
