@@ -97,7 +97,6 @@ struct Process {
   store::LeasingStore* leasing = nullptr;
   bool proxy = false;  // the routes are the admin listener
   bool grpc = false;   // the gRPC rate limit service runs
-  std::shared_ptr<http::RequestMetrics> request_metrics = std::make_shared<http::RequestMetrics>();
   std::function<void(MetricsWriter&)> extra_metrics;
   std::function<void(Responder)> reload;
 };
@@ -116,15 +115,15 @@ std::shared_ptr<Generation> build_generation(Config config, std::optional<rls::R
     g->rls_options = rls_options;
   }
   g->limiter = std::make_shared<limiter::Limiter>(g->config.limiter, *process.store);
-  if (running != nullptr) g->limiter->continue_metrics(*running->limiter);
-  http::MiddlewareOptions middleware_options = g->config.middleware;
-  middleware_options.metrics = process.request_metrics;
-  g->middleware = std::make_unique<http::Middleware>(*g->limiter, std::move(middleware_options));
+  g->middleware = std::make_unique<http::Middleware>(*g->limiter, g->config.middleware);
   if (rls_config) {
     g->rls_service = std::make_unique<rls::Service>(std::move(*rls_config), *g->limiter, rls_options);
-    if (running != nullptr && running->rls_service) {
-      g->rls_service->continue_counters(*running->rls_service);
-    }
+  }
+  // Counters survive a reload one way: each component continues the running one's.
+  if (running != nullptr) {
+    g->limiter->continue_metrics(*running->limiter);
+    g->middleware->continue_metrics(*running->middleware);
+    if (g->rls_service && running->rls_service) g->rls_service->continue_metrics(*running->rls_service);
   }
   ApiOptions api_options{
       .metrics_enabled = g->config.metrics_enabled,

@@ -357,7 +357,7 @@ Service::Service(RlsConfig config, limiter::Limiter& limiter, ServiceOptions opt
 
 Service::~Service() = default;
 
-void Service::continue_counters(const Service& previous) { counters_ = previous.counters_; }
+void Service::continue_metrics(const Service& previous) { counters_ = previous.counters_; }
 
 void Service::count(Status status, const pb::RateLimitResponse* response) {
   switch (status) {

@@ -42,8 +42,8 @@ struct MiddlewareOptions {
   std::vector<RuleMatch> matches;
   // The normal form of the paths the rules match (http/path.hpp): the server's and the proxy's.
   PathOptions paths;
-  // Where it counts its answers; shared by the middlewares built from successive
-  // configurations (a reload), so the counters continue. Null: its own.
+  // Where it counts its answers (null: its own). A middleware rebuilt from a reloaded
+  // configuration continues the running one's instead (continue_metrics).
   std::shared_ptr<RequestMetrics> metrics;
 };
 
@@ -69,6 +69,9 @@ class Middleware {
   const MiddlewareOptions& options() const noexcept { return options_; }
   // What it answered, by result (ratekeeper_http_requests_total).
   const RequestMetrics& metrics() const noexcept { return *metrics_; }
+  // Its counters become `previous`'s, shared (a middleware rebuilt from a reloaded
+  // configuration counts on). Call before the first request: not thread-safe.
+  void continue_metrics(const Middleware& previous) { metrics_ = previous.metrics_; }
 
  private:
   limiter::Limiter* limiter_;

@@ -82,7 +82,7 @@ class Service {
   std::string metrics_text() const;  // write_metrics() as exposition text
   // Its counters become `previous`'s, shared (a service rebuilt from a reloaded
   // configuration counts on). Call before the first call: not thread-safe.
-  void continue_counters(const Service& previous);
+  void continue_metrics(const Service& previous);
 
  private:
   struct Call;

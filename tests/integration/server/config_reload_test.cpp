@@ -186,11 +186,14 @@ TEST(ConfigReload, AnUnchangedRuleKeepsItsCountAndMetrics) {
   RedisServer redis;
   const auto config = [&](int other_limit) {
     return redis_rule(redis, fmt::format(R"(  - name: kept
+    match: {{path: /api/kept}}
     limits: [{{algorithm: sliding_window_log, limit: 5, window: 1h}}]
   - name: other
+    match: {{path: /api/other}}
     limits: [{{algorithm: token_bucket, capacity: {}, refill_rate: 0.001}}]
 )",
-                                         other_limit));
+                                         other_limit)) +
+           "demo_api: true\n";  // in the rewritten file too
   };
   const auto process = serve(config(2));
   ServerProcess& server = *process;
@@ -201,6 +204,9 @@ TEST(ConfigReload, AnUnchangedRuleKeepsItsCountAndMetrics) {
   for (int i = 0; i < 2; ++i) ASSERT_EQ(check(client, "other", "user:k").status, 200);
   ASSERT_EQ(check(client, "other", "user:k").status, 429);
   ASSERT_GE(metric(port, "ratekeeper_denial_cache_entries"), 1);
+  // Requests the middleware answered (no rule applies to them: unmatched).
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(client.get("/api/data").status, 200);
+  ASSERT_EQ(metric(port, R"(ratekeeper_http_requests_total{result="unmatched"})"), 2);
 
   rewrite(server.config_path(), config(3));
   const auto r = http_post(port, "/admin/reload", "");
@@ -212,6 +218,8 @@ TEST(ConfigReload, AnUnchangedRuleKeepsItsCountAndMetrics) {
   EXPECT_EQ(metric(port, R"(ratekeeper_decisions_total{rule="kept",outcome="allowed"})"), 3);
   EXPECT_EQ(metric(port, R"(ratekeeper_decisions_total{rule="other",outcome="denied"})"), 1);
   EXPECT_EQ(metric(port, "ratekeeper_denial_cache_entries"), 0);
+  ASSERT_EQ(client.get("/api/data").status, 200);
+  EXPECT_EQ(metric(port, R"(ratekeeper_http_requests_total{result="unmatched"})"), 3);
   // `other` now holds 3: the third unit is admitted.
   EXPECT_EQ(check(client, "other", "user:k").status, 200);
 }
