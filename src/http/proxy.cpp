@@ -286,7 +286,7 @@ class ProxySession final : public ClientConnection {
     draining_.store(true);
     net::post(client_.get_executor(), [self = self<ProxySession>()] {
       const bool receiving = self->req_ && self->req_->got_some();
-      if (!self->busy_ && !receiving) self->close();
+      if (self->phase_ == Phase::awaiting && !receiving) self->close();
     });
   }
 
@@ -306,9 +306,9 @@ class ProxySession final : public ClientConnection {
   // ---- the request ---------------------------------------------------------------------
 
   void read_request() {
-    if (closed_) return;
+    if (closed()) return;
     if (draining_) return close();
-    busy_ = false;
+    enter(Phase::awaiting);
     body_deadline_.reset();
     req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
                  std::numeric_limits<std::uint64_t>::max(), true);
@@ -317,7 +317,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void on_request_header(beast::error_code ec, std::size_t) {
-    if (closed_) return;
+    if (closed()) return;
     if (ec) {
       if (ec == bhttp::error::header_limit) return answer_error(kHeaderTooLarge, false);
       if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
@@ -326,7 +326,7 @@ class ProxySession final : public ClientConnection {
       }
       return close();
     }
-    busy_ = true;
+    enter(Phase::handling);
     proxy_.requests.fetch_add(1, std::memory_order_relaxed);
     Request& request = req_->request();
     version_ = req_->version();
@@ -341,7 +341,6 @@ class ProxySession final : public ClientConnection {
                                        : Framing::none;
     request_length_ = length.value_or(0);
     request_body_ = req_->chunked() || request_length_ > 0;
-    response_begun_ = false;
     expect_continue_ = false;
     if (auto expect = request.header("Expect")) expect_continue_ = iequals(*expect, "100-continue");
 
@@ -375,7 +374,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void on_decision(MiddlewareResult result) {
-    if (closed_ || decided_ == req_id_) return;
+    if (closed() || decided_ == req_id_) return;
     decided_ = req_id_;
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
@@ -388,7 +387,7 @@ class ProxySession final : public ClientConnection {
       proxy_.count(proxy_.delayed);
       delay_timer_.expires_after(to_duration(result.delay));
       delay_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
-        if (!ec && !self->closed_) self->forward();
+        if (!ec && !self->closed()) self->forward();
       });
       watch_held_client();
       return;
@@ -403,7 +402,7 @@ class ProxySession final : public ClientConnection {
     watching_held_ = true;
     client_.socket().async_wait(tcp::socket::wait_read, [self = self<ProxySession>()](beast::error_code ec) {
       self->watching_held_ = false;
-      if (self->closed_ || ec == net::error::operation_aborted) return;
+      if (self->closed() || ec == net::error::operation_aborted) return;
       char byte;
       const auto n = ::recv(self->client_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (!ec && n > 0) return;  // data: the client is there
@@ -442,7 +441,7 @@ class ProxySession final : public ClientConnection {
     resolver_.async_resolve(
         proxy_.upstream.host, std::to_string(proxy_.upstream.port),
         [self = self<ProxySession>()](beast::error_code ec, const tcp::resolver::results_type& results) {
-          if (self->closed_) return;
+          if (self->closed()) return;
           if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable, ec);
           self->up_->stream.async_connect(
               results, [self](beast::error_code e, const tcp::endpoint&) { self->on_connect(e); });
@@ -450,7 +449,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void on_connect(beast::error_code ec) {
-    if (closed_) return;
+    if (closed()) return;
     if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
     if (ec) return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
     proxy_.count(proxy_.opened);
@@ -504,7 +503,7 @@ class ProxySession final : public ClientConnection {
   // `head_sent`: the head went whole (the write may have failed in the body after it);
   // `bad_body`: the body bytes sent with it ended in a malformed chunk.
   void on_head_sent(beast::error_code ec, bool head_sent, bool bad_body) {
-    if (closed_) return;
+    if (closed()) return;
     if (ec && !head_sent) {
       if (retry()) return;
       return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
@@ -522,7 +521,7 @@ class ProxySession final : public ClientConnection {
       client_.expires_after(to_duration(proxy_.options.read_timeout));
       net::async_write(client_, net::buffer(kContinue), [self = self<ProxySession>()](
                                                             beast::error_code e, std::size_t) {
-        if (self->closed_) return;
+        if (self->closed()) return;
         if (e) return self->client_gone();
         self->relay_request_body();
       });
@@ -540,7 +539,7 @@ class ProxySession final : public ClientConnection {
       up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
       net::async_write(up_->stream, up_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
-                         if (self->closed_) return;
+                         if (self->closed()) return;
                          if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response, ec);
                          self->read_response_header();
                        });
@@ -558,7 +557,7 @@ class ProxySession final : public ClientConnection {
       body_deadline_ = now + to_duration(proxy_.options.request_timeout);
       body_timer_.expires_at(*body_deadline_);
       body_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
-        if (ec || self->closed_ || !self->reading_body_) return;
+        if (ec || self->closed() || !self->reading_body_) return;
         beast::error_code ignored;
         self->client_.socket().cancel(ignored);
       });
@@ -571,7 +570,7 @@ class ProxySession final : public ClientConnection {
 
   void on_request_body(beast::error_code ec, std::size_t) {
     reading_body_ = false;
-    if (closed_) return;
+    if (closed()) return;
     if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) {
       if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
@@ -595,7 +594,7 @@ class ProxySession final : public ClientConnection {
 
   void on_request_body_sent(beast::error_code ec, std::size_t) {
     release_held();
-    if (closed_) return;
+    if (closed()) return;
     if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
     relay_request_body();
   }
@@ -620,7 +619,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void on_response_header(beast::error_code ec, std::size_t) {
-    if (closed_) return;
+    if (closed()) return;
     if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
     if (ec) {
       if (retry()) return;
@@ -651,7 +650,7 @@ class ProxySession final : public ClientConnection {
     response_length_ = head_length;
     write_client_response_head(head_, version_, status, res_->reason(), res_->fields(),
                                limiter_fields_, response_framing_, head_length, client_keep_);
-    response_begun_ = true;
+    enter(Phase::responding);
     // The body bytes read along with the header go out with it, in one write.
     beast::error_code body_ec;
     std::size_t n = 0;
@@ -678,7 +677,7 @@ class ProxySession final : public ClientConnection {
                                                  down_body_.data(), n, chunked, last), [self = self<ProxySession>(), failed](beast::error_code e,
                                                                               std::size_t) {
       self->release_held();
-      if (self->closed_) return;
+      if (self->closed()) return;
       if (e) return self->client_gone();
       if (failed) {
         self->proxy_.count(self->proxy_.upstream_aborted);
@@ -703,7 +702,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void on_response_body(beast::error_code ec, std::size_t) {
-    if (closed_) return;
+    if (closed()) return;
     if (ec == bhttp::error::need_buffer) ec = {};
     // A body delimited by the upstream closing ends with end_of_stream once complete.
     if (ec == bhttp::error::end_of_stream && res_->is_done()) ec = {};
@@ -724,7 +723,7 @@ class ProxySession final : public ClientConnection {
       client_.expires_after(to_duration(proxy_.upstream.timeout));
       net::async_write(client_, down_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code e, std::size_t) {
-                         if (self->closed_) return;
+                         if (self->closed()) return;
                          if (e) return self->client_gone();
                          self->finish_response();
                        });
@@ -780,7 +779,7 @@ class ProxySession final : public ClientConnection {
   // been read whole.
   void answer_local(int status, std::string_view content_type, std::string_view body,
                     HeaderList fields, bool keep) {
-    if (response_begun_) return close();  // nothing else can be said any more
+    if (phase_ == Phase::responding) return close();  // nothing else can be said any more
     client_keep_ = keep && keep_alive_ && !draining_ && req_ && req_->is_header_done() &&
                    (!request_body_ || req_->is_done());
     fields.emplace_back("Server", "ratekeeper");
@@ -791,7 +790,7 @@ class ProxySession final : public ClientConnection {
     client_.expires_after(to_duration(proxy_.options.read_timeout));
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
                                                       beast::error_code ec, std::size_t) {
-      if (self->closed_) return;
+      if (self->closed()) return;
       if (ec) return self->close();
       if (self->client_keep_) return self->next_request();
       self->linger();
@@ -810,7 +809,7 @@ class ProxySession final : public ClientConnection {
   void request_timed_out() {
     proxy_.count(proxy_.client_aborted);
     drop_upstream();
-    if (response_begun_) return close();
+    if (phase_ == Phase::responding) return close();
     answer_error(kRequestTimeout, false);
   }
 
@@ -836,7 +835,7 @@ class ProxySession final : public ClientConnection {
     client_.async_read_some(net::buffer(down_body_.room(kDiscard), kDiscard), [self = self<ProxySession>()](
                                                          beast::error_code ec, std::size_t n) {
       self->lingered_ += n;
-      if (ec || self->closed_ || self->lingered_ >= kLingerBytes) return self->close();
+      if (ec || self->closed() || self->lingered_ >= kLingerBytes) return self->close();
       self->read_discard();
     });
   }
@@ -850,8 +849,8 @@ class ProxySession final : public ClientConnection {
   }
 
   void close() {
-    if (closed_) return;
-    closed_ = true;
+    if (closed()) return;
+    phase_ = Phase::closed;
     delay_timer_.cancel();
     body_timer_.cancel();
     resolver_.cancel();
@@ -912,10 +911,16 @@ class ProxySession final : public ClientConnection {
   // When the request's body must have arrived (request_timeout after its first read).
   std::optional<std::chrono::steady_clock::time_point> body_deadline_;
   bool request_body_ = false;    // the request has a body to relay
-  bool response_begun_ = false;  // the response's head has gone to the client
-  bool busy_ = false;
   std::atomic<bool> draining_{false};  // set by shutdown(), from any thread
-  bool closed_ = false;
+  // Where the session is: waiting for a request's header, handling a request (deciding,
+  // held, forwarding), writing its response (the head went to the client: nothing else can
+  // be answered), or closed. One value, changed by enter() and close(); nothing leaves closed.
+  enum class Phase : std::uint8_t { awaiting, handling, responding, closed };
+  Phase phase_ = Phase::awaiting;
+  void enter(Phase next) noexcept {
+    if (phase_ != Phase::closed) phase_ = next;
+  }
+  bool closed() const noexcept { return phase_ == Phase::closed; }
 };
 
 std::shared_ptr<ClientConnection> Proxy::Impl::make_connection(tcp::socket socket) {
