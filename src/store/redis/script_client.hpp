@@ -1,23 +1,13 @@
 #pragma once
 // The one client of the embedded scripts: sends a script call (script_argv.hpp) as FCALL of
-// its function in the library (store/redis/lua_scripts.hpp). When the server does not have the
-// library (first use, a restart without persistence, FUNCTION FLUSH) it is loaded there
-// (FUNCTION LOAD, routed as the call) and the call sent once more; a second "Function not
-// found" (the call ran where the load did not go: a node importing the slot, through ASK)
-// sends this call as a script. Where functions cannot be used (Redis before 7, an ACL that
-// refuses FCALL or FUNCTION, a managed service that renamed them: any error reply to FUNCTION
-// LOAD but OOM, or NOPERM / unknown command to FCALL), the client falls back to scripts for good:
-// EVALSHA and, when the server does not know the script (a restart, a promoted replica,
-// SCRIPT FLUSH), once again as EVAL with the source, which also loads it there; a second
-// NOSCRIPT is the call's answer. Under maxmemory, Redis refuses an FCALL that may write
-// (OOM) before it runs, where a script is refused only its writes: such a call is sent once
-// more as a script, so that denials and peeks are still answered. Every final reply is noted in the store's ScriptHealth,
-// every reload and fallback counted there. Deadlines are absolute on the steady reading of
-// the store's clock; each call but a refund also carries its deadline on the server's clock
-// (server_clock.hpp), so that it does nothing when Redis runs it after the caller gave up.
-// Internal to the store layer; used by RedisStore's lanes (their coalescers, cross-slot
-// checks and leases). Thread-safe: the client is immutable, each ScriptCall belongs to one
-// call at a time.
+// its function in the library, loading the library where it is missing, and falls back to
+// EVALSHA (EVAL on NOSCRIPT) for good where functions cannot be used, or for one call where
+// an FCALL cannot run (OOM, a library missing on the node an ASK reached). Every final reply
+// is noted in the store's ScriptHealth. Deadlines are absolute on the steady reading of the
+// store's clock; each call but a refund also carries its deadline on the server's clock
+// (server_clock.hpp). Why each fallback: docs/design/architecture.md, "The script client".
+// Internal to the store layer. Thread-safe: the client is immutable, each ScriptCall belongs
+// to one call at a time.
 
 #include <atomic>
 #include <cstdint>

@@ -1,20 +1,11 @@
 #pragma once
 // What a Redis store learns from the replies to its script calls, shared by every call of
-// the store: how many NOSCRIPT replies were answered with EVAL, and whether the calls
-// currently succeed, for Store::health(). Internal to the store layer; one per store.
-//
-// A connection can be up while Redis answers script calls with errors: OOM under maxmemory
-// with noeviction (only the calls that would write fail), a command an ACL refuses, a script
-// that fails on every call. The store is not ready while a script call got an error reply
-// within the last error_window (ReplyHealthOptions), and ready again once error_window has
-// passed without one. A reply that succeeds does not end it sooner: under noeviction the
-// denials and peeks between failing admissions succeed. Timeouts and connection failures are
-// not counted here: the connection's state and circuit breaker report them.
-//
-// Time is the store's clock (StoreOptions::clock), its steady reading.
-//
-// Thread-safe: the connections' threads record, health() reads from anywhere. A reply that is
-// not an error costs one branch.
+// the store: reloads (NOSCRIPT, FUNCTION LOAD), functions refused, the server's clock, and
+// whether calls currently succeed, for Store::health(): not ready while a script call got
+// an error reply within the last error_window (e.g. OOM under maxmemory with noeviction,
+// where denials and peeks still succeed between failing admissions), ready again once it has
+// passed without one. Timeouts and connection failures are the connection's to report.
+// Time is the store's clock, its steady reading. Internal; one per store. Thread-safe.
 
 #include <atomic>
 #include <cstddef>
