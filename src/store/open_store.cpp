@@ -15,6 +15,8 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 Result<void> check_timeouts(const StoreOptions& options) {
   if (options.command_timeout <= 0 || options.connect_timeout <= 0) {

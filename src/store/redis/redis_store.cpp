@@ -23,6 +23,8 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 Micros command_timeout_of(const RedisTopology& topology) {
   return std::visit(Overloaded{[](const redis::ConnectionOptions& c) { return c.command_timeout; },
