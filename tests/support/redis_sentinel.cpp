@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
@@ -109,16 +110,29 @@ void SentinelProcess::resume() {
 
 RedisSentinelGroup::RedisSentinelGroup(std::string master_name, std::size_t replicas)
     : master_name_(std::move(master_name)) {
-  servers_.push_back(std::make_unique<RedisServer>());
-  RedisServer::Options replica;
-  replica.args = {"--replicaof", "127.0.0.1", std::to_string(servers_[0]->port())};
-  for (std::size_t i = 0; i < std::max<std::size_t>(1, replicas); ++i) {
-    servers_.push_back(std::make_unique<RedisServer>(replica));
+  // A deployment that does not form (a sentinel that never reaches the master, e.g. a port
+  // taken between being found free and bound, on a loaded machine) is built once more, on
+  // new ports, before the test is failed for it.
+  for (int attempt = 1;; ++attempt) {
+    servers_.push_back(std::make_unique<RedisServer>());
+    RedisServer::Options replica;
+    replica.args = {"--replicaof", "127.0.0.1", std::to_string(servers_[0]->port())};
+    for (std::size_t i = 0; i < std::max<std::size_t>(1, replicas); ++i) {
+      servers_.push_back(std::make_unique<RedisServer>(replica));
+    }
+    for (int i = 0; i < 3; ++i) {
+      sentinels_.push_back(std::make_unique<SentinelProcess>(master_name_, servers_[0]->port()));
+    }
+    try {
+      wait_ready();
+      return;
+    } catch (const std::exception& e) {
+      if (attempt == 2) throw;
+      std::fprintf(stderr, "sentinel group did not form (%s): building it again\n", e.what());
+      sentinels_.clear();
+      servers_.clear();
+    }
   }
-  for (int i = 0; i < 3; ++i) {
-    sentinels_.push_back(std::make_unique<SentinelProcess>(master_name_, servers_[0]->port()));
-  }
-  wait_ready();
 }
 
 RedisSentinelGroup::~RedisSentinelGroup() {
