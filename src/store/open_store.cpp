@@ -6,17 +6,11 @@
 #include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/memory_store.hpp"
+#include "core/overloaded.hpp"
 #include "redis/redis_store.hpp"
 
 namespace ratekeeper::store {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 Result<void> check_timeouts(const StoreOptions& options) {
   if (options.command_timeout <= 0 || options.connect_timeout <= 0) {

@@ -8,6 +8,7 @@
 
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
+#include "core/overloaded.hpp"
 #include "redis/key_slot.hpp"
 #include "check_validation.hpp"
 #include "coalescer.hpp"
@@ -18,13 +19,6 @@
 
 namespace ratekeeper::store {
 namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
 
 Micros command_timeout_of(const RedisTopology& topology) {
   return std::visit(Overloaded{[](const redis::ConnectionOptions& c) { return c.command_timeout; },
