@@ -77,14 +77,17 @@ void request_side(std::string_view input) {
     fuzz::require(twice && *twice == *target);
   }
   if (!target) return;
-  const auto fields = http::upstream_request_fields(request.headers, kPeer);
+  // An upgrade asked for is sent on as asked (the proxy relays one for a request without body).
+  const std::string_view upgrade = http::requested_upgrade(request.headers);
+  const http::Forwarding forwarding(kPeer, "https", upgrade);
+  const auto fields = http::upstream_request_fields(request.headers, forwarding);
   const auto framing = parser.chunked() ? http::Framing::chunked
                        : parser.content_length() ? http::Framing::length
                                                  : http::Framing::none;
   const std::string head = http::request_head(request.method, *target, fields, framing,
                                               parser.content_length().value_or(0));
   std::string written;
-  http::write_upstream_request_head(written, request.method, *target, request.headers, kPeer,
+  http::write_upstream_request_head(written, request.method, *target, request.headers, forwarding,
                                     framing, parser.content_length().value_or(0));
   fuzz::require(written == head);
   // The head the upstream receives is one well-formed request header, the one meant.
@@ -97,6 +100,10 @@ void request_side(std::string_view input) {
   fuzz::require(again.request().target == *target);
   const auto forwarded = again.request().header_list("X-Forwarded-For");
   fuzz::require(std::string_view(forwarded).ends_with(kPeer));
+  fuzz::require(again.request().header("X-Forwarded-Proto") == std::optional<std::string_view>("https"));
+  if (!upgrade.empty()) {
+    fuzz::require(again.request().header("Upgrade") == std::optional<std::string_view>(upgrade));
+  }
 }
 
 void response_side(std::string_view input) {

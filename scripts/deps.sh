@@ -20,6 +20,8 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   # tests/recipes: the seed's FastAPI application under uvicorn (Debian's /usr/bin/python3);
   # bench/http_wrk.sh: the same application with the seed's own limiter on Redis (redis-py)
   python3-fastapi python3-uvicorn python3-redis
+  # tests/edge: the WebSocket client and upstream (curl and openssl are above)
+  python3-websockets openssl
   # tests/packaging: the Debian packages (CPack's DEB generator: dpkg-shlibdeps, file), their
   # unit checked by systemd-analyze (no running systemd needed)
   dpkg-dev file systemd)

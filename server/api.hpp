@@ -22,6 +22,7 @@ namespace ratekeeper::limiter {
 class Limiter;
 }
 namespace ratekeeper::http {
+class Proxy;
 class Middleware;
 }
 
@@ -47,8 +48,9 @@ struct ApiOptions {
 };
 
 // The HTTP server's own counters and the contained exceptions, in Prometheus text (for
-// ApiOptions::extra_metrics).
-void write_http_server_metrics(MetricsWriter& out, const http::Server& server);
+// ApiOptions::extra_metrics); with a proxy (`proxy` not null), the failed TLS handshakes
+// count both listeners'.
+void write_http_server_metrics(MetricsWriter& out, const http::Server& server, const http::Proxy* proxy);
 
 class Api {
  public:

@@ -177,25 +177,29 @@ FailureMode failure_mode(const Reader& r, const YAML::Node& node, const std::str
   return *m;
 }
 
-// store.tls: the certificates and checks of the rediss* schemes. Relative paths are resolved
-// against the configuration file's directory. The files are loaded here, so that a missing
-// or unreadable one is a configuration error naming its field.
-void read_store_tls(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
+// A file named by the configuration: relative paths are resolved against the configuration
+// file's directory; an empty one is an error naming its field.
+void read_file_field(const Reader& r, const YAML::Node& node, const std::string& path, const char* name,
+                     const std::string& source, std::string& out) {
+  if (!node[name]) return;
+  const auto field = Reader::field(path, name);
+  out = r.string(node[name], field);
+  if (out.empty()) r.fail(field, "must not be empty");
+  if (const std::filesystem::path p(out); p.is_relative()) {
+    out = (std::filesystem::path(source).parent_path() / p).lexically_normal().string();
+  }
+}
+
+// A client's TLS (store.tls, upstream.tls): CA, client certificate, server name, verification.
+// The files are loaded here, so that a missing or unreadable one is a configuration error
+// naming its field.
+void read_client_tls(const Reader& r, const YAML::Node& node, const std::string& path, const std::string& source,
+                     TlsOptions& t) {
   r.expect_map(node, path, {"ca_file", "ca_dir", "cert_file", "key_file", "server_name", "verify"});
-  auto& t = c.store.tls;
-  const auto file = [&](const char* name, std::string& out) {
-    if (!node[name]) return;
-    const auto field = Reader::field(path, name);
-    out = r.string(node[name], field);
-    if (out.empty()) r.fail(field, "must not be empty");
-    if (const std::filesystem::path p(out); p.is_relative()) {
-      out = (std::filesystem::path(c.source).parent_path() / p).lexically_normal().string();
-    }
-  };
-  file("ca_file", t.ca_file);
-  file("ca_dir", t.ca_dir);
-  file("cert_file", t.cert_file);
-  file("key_file", t.key_file);
+  read_file_field(r, node, path, "ca_file", source, t.ca_file);
+  read_file_field(r, node, path, "ca_dir", source, t.ca_dir);
+  read_file_field(r, node, path, "cert_file", source, t.cert_file);
+  read_file_field(r, node, path, "key_file", source, t.key_file);
   if (node["server_name"]) {
     t.server_name = r.string(node["server_name"], Reader::field(path, "server_name"));
     if (t.server_name.empty()) r.fail(Reader::field(path, "server_name"), "must not be empty");
@@ -205,12 +209,42 @@ void read_store_tls(const Reader& r, const YAML::Node& node, const std::string& 
     r.fail(Reader::field(path, t.cert_file.empty() ? "cert_file" : "key_file"),
            "cert_file and key_file go together (a client certificate and its key)");
   }
+}
+
+// store.tls: the certificates and checks of the rediss* schemes.
+void read_store_tls(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
+  auto& t = c.store.tls;
+  read_client_tls(r, node, path, c.source, t);
   if (!c.store.url.starts_with("rediss")) {
     r.fail(path, fmt::format("TLS options need a TLS store url (rediss://, rediss-cluster://, "
                              "rediss-sentinel://), not '{}'",
                              redis::redact_url(c.store.url)));
   }
-  if (auto context = redis::make_tls_context(t); !context) r.fail(path, context.error().message);
+  if (auto context = make_tls_context(t); !context) r.fail(path, context.error().message);
+}
+
+// A listener's TLS (tls, admin.tls): its certificate and key, the client CAs of mutual TLS.
+// The files are read here (and again on each reload).
+ListenerTls read_server_tls(const Reader& r, const YAML::Node& node, const std::string& path,
+                            const std::string& source) {
+  r.expect_map(node, path, {"cert_file", "key_file", "client_ca_file", "min_version"});
+  TlsServerOptions t;
+  for (const char* required : {"cert_file", "key_file"}) {
+    if (!node[required]) r.fail(Reader::field(path, required), "required field missing");
+  }
+  read_file_field(r, node, path, "cert_file", source, t.cert_file);
+  read_file_field(r, node, path, "key_file", source, t.key_file);
+  read_file_field(r, node, path, "client_ca_file", source, t.client_ca_file);
+  if (node["min_version"]) {
+    const auto field = Reader::field(path, "min_version");
+    t.min_version = r.string(node["min_version"], field);
+    if (t.min_version != "1.2" && t.min_version != "1.3") {
+      r.fail(field, fmt::format("must be 1.2 or 1.3, not '{}'", t.min_version));
+    }
+  }
+  auto context = make_tls_server_context(t);
+  if (!context) r.fail(path, context.error().message);
+  return ListenerTls{std::move(t), std::move(*context)};
 }
 
 void read_store(const Reader& r, const YAML::Node& node, const std::string& path, Config& c) {
@@ -461,7 +495,7 @@ void read_upstream(const Reader& r, const YAML::Node& node, const std::string& p
                    Config& c) {
   r.expect_map(node, path,
                {"url", "connect_timeout", "timeout", "max_idle_connections", "buffer_bytes",
-                "lowercase_path"});
+                "lowercase_path", "tls", "upgrades", "tunnel_idle_timeout", "tunnel_max_duration"});
   const auto url_path = Reader::field(path, "url");
   if (!node["url"]) r.fail(url_path, "required field missing");
   auto upstream = http::parse_upstream_url(r.string(node["url"], url_path));
@@ -482,6 +516,21 @@ void read_upstream(const Reader& r, const YAML::Node& node, const std::string& p
   }
   if (node["lowercase_path"]) {
     u.lowercase_path = r.boolean(node["lowercase_path"], Reader::field(path, "lowercase_path"));
+  }
+  if (node["tls"]) {
+    const auto tls_path = Reader::field(path, "tls");
+    if (!u.tls.enabled) r.fail(tls_path, "TLS options need an https:// url");
+    read_client_tls(r, node["tls"], tls_path, c.source, u.tls);
+  }
+  if (u.tls.enabled) {
+    if (auto context = make_tls_context(u.tls); !context) r.fail(Reader::field(path, "tls"), context.error().message);
+  }
+  if (node["upgrades"]) u.upgrades = r.boolean(node["upgrades"], Reader::field(path, "upgrades"));
+  if (node["tunnel_idle_timeout"]) {
+    u.tunnel_idle_timeout = r.duration(node["tunnel_idle_timeout"], Reader::field(path, "tunnel_idle_timeout"), 1);
+  }
+  if (node["tunnel_max_duration"]) {
+    u.tunnel_max_duration = r.duration(node["tunnel_max_duration"], Reader::field(path, "tunnel_max_duration"), 1);
   }
 }
 
@@ -546,7 +595,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
-                "admin", "grpc", "demo_api"});
+                "admin", "grpc", "demo_api", "tls"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
     if (!listen) r.fail("listen", listen.error().message);
@@ -676,13 +725,15 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       r.fail("admin", "only with an upstream: without one, ratekeeper's endpoints are served on "
                       "listen");
     }
-    r.expect_map(a, "admin", {"listen"});
+    r.expect_map(a, "admin", {"listen", "tls"});
     if (!a["listen"]) r.fail("admin.listen", "required field missing");
     auto listen = parse_listen_address(r.string(a["listen"], "admin.listen"));
     if (!listen) r.fail("admin.listen", listen.error().message);
     c.admin.host = std::move(listen->host);
     c.admin.port = listen->port;
+    if (a["tls"]) c.admin.tls = read_server_tls(r, a["tls"], "admin.tls", c.source);
   }
+  if (const auto t = root["tls"]) c.tls = read_server_tls(r, t, "tls", c.source);
   if (c.upstream && c.admin.port != 0 && c.admin.port == c.http.port &&
       (c.admin.host == c.http.host || c.admin.host == "0.0.0.0" || c.http.host == "0.0.0.0")) {
     r.fail("admin.listen", fmt::format("must differ from listen ({}:{})", c.http.host,

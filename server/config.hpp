@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/tls.hpp"
 #include "logging.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
@@ -46,9 +48,16 @@ struct LoggingConfig {
 };
 
 // ratekeeper's own endpoints (/healthz, /readyz, /metrics, /v1/...) when an upstream is set.
+// A listener's TLS as configured, and the context made from its files when they were read.
+struct ListenerTls {
+  TlsServerOptions options;
+  std::shared_ptr<TlsServerContext> context;
+};
+
 struct AdminConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 9090;
+  std::optional<ListenerTls> tls;  // admin.tls: the admin listener speaks TLS
 };
 
 // Envoy's gRPC rate limit service (envoy.service.ratelimit.v3): where it listens and the
@@ -93,6 +102,8 @@ struct Config {
   // /api/profile, /api/search, /api/export/..., /auth/login). Off unless asked for.
   bool demo_api = false;
   AdminConfig admin;  // used only with an upstream
+  // `tls`: the `listen` listener speaks TLS (its files are read at load: again on reload).
+  std::optional<ListenerTls> tls;
   std::optional<GrpcConfig> grpc;  // set: serve the gRPC rate limit service too
 };
 

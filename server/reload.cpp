@@ -85,6 +85,12 @@ std::vector<std::string> restart_fields(const Generation& running, const Generat
       (a.admin.host != b.admin.host || a.admin.port != b.admin.port)) {
     fields.emplace_back("admin");
   }
+  // Whether a listener speaks TLS is set at start; its certificate, key and client CAs are
+  // read again by every reload.
+  if (a.tls.has_value() != b.tls.has_value()) fields.emplace_back("tls");
+  if (a.upstream && b.upstream && a.admin.tls.has_value() != b.admin.tls.has_value()) {
+    fields.emplace_back("admin.tls");
+  }
   if (a.grpc.has_value() != b.grpc.has_value()) {
     fields.emplace_back("grpc");
   } else if (a.grpc) {

@@ -3,6 +3,7 @@
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
+#include "ratekeeper/http/proxy.hpp"
 
 namespace ratekeeper::server {
 
@@ -16,8 +17,11 @@ Response Api::Routes::readiness() const {
 }
 
 // The HTTP server's own counters and the contained exceptions.
-void write_http_server_metrics(MetricsWriter& out, const http::Server& server) {
+void write_http_server_metrics(MetricsWriter& out, const http::Server& server, const http::Proxy* proxy) {
   const auto stats = server.stats();
+  out.counter("ratekeeper_http_tls_handshake_failures_total",
+              "Client connections closed in a failed TLS handshake (TLS listeners; the reason is logged).",
+              stats.tls_handshake_failures + (proxy != nullptr ? proxy->stats().tls_handshake_failures : 0));
   out.gauge("ratekeeper_http_connections_open", "Client connections open.",
             static_cast<std::int64_t>(stats.connections_open));
   out.counter("ratekeeper_http_accept_errors_total",

@@ -145,6 +145,9 @@ std::shared_ptr<Generation> reload_generation(const ServeArgs& args, const Proce
   Config config = load_serve_config(args);
   // The paths stay normalised as the running server and proxy do it (http, upstream: restart).
   config.middleware.paths = running.config.middleware.paths;
+  // A listener started with TLS keeps it until a restart, with the last certificate read.
+  if (running.config.tls && !config.tls) config.tls = running.config.tls;
+  if (running.config.admin.tls && !config.admin.tls) config.admin.tls = running.config.admin.tls;
   if (limiter::any_leased(config.limiter.rules) && process.leasing == nullptr && process.store->kind() != "memory") {
     spdlog::warn("configuration reload: leased rules are checked against the store directly "
                  "until a restart (the leasing store is set up at start)");
@@ -270,11 +273,20 @@ int serve(const ServeArgs& args) {
 
   // The routes (own endpoints, decision API, demo API) are served on `listen`, or on `admin`
   // when `listen` proxies to an upstream; then the proxy handles the signals.
+  // A TLS listener's connections take the certificate of the configuration of the moment: a
+  // reload re-reads it, and the connections accepted afterwards get the new one.
+  if (config.tls) {
+    options.tls = [&current] { return current.load()->config.tls->context; };
+  }
   http::ServerOptions routes_options = options;
   if (config.upstream) {
     routes_options.host = config.admin.host;
     routes_options.port = config.admin.port;
     routes_options.handle_signals = false;
+    routes_options.tls = nullptr;
+    if (config.admin.tls) {
+      routes_options.tls = [&current] { return current.load()->config.admin.tls->context; };
+    }
   }
   // Destroyed after the store: callbacks still held by the store post into its sessions.
   http::Server server(routes_options, [&current](Request request, Responder respond) {
@@ -311,7 +323,7 @@ int serve(const ServeArgs& args) {
   process.extra_metrics = [&server, &proxy, &current, &reloader](MetricsWriter& out) {
     write_build_info(out);
     if (Reloader* r = reloader.load(); r != nullptr) r->write_metrics(out);
-    write_http_server_metrics(out, server);
+    write_http_server_metrics(out, server, proxy.get());
     if (proxy) http::write_proxy_metrics(out, *proxy);
     if (const auto generation = current.load(); generation && generation->rls_service) {
       generation->rls_service->write_metrics(out);
@@ -377,15 +389,15 @@ int serve(const ServeArgs& args) {
     spdlog::info("{} rule(s) from {}, {} io thread(s)", current.load()->config.limiter.rules.size(),
                  config.source, options.threads);
     if (proxy) {
-      spdlog::info("listening on {}, proxying to http://{}:{}", proxy->address(),
-                   config.upstream->host, config.upstream->port);
-      spdlog::info("admin endpoints on {}", server.address());
+      spdlog::info("listening on {}{}, proxying to {}://{}:{}", proxy->address(), config.tls ? " (TLS)" : "",
+                   config.upstream->tls.enabled ? "https" : "http", config.upstream->host, config.upstream->port);
+      spdlog::info("admin endpoints on {}{}", server.address(), config.admin.tls ? " (TLS)" : "");
       std::thread admin([&server] { server.run(); });
       proxy->run();  // until SIGINT/SIGTERM, then drained
       server.stop();
       admin.join();
     } else {
-      spdlog::info("listening on {}", server.address());
+      spdlog::info("listening on {}{}", server.address(), config.tls ? " (TLS)" : "");
       server.run();
     }
     // Calls in flight are answered (the loop and the store still run), then no more.

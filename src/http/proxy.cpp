@@ -44,6 +44,7 @@
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/path.hpp"
 #include "request_parser.hpp"
+#include "core/tls_context.hpp"
 #include "server_core.hpp"
 
 namespace ratekeeper::http {
@@ -97,8 +98,11 @@ std::size_t piece_size(std::size_t buffer_size, bool length_known, std::uint64_t
 }
 
 struct UpstreamConnection {
-  explicit UpstreamConnection(const net::any_io_executor& executor) : stream(executor) {}
-  beast::tcp_stream stream;
+  // `tls`: the upstream's client context (https), or nullptr.
+  UpstreamConnection(const Stream::executor_type& executor, const std::shared_ptr<TlsContext>& tls)
+      : context(tls), stream(executor, tls ? &tls->context() : nullptr) {}
+  std::shared_ptr<TlsContext> context;  // outlives the stream
+  Stream stream;
   beast::flat_buffer buffer;  // read but not parsed yet: empty between responses
 };
 
@@ -134,9 +138,10 @@ class Frames {
 };
 
 bool still_open(UpstreamConnection& c) {
-  if (!c.stream.socket().is_open() || c.buffer.size() != 0) return false;
+  auto& socket = c.stream.tcp().socket();
+  if (!socket.is_open() || c.buffer.size() != 0) return false;
   char byte = 0;
-  const auto n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const auto n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
@@ -156,7 +161,7 @@ class UpstreamPool {
 
   void put(std::unique_ptr<UpstreamConnection> c) {
     if (idle_.size() >= max_idle_) return;
-    c->stream.expires_never();
+    c->stream.tcp().expires_never();
     idle_.push_back(std::move(c));
   }
 
@@ -212,6 +217,14 @@ struct Proxy::Impl : ServerCore {
     beast::error_code ec;
     const auto address = net::ip::make_address(upstream.host, ec);
     if (!ec) literal = tcp::endpoint(address, upstream.port);
+    if (upstream.tls.enabled) {
+      auto context = make_tls_context(upstream.tls);
+      if (context) {
+        upstream_tls = std::move(*context);
+      } else {
+        tls_error = context.error();
+      }
+    }
   }
 
   std::shared_ptr<ClientConnection> make_connection(tcp::socket socket) override;
@@ -240,6 +253,9 @@ struct Proxy::Impl : ServerCore {
   MiddlewareSource middleware;
   EventLoop& loop;
   std::optional<tcp::endpoint> literal;  // the upstream's address when given as one
+  std::shared_ptr<TlsContext> upstream_tls;  // https: the client context of every connection
+  std::optional<Error> tls_error;            // https: why the context could not be made
+  std::string_view scheme() const noexcept { return options.tls ? "https" : "http"; }
   std::vector<std::unique_ptr<UpstreamPool>> pools;  // by loop context index
   LogLimit failure_log;  // the 502/504 lines
 
@@ -254,6 +270,9 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> client_aborted{0};
   std::atomic<std::uint64_t> opened{0};
   std::atomic<std::uint64_t> reused{0};
+  std::atomic<std::uint64_t> upstream_tls_failures{0};
+  std::atomic<std::uint64_t> upgrades{0};
+  std::atomic<std::uint64_t> tunnels_open{0};
   std::atomic<std::uint64_t> buffered{0};
   std::atomic<std::uint64_t> buffered_high{0};
 };
@@ -263,22 +282,36 @@ class ProxySession final : public ClientConnection {
   ProxySession(const std::shared_ptr<Proxy::Impl>& proxy, tcp::socket&& socket)
       : ClientConnection(proxy),
         proxy_(*proxy),
-        client_(std::move(socket)),
+        client_(proxy->accept_stream(std::move(socket), tls_)),
         pool_(proxy_.pool_of(client_.get_executor())),
         delay_timer_(client_.get_executor()),
         body_timer_(client_.get_executor()),
+        tunnel_timer_(client_.get_executor()),
         resolver_(client_.get_executor()) {
-    peer_of(client_.socket(), peer_address_, peer_port_);
+    peer_of(client_.tcp().socket(), peer_address_, peer_port_);
     beast::error_code ec;
-    client_.socket().set_option(tcp::no_delay(true), ec);
+    client_.tcp().socket().set_option(tcp::no_delay(true), ec);
   }
 
   ~ProxySession() override {
     proxy_.release(held_);
+    end_tunnel();
   }
 
   void start() override {
-    net::dispatch(client_.get_executor(), [self = self<ProxySession>()] { self->read_request(); });
+    net::dispatch(client_.get_executor(), [self = self<ProxySession>()] {
+      if (!self->client_.is_tls()) return self->read_request();
+      // The handshake is bounded as a request's header is.
+      self->client_.tcp().expires_after(to_duration(self->proxy_.options.read_timeout));
+      self->client_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+        if (self->closed()) return;
+        if (ec) {
+          self->proxy_.tls_handshake_failed(ec, self->client_, self->peer_address_);
+          return self->close();
+        }
+        self->read_request();
+      });
+    });
   }
 
   // Marked here, on the caller's thread (see ClientConnection::shutdown()).
@@ -286,7 +319,8 @@ class ProxySession final : public ClientConnection {
     draining_.store(true);
     net::post(client_.get_executor(), [self = self<ProxySession>()] {
       const bool receiving = self->req_ && self->req_->got_some();
-      if (self->phase_ == Phase::awaiting && !receiving) self->close();
+      // An upgraded connection has no request boundary to stop at: it closes now.
+      if ((self->phase_ == Phase::awaiting && !receiving) || self->tunnel_) self->close();
     });
   }
 
@@ -312,7 +346,7 @@ class ProxySession final : public ClientConnection {
     body_deadline_.reset();
     req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
                  std::numeric_limits<std::uint64_t>::max(), true);
-    client_.expires_after(to_duration(proxy_.options.read_timeout));
+    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
     bhttp::async_read_header(client_, client_buf_, *req_, bind(&ProxySession::on_request_header));
   }
 
@@ -343,6 +377,12 @@ class ProxySession final : public ClientConnection {
     request_body_ = req_->chunked() || request_length_ > 0;
     expect_continue_ = false;
     if (auto expect = request.header("Expect")) expect_continue_ = iequals(*expect, "100-continue");
+    // An upgrade (WebSocket) is relayed for a request without body: after the upstream's 101
+    // the connection carries the new protocol's bytes.
+    upgrade_.clear();
+    if (proxy_.upstream.upgrades && version_ == 11 && !request_body_) {
+      upgrade_ = requested_upgrade(request.headers);
+    }
 
     if (request.method == "CONNECT") return answer_error(kNotImplemented, false);
     auto target = normalize_target(request.target, proxy_.paths);
@@ -400,11 +440,11 @@ class ProxySession final : public ClientConnection {
   // client (its body, a pipelined request) end the watch: the client is there.
   void watch_held_client() {
     watching_held_ = true;
-    client_.socket().async_wait(tcp::socket::wait_read, [self = self<ProxySession>()](beast::error_code ec) {
+    client_.tcp().socket().async_wait(tcp::socket::wait_read, [self = self<ProxySession>()](beast::error_code ec) {
       self->watching_held_ = false;
       if (self->closed() || ec == net::error::operation_aborted) return;
       char byte;
-      const auto n = ::recv(self->client_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      const auto n = ::recv(self->client_.tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (!ec && n > 0) return;  // data: the client is there
       if (n < 0 && !ec && (errno == EAGAIN || errno == EWOULDBLOCK)) return self->watch_held_client();
       self->proxy_.count(self->proxy_.held_client_gone);
@@ -418,7 +458,7 @@ class ProxySession final : public ClientConnection {
     // Stop watching a held client (watch_held_client): its read side is the request's again.
     if (watching_held_) {
       beast::error_code ignored;
-      client_.socket().cancel(ignored);
+      client_.tcp().socket().cancel(ignored);
     }
     retried_ = false;
     up_ = pool_.take();
@@ -432,10 +472,10 @@ class ProxySession final : public ClientConnection {
 
   void connect() {
     reused_ = false;
-    up_ = std::make_unique<UpstreamConnection>(client_.get_executor());
-    up_->stream.expires_after(to_duration(proxy_.upstream.connect_timeout));
+    up_ = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls);
+    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.connect_timeout));
     if (proxy_.literal) {
-      up_->stream.async_connect(*proxy_.literal, bind(&ProxySession::on_connect));
+      up_->stream.tcp().async_connect(*proxy_.literal, bind(&ProxySession::on_connect));
       return;
     }
     resolver_.async_resolve(
@@ -443,7 +483,7 @@ class ProxySession final : public ClientConnection {
         [self = self<ProxySession>()](beast::error_code ec, const tcp::resolver::results_type& results) {
           if (self->closed()) return;
           if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable, ec);
-          self->up_->stream.async_connect(
+          self->up_->stream.tcp().async_connect(
               results, [self](beast::error_code e, const tcp::endpoint&) { self->on_connect(e); });
         });
   }
@@ -454,14 +494,34 @@ class ProxySession final : public ClientConnection {
     if (ec) return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
     proxy_.count(proxy_.opened);
     beast::error_code ignored;
-    up_->stream.socket().set_option(tcp::no_delay(true), ignored);
-    send_head();
+    up_->stream.tcp().socket().set_option(tcp::no_delay(true), ignored);
+    if (!up_->stream.is_tls()) return send_head();
+    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.connect_timeout));
+    // https: SNI and the name the certificate must carry, then the handshake, bounded as the
+    // connect is (its timer runs on).
+    SSL* ssl = up_->stream.tls()->native_handle();
+    if (std::string error = prepare_client_handshake(ssl, proxy_.upstream.tls, proxy_.upstream.host);
+        !error.empty()) {
+      return upstream_tls_failed(error);
+    }
+    up_->stream.async_handshake(net::ssl::stream_base::client, [self = self<ProxySession>()](beast::error_code e) {
+      if (self->closed()) return;
+      if (e == beast::error::timeout) return self->upstream_failed(kTimeout, self->proxy_.upstream_timeout, e);
+      if (e) return self->upstream_tls_failed(handshake_failure(self->up_->stream.tls()->native_handle(), e));
+      self->send_head();
+    });
+  }
+
+  void upstream_tls_failed(const std::string& why) {
+    proxy_.count(proxy_.upstream_tls_failures);
+    upstream_failed(kUnreachable, proxy_.upstream_unreachable, {}, "TLS handshake failed: " + why);
   }
 
   void send_head() {
     const Request& request = req_->request();
     write_upstream_request_head(head_, request.method, request.target, request.headers,
-                                peer_address_, request_framing_, request_length_);
+                                Forwarding(peer_address_, proxy_.scheme(), upgrade_), request_framing_,
+                                request_length_);
     // The body bytes read along with the header go out with it, in one write (not when the
     // client waits for 100 Continue).
     std::size_t n = 0;
@@ -476,7 +536,7 @@ class ProxySession final : public ClientConnection {
     if (n > 0) hold(n);
     const bool last = !body_ec && chunked && req_->is_done();
     if (last) request_framing_ = Framing::none;  // written: relay_request_body() does not again
-    up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
     net::async_write(up_->stream, up_frames_.build(head_, up_body_.data(), n, chunked, last),
                      [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
                          beast::error_code ec, std::size_t written) {
@@ -518,7 +578,7 @@ class ProxySession final : public ClientConnection {
     if (!request_body_) return read_response_header();
     if (expect_continue_) {
       expect_continue_ = false;
-      client_.expires_after(to_duration(proxy_.options.read_timeout));
+      client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
       net::async_write(client_, net::buffer(kContinue), [self = self<ProxySession>()](
                                                             beast::error_code e, std::size_t) {
         if (self->closed()) return;
@@ -536,7 +596,7 @@ class ProxySession final : public ClientConnection {
     if (req_->is_done()) {
       body_timer_.cancel();
       if (request_framing_ != Framing::chunked) return read_response_header();
-      up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+      up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
       net::async_write(up_->stream, up_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
                          if (self->closed()) return;
@@ -559,11 +619,11 @@ class ProxySession final : public ClientConnection {
       body_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
         if (ec || self->closed() || !self->reading_body_) return;
         beast::error_code ignored;
-        self->client_.socket().cancel(ignored);
+        self->client_.tcp().socket().cancel(ignored);
       });
     }
     if (now >= *body_deadline_) return request_timed_out();
-    client_.expires_after(to_duration(proxy_.options.read_timeout));
+    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
     reading_body_ = true;
     bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
   }
@@ -604,7 +664,7 @@ class ProxySession final : public ClientConnection {
   void write_body(UpstreamConnection& to, const char* data, std::size_t n, bool chunked,
                   Handler&& handler) {
     hold(n);
-    to.stream.expires_after(to_duration(proxy_.upstream.timeout));
+    to.stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
     net::async_write(to.stream, up_frames_.build({}, data, n, chunked, false), std::forward<Handler>(handler));
   }
 
@@ -614,7 +674,7 @@ class ProxySession final : public ClientConnection {
     res_.emplace(static_cast<std::uint32_t>(
         std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
     if (head_request_) res_->skip(true);
-    up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
     bhttp::async_read_header(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_header));
   }
 
@@ -626,7 +686,11 @@ class ProxySession final : public ClientConnection {
       return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
     }
     const int status = res_->status();
-    if (status == 101) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);  // no upgrades
+    if (status == 101) {
+      // Only an upgrade asked for may be switched to.
+      if (upgrade_.empty()) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
+      return switch_protocols();
+    }
     if (status >= 100 && status < 200) return read_response_header();  // interim: not relayed
 
     body_expected_ = !head_request_ && status != 204 && status != 304;
@@ -672,7 +736,7 @@ class ProxySession final : public ClientConnection {
     const bool chunked = response_framing_ == Framing::chunked;
     const bool last = !failed && chunked && body_expected_ && res_->is_done();
     if (last) response_framing_ = Framing::none;  // written: finish_response() does not again
-    client_.expires_after(to_duration(proxy_.upstream.timeout));
+    client_.tcp().expires_after(to_duration(proxy_.upstream.timeout));
     net::async_write(client_, down_frames_.build(with_head ? std::string_view(head_) : std::string_view(),
                                                  down_body_.data(), n, chunked, last), [self = self<ProxySession>(), failed](beast::error_code e,
                                                                               std::size_t) {
@@ -697,7 +761,7 @@ class ProxySession final : public ClientConnection {
     const std::size_t room = response_room();
     up_->buffer.reserve(proxy_.upstream.buffer_size);
     res_->stream_body(down_body_.room(room), room);
-    up_->stream.expires_after(to_duration(proxy_.upstream.timeout));
+    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
     bhttp::async_read_some(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_body));
   }
 
@@ -720,7 +784,7 @@ class ProxySession final : public ClientConnection {
   void finish_response() {
     if (response_framing_ == Framing::chunked) {
       response_framing_ = Framing::none;  // written once
-      client_.expires_after(to_duration(proxy_.upstream.timeout));
+      client_.tcp().expires_after(to_duration(proxy_.upstream.timeout));
       net::async_write(client_, down_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code e, std::size_t) {
                          if (self->closed()) return;
@@ -751,13 +815,83 @@ class ProxySession final : public ClientConnection {
     graceful_close();
   }
 
+  // ---- an upgraded connection (WebSocket): bytes both ways --------------------------------
+
+  void switch_protocols() {
+    enter(Phase::responding);
+    proxy_.count(proxy_.upgrades);
+    write_client_upgrade_head(head_, res_->reason(), res_->fields(), limiter_fields_);
+    client_.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
+      if (self->closed()) return;
+      if (ec) return self->client_gone();
+      self->start_tunnel();
+    });
+  }
+
+  // From here the connection is the upgraded protocol's: what either side sends goes to the
+  // other as it is, until one of them closes or the tunnel's time bounds end it. The bytes
+  // already read past either head go first.
+  void start_tunnel() {
+    tunnel_ = true;
+    proxy_.tunnels_open.fetch_add(1, std::memory_order_relaxed);
+    client_.tcp().expires_never();
+    up_->stream.tcp().expires_never();
+    tunnel_started_ = tunnel_active_ = std::chrono::steady_clock::now();
+    arm_tunnel_timer();
+    if (draining_) return close();
+    tunnel_relay(client_, client_buf_, up_->stream);
+    tunnel_relay(up_->stream, up_->buffer, client_);
+  }
+
+  // One direction: writes what `buffer` holds to `to`, then reads more from `from`.
+  void tunnel_relay(Stream& from, beast::flat_buffer& buffer, Stream& to) {
+    if (closed()) return;
+    if (buffer.size() != 0) {
+      net::async_write(to, buffer.data(), [self = self<ProxySession>(), &from, &buffer, &to](
+                                               beast::error_code ec, std::size_t n) {
+        if (self->closed()) return;
+        if (ec) return self->close();
+        buffer.consume(n);
+        self->tunnel_relay(from, buffer, to);
+      });
+      return;
+    }
+    constexpr std::size_t kTunnelRead = std::size_t{16} * 1024;
+    from.async_read_some(buffer.prepare(kTunnelRead), [self = self<ProxySession>(), &from, &buffer, &to](
+                                                          beast::error_code ec, std::size_t n) {
+      if (self->closed()) return;
+      buffer.commit(n);
+      if (n > 0) self->tunnel_active_ = std::chrono::steady_clock::now();
+      if (ec && n == 0) return self->close();  // either side closing ends the tunnel
+      self->tunnel_relay(from, buffer, to);
+    });
+  }
+
+  void arm_tunnel_timer() {
+    const auto end = std::min(tunnel_active_ + to_duration(proxy_.upstream.tunnel_idle_timeout),
+                              tunnel_started_ + to_duration(proxy_.upstream.tunnel_max_duration));
+    tunnel_timer_.expires_at(end);
+    tunnel_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
+      if (ec || self->closed()) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= self->tunnel_active_ + to_duration(self->proxy_.upstream.tunnel_idle_timeout) ||
+          now >= self->tunnel_started_ + to_duration(self->proxy_.upstream.tunnel_max_duration)) {
+        return self->close();
+      }
+      self->arm_tunnel_timer();
+    });
+  }
+
   // ---- answers of the proxy itself ---------------------------------------------------------
 
   void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter,
-                       beast::error_code ec = {}) {
+                       beast::error_code ec = {}, std::string why = {}) {
     proxy_.count(counter);
     if (std::uint64_t suppressed = 0; proxy_.failure_log.admit(suppressed)) {
-      const std::string reason = ec ? ec.message() : std::string("an unexpected response");
+      const std::string reason = !why.empty() ? std::move(why)
+                                 : ec         ? ec.message()
+                                              : std::string("an unexpected response");
       const bool has_request = req_ && req_->is_header_done();
       spdlog::warn("proxy: {} {} for {} {}: upstream {}:{}: {}{}", error.status,
                    error.status == 504 ? "(timeout)" : "(bad gateway)",
@@ -787,7 +921,7 @@ class ProxySession final : public ClientConnection {
     head_ = response_head(version_, status, reason_of(status), fields, Framing::length,
                           body.size(), client_keep_);
     head_ += body;
-    client_.expires_after(to_duration(proxy_.options.read_timeout));
+    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
                                                       beast::error_code ec, std::size_t) {
       if (self->closed()) return;
@@ -815,7 +949,7 @@ class ProxySession final : public ClientConnection {
 
   void graceful_close() {
     beast::error_code ec;
-    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    client_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     close();
   }
 
@@ -823,10 +957,10 @@ class ProxySession final : public ClientConnection {
   // byte budget is spent or the time is up; then closes.
   void linger() {
     beast::error_code ec;
-    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    client_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();
     lingered_ = 0;
-    client_.expires_after(kLingerTime);
+    client_.tcp().expires_after(kLingerTime);
     read_discard();
   }
 
@@ -843,21 +977,29 @@ class ProxySession final : public ClientConnection {
   void drop_upstream() {
     if (!up_) return;
     beast::error_code ec;
-    up_->stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    up_->stream.socket().close(ec);
+    up_->stream.tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+    up_->stream.tcp().socket().close(ec);
     up_.reset();
   }
 
   void close() {
     if (closed()) return;
     phase_ = Phase::closed;
+    end_tunnel();
     delay_timer_.cancel();
+    tunnel_timer_.cancel();
     body_timer_.cancel();
     resolver_.cancel();
     drop_upstream();
     beast::error_code ec;
-    client_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    client_.socket().close(ec);
+    client_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
+    client_.tcp().socket().close(ec);
+  }
+
+  void end_tunnel() {
+    if (!tunnel_) return;
+    tunnel_ = false;
+    proxy_.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
   }
 
   void hold(std::size_t n) {
@@ -870,10 +1012,12 @@ class ProxySession final : public ClientConnection {
   }
 
   Proxy::Impl& proxy_;  // kept alive by core_
-  beast::tcp_stream client_;
+  std::shared_ptr<TlsServerContext> tls_;  // with TLS: the listener's context when accepted
+  Stream client_;
   UpstreamPool& pool_;
   net::steady_timer delay_timer_;
   net::steady_timer body_timer_;  // request_timeout of the request's body
+  net::steady_timer tunnel_timer_;  // an upgraded connection's idle and total time
   bool reading_body_ = false;     // a read of the request's body is under way
   bool watching_held_ = false;    // watch_held_client's wait is under way
   tcp::resolver resolver_;
@@ -911,6 +1055,10 @@ class ProxySession final : public ClientConnection {
   // When the request's body must have arrived (request_timeout after its first read).
   std::optional<std::chrono::steady_clock::time_point> body_deadline_;
   bool request_body_ = false;    // the request has a body to relay
+  std::string upgrade_;          // the protocol the request asks to upgrade to (empty: none)
+  bool tunnel_ = false;          // upgraded: relaying bytes both ways (counted in tunnels_open)
+  std::chrono::steady_clock::time_point tunnel_started_;
+  std::chrono::steady_clock::time_point tunnel_active_;  // the last byte read either way
   std::atomic<bool> draining_{false};  // set by shutdown(), from any thread
   // Where the session is: waiting for a request's header, handling a request (deciding,
   // held, forwarding), writing its response (the head went to the client: nothing else can
@@ -932,20 +1080,22 @@ Result<UpstreamOptions> parse_upstream_url(std::string_view url) {
   auto bad = [&](std::string_view why) {
     return make_error(ErrorCode::invalid_argument, fmt::format("upstream url '{}': {}", url, why));
   };
-  constexpr std::string_view kScheme = "http://";
+  UpstreamOptions options;
+  std::string_view rest;
   if (url.size() >= 8 && iequals(url.substr(0, 8), "https://")) {
-    return bad("https is not supported (put a TLS terminator in front of the upstream)");
+    rest = url.substr(8);
+    options.tls.enabled = true;
+    options.port = 443;
+  } else if (url.size() >= 7 && iequals(url.substr(0, 7), "http://")) {
+    rest = url.substr(7);
+  } else {
+    return bad("expected http://host[:port] or https://host[:port]");
   }
-  if (url.size() < kScheme.size() || !iequals(url.substr(0, kScheme.size()), kScheme)) {
-    return bad("expected http://host[:port]");
-  }
-  std::string_view rest = url.substr(kScheme.size());
   if (rest.ends_with('/')) rest.remove_suffix(1);
   if (rest.empty()) return bad("no host");
   if (rest.find_first_of("/?#@ \t\r\n") != std::string_view::npos) {
-    return bad("only http://host[:port]: no path, query, fragment or credentials");
+    return bad("only scheme://host[:port]: no path, query, fragment or credentials");
   }
-  UpstreamOptions options;
   const auto split = split_host_port(rest);
   if (!split) return bad(split.error().message);
   const std::string_view host = split->host;
@@ -983,6 +1133,7 @@ Proxy::~Proxy() {
 }
 
 Result<void> Proxy::listen() {
+  if (impl_->tls_error) return std::unexpected(*impl_->tls_error);
   return impl_->listen();
 }
 std::string Proxy::address() const {
@@ -1016,6 +1167,9 @@ ProxyStats Proxy::proxy_stats() const {
   s.client_aborted = get(im.client_aborted);
   s.upstream_connections_opened = get(im.opened);
   s.upstream_connections_reused = get(im.reused);
+  s.upstream_tls_failures = get(im.upstream_tls_failures);
+  s.upgrades = get(im.upgrades);
+  s.tunnels_open = get(im.tunnels_open);
   s.buffered_bytes_high_water = get(im.buffered_high);
   return s;
 }
@@ -1043,6 +1197,12 @@ void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy) {
               {{"state", "opened"}});
   out.counter("ratekeeper_proxy_upstream_connections_total", kConnections, s.upstream_connections_reused,
               {{"state", "reused"}});
+  out.counter("ratekeeper_proxy_upstream_tls_failures_total",
+              "https upstream: TLS handshakes that failed (answered 502, counted as unreachable too).",
+              s.upstream_tls_failures);
+  out.counter("ratekeeper_proxy_upgrades_total", "Upgrades (WebSocket) the upstream accepted with 101.", s.upgrades);
+  out.gauge("ratekeeper_proxy_tunnels_open", "Upgraded connections relaying bytes now.",
+            static_cast<std::int64_t>(s.tunnels_open));
 }
 
 }  // namespace ratekeeper::http

@@ -101,7 +101,7 @@ namespace {
 // The fields of upstream_request_fields, one f(name, value) each, in order: the list and
 // the head are written from this one place.
 template <class F>
-void for_each_upstream_request_field(const HeaderList& received, std::string_view peer_address,
+void for_each_upstream_request_field(const HeaderList& received, const Forwarding& forwarding,
                                      F&& f) {
   const bool has_connection = has_field(received, "connection");
   std::string chain;
@@ -121,15 +121,19 @@ void for_each_upstream_request_field(const HeaderList& received, std::string_vie
     f(std::string_view(n), std::string_view(v));
   }
   if (!chain.empty()) chain += ", ";
-  chain += peer_address;
+  chain += forwarding.peer_address;
   f(std::string_view("X-Forwarded-For"), std::string_view(chain));
-  f(std::string_view("X-Forwarded-Proto"), std::string_view("http"));
+  f(std::string_view("X-Forwarded-Proto"), forwarding.proto);
   if (host != nullptr) {
     f(std::string_view("X-Forwarded-Host"), std::string_view(*host));
   } else {
     // An HTTP/1.0 request may come without Host; the HTTP/1.1 request sent on for it has one,
     // empty as RFC 9112 3.2 says when the authority is unknown.
     f(std::string_view("Host"), std::string_view());
+  }
+  if (!forwarding.upgrade.empty()) {
+    f(std::string_view("Connection"), std::string_view("upgrade"));
+    f(std::string_view("Upgrade"), forwarding.upgrade);
   }
 }
 
@@ -164,10 +168,18 @@ void append_head_end(std::string& out, int version, bool keep_alive) {
 
 }  // namespace
 
-HeaderList upstream_request_fields(const HeaderList& received, std::string_view peer_address) {
+std::string_view requested_upgrade(const HeaderList& received) noexcept {
+  if (!named_in_connection(received, "upgrade")) return {};
+  for (const auto& [n, v] : received) {
+    if (iequals(n, "upgrade")) return trim(v);
+  }
+  return {};
+}
+
+HeaderList upstream_request_fields(const HeaderList& received, const Forwarding& forwarding) {
   HeaderList out;
   out.reserve(received.size() + 3);
-  for_each_upstream_request_field(received, peer_address, [&](std::string_view n, std::string_view v) {
+  for_each_upstream_request_field(received, forwarding, [&](std::string_view n, std::string_view v) {
     out.emplace_back(std::string(n), std::string(v));
   });
   return out;
@@ -183,11 +195,11 @@ HeaderList client_response_fields(const HeaderList& received, const HeaderList& 
 }
 
 void write_upstream_request_head(std::string& out, std::string_view method, std::string_view target,
-                                 const HeaderList& received, std::string_view peer_address,
+                                 const HeaderList& received, const Forwarding& forwarding,
                                  Framing framing, std::uint64_t length) {
   out.clear();
   append_request_line(out, method, target);
-  for_each_upstream_request_field(received, peer_address, [&](std::string_view n, std::string_view v) {
+  for_each_upstream_request_field(received, forwarding, [&](std::string_view n, std::string_view v) {
     append_field(out, n, v);
   });
   append_framing(out, framing, length);
@@ -204,6 +216,19 @@ void write_client_response_head(std::string& out, int version, int status, std::
   });
   append_framing(out, framing, length);
   append_head_end(out, version, keep_alive);
+}
+
+void write_client_upgrade_head(std::string& out, std::string_view reason, const HeaderList& received,
+                               const HeaderList& limiter_fields) {
+  out.clear();
+  append_status_line(out, 11, 101, reason);
+  for_each_client_response_field(received, limiter_fields, [&](std::string_view n, std::string_view v) {
+    append_field(out, n, v);
+  });
+  for (const auto& [n, v] : received) {
+    if (iequals(n, "upgrade")) append_field(out, "Upgrade", v);
+  }
+  out += "Connection: upgrade\r\n\r\n";
 }
 
 std::string request_head(std::string_view method, std::string_view target,

@@ -8,7 +8,11 @@
 //     X-Forwarded-*, Forwarded, the rate-limit fields): a client cannot have them dropped.
 //   - Content-Length is removed too: each head states its own framing.
 //   - To the upstream: X-Forwarded-For gets the peer appended to the chain received,
-//     X-Forwarded-Proto is set to http and X-Forwarded-Host to the Host received.
+//     X-Forwarded-Proto is set to the scheme the request came in on (http, https) and
+//     X-Forwarded-Host to the Host received.
+//   - An upgrade (WebSocket): a request asking for one (Upgrade, named in Connection) is sent
+//     on with `Connection: upgrade` and its Upgrade field; the upstream's 101 goes back with
+//     its Upgrade field and `Connection: upgrade`. Nothing else of either message changes.
 //   - To the client: the limiter's fields (RateLimit-Policy, RateLimit, ...) replace the
 //     upstream's fields of the same names.
 // Thread-safety: pure functions are thread-safe; a parser is not.
@@ -34,8 +38,23 @@ enum class Framing {
 // True for the fields that apply to one connection only.
 bool is_hop_by_hop(std::string_view name) noexcept;
 
+// What the proxy states about a request it sends on: the client's address, the scheme the
+// request came in on, and the protocol an upgrade asks for (empty: none).
+struct Forwarding {
+  explicit Forwarding(std::string_view peer) : peer_address(peer) {}
+  Forwarding(std::string_view peer, std::string_view scheme, std::string_view upgrade_to)
+      : peer_address(peer), proto(scheme), upgrade(upgrade_to) {}
+  std::string_view peer_address;
+  std::string_view proto = "http";
+  std::string_view upgrade;
+};
+
+// The protocols a request asks to upgrade to (its Upgrade field, when Connection names
+// "upgrade"); empty when it asks for none.
+std::string_view requested_upgrade(const HeaderList& received) noexcept;
+
 // The fields of the request the upstream receives (without framing: see request_head).
-HeaderList upstream_request_fields(const HeaderList& received, std::string_view peer_address);
+HeaderList upstream_request_fields(const HeaderList& received, const Forwarding& forwarding);
 
 // The fields of the response the client receives (without framing: see response_head).
 HeaderList client_response_fields(const HeaderList& received, const HeaderList& limiter_fields);
@@ -51,13 +70,17 @@ std::string response_head(int version, int status, std::string_view reason,
                           const HeaderList& fields, Framing framing, std::uint64_t length,
                           bool keep_alive);
 
-// request_head(method, target, upstream_request_fields(received, peer_address), framing,
+// request_head(method, target, upstream_request_fields(received, forwarding), framing,
 // length) and response_head(version, status, reason, client_response_fields(received,
 // limiter_fields), framing, length, keep_alive), written into `out` (replacing what it held,
 // keeping its capacity) without building the field lists in between: the proxy's request path.
 void write_upstream_request_head(std::string& out, std::string_view method, std::string_view target,
-                                 const HeaderList& received, std::string_view peer_address,
+                                 const HeaderList& received, const Forwarding& forwarding,
                                  Framing framing, std::uint64_t length);
+// The upstream's 101 to an upgrade, as the client receives it: the status line, its fields
+// (hop-by-hop ones dropped as usual), the limiter's, then its Upgrade and `Connection: upgrade`.
+void write_client_upgrade_head(std::string& out, std::string_view reason, const HeaderList& received,
+                               const HeaderList& limiter_fields);
 void write_client_response_head(std::string& out, int version, int status, std::string_view reason,
                                 const HeaderList& received, const HeaderList& limiter_fields,
                                 Framing framing, std::uint64_t length, bool keep_alive);

@@ -55,16 +55,31 @@ struct Server::Impl : ServerCore {
 class Session final : public ClientConnection {
  public:
   Session(const std::shared_ptr<Server::Impl>& server, tcp::socket&& socket)
-      : ClientConnection(server), server_(*server), stream_(std::move(socket)) {
-    peer_of(stream_.socket(), peer_address_, peer_port_);
+      : ClientConnection(server), server_(*server), stream_(server->accept_stream(std::move(socket), tls_)) {
+    peer_of(stream_.tcp().socket(), peer_address_, peer_port_);
     beast::error_code ec;
-    stream_.socket().set_option(tcp::no_delay(true), ec);
+    stream_.tcp().socket().set_option(tcp::no_delay(true), ec);
   }
 
   std::shared_ptr<Session> shared_from_this() { return self<Session>(); }
 
   void start() override {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->stream_.is_tls()) return self->do_read();
+      // The handshake is bounded as a request's read is.
+      self->stream_.tcp().expires_after(to_duration(self->server_.options.read_timeout));
+      self->reading_ = true;
+      self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+        self->reading_ = false;
+        if (ec) {
+          if (ec != net::error::operation_aborted) {
+            self->server_.tls_handshake_failed(ec, self->stream_, self->peer_address_);
+          }
+          return self->close();
+        }
+        self->do_read();
+      });
+    });
   }
 
   // Graceful drain: finish what was received, read nothing more, close when idle. Marked
@@ -124,7 +139,7 @@ class Session final : public ClientConnection {
     if (queue_.size() >= server_.options.max_pipelined) return;
     parser_.emplace(static_cast<std::uint32_t>(server_.options.header_limit),
                     server_.options.body_limit);
-    stream_.expires_after(to_duration(server_.options.read_timeout));
+    stream_.tcp().expires_after(to_duration(server_.options.read_timeout));
     reading_ = true;
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&Session::on_read, shared_from_this()));
@@ -237,7 +252,7 @@ class Session final : public ClientConnection {
     close_after_write_ = !slot.keep_alive || last || (read_closed_ && queue_.size() == 1);
     slot.response->keep_alive(!close_after_write_);
     writing_ = true;
-    stream_.expires_after(to_duration(server_.options.read_timeout));
+    stream_.tcp().expires_after(to_duration(server_.options.read_timeout));
     if (!flatten(*slot.response, wire_)) {
       net::post(stream_.get_executor(),
                 beast::bind_front_handler(&Session::on_write, shared_from_this(),
@@ -292,10 +307,10 @@ class Session final : public ClientConnection {
   // byte budget is spent or the time is up; then closes.
   void linger() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();
     lingered_ = 0;
-    stream_.expires_after(kLingerTime);
+    stream_.tcp().expires_after(kLingerTime);
     read_discard();
   }
 
@@ -313,12 +328,13 @@ class Session final : public ClientConnection {
     if (closed_) return;
     closed_ = true;
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.socket().close(ec);
+    stream_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.tcp().socket().close(ec);
   }
 
   Server::Impl& server_;  // kept alive by core_
-  beast::tcp_stream stream_;
+  std::shared_ptr<TlsServerContext> tls_;  // with TLS: the listener's context when accepted
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<RequestParser> parser_;
   std::string wire_;     // the response being written (one write at a time), reused

@@ -10,6 +10,7 @@
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "core/tls_context.hpp"
 
 namespace ratekeeper::http {
 
@@ -213,6 +214,23 @@ void ServerCore::destroy(EventLoop& loop) {
   }
 }
 
+Stream ServerCore::accept_stream(tcp::socket&& socket, std::shared_ptr<TlsServerContext>& tls) {
+  if (!options.tls) return Stream(std::move(socket));
+  tls = options.tls();
+  return Stream(std::move(socket), tls->context());
+}
+
+void ServerCore::tls_handshake_failed(const error_code& ec, Stream& stream, const std::string& peer) {
+  tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t suppressed = 0;
+  if (!tls_log_.admit(suppressed)) return;
+  const std::string why = ec == boost::beast::error::timeout
+                              ? std::string("timed out")
+                              : handshake_failure(stream.tls()->native_handle(), ec);
+  spdlog::warn("TLS handshake with {} on {} failed: {}{}", peer.empty() ? "a client" : peer, address, why,
+               suppressed > 0 ? fmt::format(" ({} more failed handshakes not logged)", suppressed) : "");
+}
+
 Result<void> ServerCore::listen() {
   error_code ec;
   tcp::resolver resolver(home_);
@@ -264,6 +282,7 @@ Server::Stats ServerCore::stats() const {
   s.requests = requests.load(std::memory_order_relaxed);
   s.accept_errors = accept_errors_.load(std::memory_order_relaxed);
   s.handler_exceptions = handler_exceptions.load(std::memory_order_relaxed);
+  s.tls_handshake_failures = tls_handshake_failures.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   s.connections_open = connections_.size();
   return s;

@@ -21,7 +21,9 @@
 #include <unordered_map>
 
 #include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/server.hpp"
+#include "stream.hpp"
 
 namespace ratekeeper {
 class EventLoop;
@@ -72,11 +74,19 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 
   void unregister(ClientConnection* c);
 
+  // The stream of an accepted connection: plain, or TLS with the listener's context of the
+  // moment (ServerOptions::tls), which `tls` receives and must keep while the stream lives.
+  Stream accept_stream(boost::asio::ip::tcp::socket&& socket, std::shared_ptr<TlsServerContext>& tls);
+  // A client's TLS handshake failed (or timed out): counted, and logged at most once a second
+  // with the reason.
+  void tls_handshake_failed(const boost::system::error_code& ec, Stream& stream, const std::string& peer);
+
   ServerOptions options;
   std::string address;
   std::uint16_t port = 0;
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> handler_exceptions{0};
+  std::atomic<std::uint64_t> tls_handshake_failures{0};
   std::atomic<bool> destroying{false};  // nothing may be posted any more
 
  protected:
@@ -94,6 +104,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> accept_errors_{0};
+  LogLimit tls_log_{1, 5};
 
   // Live connections, for the drain. Connections keep the core alive (shared_ptr), so they
   // may outlive the Server on a shared loop and still unregister here.

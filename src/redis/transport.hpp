@@ -25,18 +25,6 @@
 
 namespace ratekeeper::redis {
 
-class TlsContext {
- public:
-  TlsContext(boost::asio::ssl::context context, TlsOptions options)
-      : context_(std::move(context)), options_(std::move(options)) {}
-  boost::asio::ssl::context& context() noexcept { return context_; }
-  const TlsOptions& options() const noexcept { return options_; }
-
- private:
-  boost::asio::ssl::context context_;
-  TlsOptions options_;
-};
-
 namespace detail {
 
 class Transport {

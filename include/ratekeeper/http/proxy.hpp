@@ -18,6 +18,7 @@
 
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
+#include "ratekeeper/core/tls.hpp"
 #include "ratekeeper/http/server.hpp"
 
 namespace ratekeeper {
@@ -37,6 +38,9 @@ using MiddlewareSource = std::function<std::shared_ptr<Middleware>()>;
 struct UpstreamOptions {
   std::string host;  // an IP address or a name, resolved when connecting
   std::uint16_t port = 80;
+  // TLS to the upstream (https://: enabled): the certificate verified as TlsOptions says
+  // (core/tls.hpp: the system's CAs or ca_file, the name `host` or server_name, SNI).
+  TlsOptions tls;
   Micros connect_timeout = 5 * kMicrosPerSecond;
   // Until the upstream's response header has arrived, and between two reads or writes of
   // either body: longer → 504 (or the connection closed, once the response has begun).
@@ -46,13 +50,20 @@ struct UpstreamOptions {
   // Rules match, and the upstream receives, the normalised path lowercased (for
   // case-insensitive applications); off: case is kept (http/path.hpp).
   bool lowercase_path = false;
+  // Upgrades (WebSocket): an admitted request asking for one is sent on with its Upgrade
+  // field; after the upstream's 101 the connection carries bytes both ways until either side
+  // closes, no byte either way for tunnel_idle_timeout, or tunnel_max_duration has passed.
+  // Off: the Upgrade field is dropped (the request goes on as a plain one).
+  bool upgrades = true;
+  Micros tunnel_idle_timeout = 300 * kMicrosPerSecond;
+  Micros tunnel_max_duration = 86400 * kMicrosPerSecond;
 
   // Every field: a reload that changes any of them needs a restart.
   friend bool operator==(const UpstreamOptions&, const UpstreamOptions&) = default;
 };
 
-// "http://host[:port][/]": no path, query or credentials; https is refused.
-// invalid_argument with the reason.
+// "http://host[:port][/]" or "https://host[:port][/]" (port 443, TLS enabled with
+// verification): no path, query or credentials. invalid_argument with the reason.
 Result<UpstreamOptions> parse_upstream_url(std::string_view url);
 
 struct ProxyStats {
@@ -70,6 +81,9 @@ struct ProxyStats {
   std::uint64_t client_aborted = 0;        // the client went away mid-request
   std::uint64_t upstream_connections_opened = 0;
   std::uint64_t upstream_connections_reused = 0;
+  std::uint64_t upstream_tls_failures = 0;  // https upstream: handshakes failed (502)
+  std::uint64_t upgrades = 0;          // upgrades relayed (the upstream answered 101)
+  std::uint64_t tunnels_open = 0;      // upgraded connections relaying now
   // The most body bytes held at once, over all connections, between being read from one side
   // and written to the other: a few buffer_size per request in flight, whatever the bodies'
   // sizes.

@@ -22,6 +22,7 @@
 
 namespace ratekeeper {
 class EventLoop;
+class TlsServerContext;
 }
 
 namespace ratekeeper::http {
@@ -55,6 +56,11 @@ struct ServerOptions {
   Micros drain_timeout = 10 * kMicrosPerSecond;  // stop(): in-flight requests get this long
   // SIGINT/SIGTERM call stop(); SIGHUP calls on_reload, or is logged and ignored without one.
   bool handle_signals = true;
+  // Set: the listener speaks TLS (core/tls.hpp); each connection accepted takes the context
+  // this returns then (the current one of a configuration that can be reloaded: a renewed
+  // certificate serves the connections accepted after it, those open keep theirs). Called on
+  // the listener's thread; must not return null.
+  std::function<std::shared_ptr<TlsServerContext>()> tls;
   // Called on an io thread when SIGHUP arrives (with handle_signals): it must return quickly
   // (hand the work to another thread). What it throws is contained.
   std::function<void()> on_reload;
@@ -88,6 +94,7 @@ class Server {
     std::uint64_t requests = 0;
     std::uint64_t accept_errors = 0;       // failed accepts (e.g. out of file descriptors)
     std::uint64_t handler_exceptions = 0;  // requests answered 500 because handling threw
+    std::uint64_t tls_handshake_failures = 0;  // TLS listeners: connections closed in the handshake
   };
   Stats stats() const;
 

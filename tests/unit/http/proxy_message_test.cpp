@@ -39,7 +39,7 @@ TEST(ProxyFields, RequestLosesHopByHopAndConnectionNamedFieldsButNotForwardedOne
       {"Forwarded", "for=1.2.3.4"},
       {"X-Keep", "2"},
   };
-  const auto out = upstream_request_fields(received, "192.0.2.7");
+  const auto out = upstream_request_fields(received, Forwarding("192.0.2.7"));
   for (const char* gone : {"Connection", "X-Drop", "Keep-Alive", "TE", "Trailer", "Upgrade",
                            "Proxy-Connection", "Proxy-Authorization", "Transfer-Encoding",
                            "Content-Length", "Expect"}) {
@@ -57,7 +57,7 @@ TEST(ProxyFields, RequestLosesHopByHopAndConnectionNamedFieldsButNotForwardedOne
 }
 
 TEST(ProxyFields, WithoutHostNoForwardedHostAndThePeerStartsTheChain) {
-  const auto out = upstream_request_fields({{"Accept", "*/*"}}, "::1");
+  const auto out = upstream_request_fields({{"Accept", "*/*"}}, Forwarding("::1"));
   EXPECT_EQ(field(out, "X-Forwarded-For"), "::1");
   EXPECT_FALSE(field(out, "X-Forwarded-Host"));
 }
@@ -120,8 +120,8 @@ TEST(ProxyHeads, WrittenInPlaceEqualTheHeadsOfTheFieldLists) {
                               {"X-Bad", "a\r\nInjected: 1"},
                               {"Accept", "*/*"}};
   std::string out = "left over from before";
-  write_upstream_request_head(out, "POST", "/a?b", request, "192.0.2.7", Framing::length, 5);
-  EXPECT_EQ(out, request_head("POST", "/a?b", upstream_request_fields(request, "192.0.2.7"),
+  write_upstream_request_head(out, "POST", "/a?b", request, Forwarding("192.0.2.7"), Framing::length, 5);
+  EXPECT_EQ(out, request_head("POST", "/a?b", upstream_request_fields(request, Forwarding("192.0.2.7")),
                               Framing::length, 5));
   EXPECT_NE(out.find("X-Forwarded-For: 203.0.113.9, 192.0.2.7\r\n"), std::string::npos);
 

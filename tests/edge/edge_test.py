@@ -1,0 +1,500 @@
+"""ratekeeper at the edge, facing clients alone, run for real: TLS listeners (curl, openssl
+s_client), mutual TLS, certificates re-read on reload while connections stay open, https
+upstreams, WebSocket upgrades relayed both ways (python3-websockets), each process on a free
+loopback port.
+
+    python3 tests/edge/edge_test.py --ratekeeper build/ratekeeper
+"""
+
+import argparse
+import asyncio
+import http.client
+import http.server
+import json
+import logging
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import websockets
+
+# The echo upstream's connections closed by the proxy (the idle tunnel) are expected.
+logging.getLogger("websockets").setLevel(logging.CRITICAL)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RATEKEEPER = os.path.join(ROOT, "build", "ratekeeper")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(argv, stdin=b"", timeout=30):
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
+
+
+class Certs:
+    """A CA, a CA nobody trusts, server certificates for localhost / 127.0.0.1 (a first one and
+    a renewal of it, told apart by their CN), and client certificates signed by each CA."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        self.ca = self._ca("ca")
+        self.other_ca = self._ca("other-ca")
+        self.server = self._leaf("server", "ca", "first", "DNS:localhost,IP:127.0.0.1")
+        self.renewed = self._leaf("renewed", "ca", "renewed", "DNS:localhost,IP:127.0.0.1")
+        self.client = self._leaf("client", "ca", "client", None)
+        self.stranger = self._leaf("stranger", "other-ca", "stranger", None)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _openssl(self, *args):
+        r = run(["openssl", *args])
+        if r.returncode != 0:
+            raise RuntimeError(f"openssl {' '.join(args)}: {r.stderr.decode()}")
+
+    def _key(self, name):
+        self._openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                      "-out", self.path(name + ".key"))
+
+    def _ca(self, name):
+        self._key(name)
+        self._openssl("req", "-x509", "-new", "-key", self.path(name + ".key"), "-days", "2",
+                      "-subj", f"/CN={name}", "-out", self.path(name + ".crt"))
+        return self.path(name + ".crt")
+
+    def _leaf(self, name, ca, cn, san):
+        self._key(name)
+        self._openssl("req", "-new", "-key", self.path(name + ".key"), "-subj", f"/CN={cn}",
+                      "-out", self.path(name + ".csr"))
+        ext = self.path(name + ".ext")
+        with open(ext, "w") as f:
+            f.write(f"subjectAltName={san}\n" if san else "extendedKeyUsage=clientAuth\n")
+        self._openssl("x509", "-req", "-in", self.path(name + ".csr"), "-CA", self.path(ca + ".crt"),
+                      "-CAkey", self.path(ca + ".key"), "-CAcreateserial", "-days", "2",
+                      "-extfile", ext, "-out", self.path(name + ".crt"))
+        return self.path(name + ".crt"), self.path(name + ".key")
+
+
+class Ratekeeper:
+    """`ratekeeper serve` with a configuration written to a file; stopped by stop()."""
+
+    def __init__(self, directory, yaml):
+        self.dir = directory
+        self.config = os.path.join(directory, f"ratekeeper-{free_port()}.yaml")
+        with open(self.config, "w") as f:
+            f.write(yaml)
+        self.err_path = self.config + ".err"
+        with open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen([RATEKEEPER, "serve", "--config", self.config],
+                                         stdout=subprocess.DEVNULL, stderr=err)
+        end = time.monotonic() + 20
+        while "listening on" not in self.log():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ratekeeper exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > end:
+                raise RuntimeError(f"ratekeeper did not listen:\n{self.log()}")
+            time.sleep(0.05)
+        if "admin endpoints on" in yaml or "upstream:" in yaml:
+            while "admin endpoints on" not in self.log():
+                time.sleep(0.05)
+
+    def log(self):
+        with open(self.err_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def rewrite(self, yaml):
+        with open(self.config, "w") as f:
+            f.write(yaml)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def metric(text, series):
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def plain_get(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
+class Echo(http.server.BaseHTTPRequestHandler):
+    """An upstream that answers every request with what it received, as JSON."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        body = json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class HttpsEcho:
+    """Echo over TLS with `cert`, on a thread of its own."""
+
+    def __init__(self, cert):
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*cert)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class WebSocketEcho:
+    """A WebSocket server (python3-websockets) that sends back every message, on a thread with
+    its own event loop."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.paths = []
+        ready = threading.Event()
+
+        async def echo(ws, path):
+            self.paths.append((path, {k.lower(): v for k, v in ws.request_headers.raw_items()}))
+            async for message in ws:
+                await ws.send(message)
+
+        async def main():
+            self.stop_future = self.loop.create_future()
+            async with websockets.serve(echo, "127.0.0.1", self.port):
+                ready.set()
+                await self.stop_future
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.stop_future.set_result, None)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class Edge(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ratekeeper-edge-")
+        cls.certs = Certs(cls.tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.stops = []
+
+    def tearDown(self):
+        for stop in reversed(self.stops):
+            stop()
+
+    def start(self, yaml):
+        rk = Ratekeeper(self.tmp, yaml)
+        self.stops.append(rk.stop)
+        return rk
+
+    def tls_section(self, cert=None, extra=""):
+        cert = cert or self.certs.server
+        return f"tls:\n  cert_file: {cert[0]}\n  key_file: {cert[1]}\n{extra}"
+
+    def curl(self, url, *args):
+        """curl's status code and body (status 0 when the connection failed)."""
+        r = run(["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "--cacert", self.certs.ca, *args, url])
+        body, _, code = r.stdout.decode(errors="replace").rpartition("\n")
+        return int(code or 0), body
+
+    def s_client(self, port, *args):
+        return run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-CAfile", self.certs.ca,
+                    *args], stdin=b"Q\n")
+
+    # ---- TLS listeners -------------------------------------------------------------------------
+
+    def test_tls_listener_serves_the_routes_and_limits_them(self):
+        port = free_port()
+        rk = self.start(f"""listen: 127.0.0.1:{port}
+demo_api: true
+{self.tls_section()}rules:
+  - name: api
+    match: {{path: /api/data}}
+    limits:
+      - {{capacity: 2, refill_rate: 0.001}}
+""")
+        self.assertIn("(TLS)", rk.log())
+        statuses = [self.curl(f"https://localhost:{port}/api/data")[0] for _ in range(3)]
+        self.assertEqual(statuses, [200, 200, 429])
+        r = run(["curl", "-s", "-i", "--cacert", self.certs.ca, f"https://127.0.0.1:{port}/api/data"])
+        self.assertIn(b"Retry-After:", r.stdout)
+        # A client speaking plain HTTP to the TLS port gets no answer, and the failed handshake
+        # is counted and logged with the reason.
+        code, _ = self.curl(f"http://127.0.0.1:{port}/api/data")
+        self.assertEqual(code, 0)
+        code, text = self.curl(f"https://127.0.0.1:{port}/metrics")
+        self.assertEqual(code, 200)
+        self.assertEqual(metric(text, "ratekeeper_http_tls_handshake_failures_total"), 1)
+        self.assertIn("TLS handshake with 127.0.0.1", rk.log())
+        self.assertIn("failed: http request", rk.log())
+
+    def test_only_tls_1_2_and_1_3_and_alpn_http_1_1(self):
+        port = free_port()
+        self.start(f"listen: 127.0.0.1:{port}\ndemo_api: true\n{self.tls_section()}")
+        self.assertNotEqual(self.s_client(port, "-tls1_1").returncode, 0)
+        tls12 = self.s_client(port, "-tls1_2")
+        self.assertEqual(tls12.returncode, 0, tls12.stderr)
+        self.assertIn(b"ECDHE", tls12.stdout)  # forward secrecy
+        alpn = self.s_client(port, "-alpn", "h2,http/1.1")
+        self.assertIn(b"ALPN protocol: http/1.1", alpn.stdout)
+
+        port13 = free_port()
+        only13 = self.tls_section(extra='  min_version: "1.3"\n')
+        self.start(f"listen: 127.0.0.1:{port13}\ndemo_api: true\n{only13}")
+        self.assertNotEqual(self.s_client(port13, "-tls1_2").returncode, 0)
+        self.assertEqual(self.s_client(port13, "-tls1_3").returncode, 0)
+
+    def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(self):
+        port = free_port()
+        mutual = self.tls_section(extra=f"  client_ca_file: {self.certs.ca}\n")
+        self.start(f"listen: 127.0.0.1:{port}\ndemo_api: true\n{mutual}")
+        url = f"https://localhost:{port}/api/data"
+        self.assertEqual(self.curl(url)[0], 0)
+        self.assertEqual(self.curl(url, "--cert", self.certs.stranger[0], "--key", self.certs.stranger[1])[0], 0)
+        self.assertEqual(self.curl(url, "--cert", self.certs.client[0], "--key", self.certs.client[1])[0], 200)
+
+    def test_a_reload_serves_the_new_certificate_and_keeps_connections_open(self):
+        port = free_port()
+        cert = os.path.join(self.tmp, "live.crt")
+        key = os.path.join(self.tmp, "live.key")
+        shutil.copy(self.certs.server[0], cert)
+        shutil.copy(self.certs.server[1], key)
+        yaml = f"listen: 127.0.0.1:{port}\ndemo_api: true\n{self.tls_section((cert, key))}"
+        self.start(yaml)
+        context = ssl.create_default_context(cafile=self.certs.ca)
+
+        def peer_cn(conn):
+            subject = dict(x[0] for x in conn.sock.getpeercert()["subject"])
+            return subject["commonName"]
+
+        kept = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+        kept.request("GET", "/api/data")
+        self.assertEqual(kept.getresponse().read() != b"", True)
+        self.assertEqual(peer_cn(kept), "first")
+
+        # Renewed files in place (as certbot leaves them), then a reload.
+        shutil.copy(self.certs.renewed[0], cert)
+        shutil.copy(self.certs.renewed[1], key)
+        code, body = self.curl(f"https://localhost:{port}/admin/reload", "-X", "POST")
+        self.assertEqual(code, 200, body)
+
+        kept.request("GET", "/api/data")
+        response = kept.getresponse()
+        response.read()
+        self.assertEqual(response.status, 200)
+        self.assertEqual(peer_cn(kept), "first")  # the same connection, on
+        fresh = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+        fresh.request("GET", "/api/data")
+        fresh.getresponse().read()
+        self.assertEqual(peer_cn(fresh), "renewed")
+
+        # A broken certificate file is refused by the reload, naming the field; the last one
+        # read goes on serving.
+        with open(cert, "w") as f:
+            f.write("not a certificate\n")
+        code, body = self.curl(f"https://localhost:{port}/admin/reload", "-X", "POST")
+        self.assertEqual(code, 422, body)
+        self.assertIn("tls", json.loads(body)["error"])
+        self.assertIn("cert_file", json.loads(body)["error"])
+        again = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+        again.request("GET", "/api/data")
+        again.getresponse().read()
+        self.assertEqual(peer_cn(again), "renewed")
+        for c in (kept, fresh, again):
+            c.close()
+
+    def test_admin_listener_speaks_tls_of_its_own(self):
+        upstream = HttpsEcho(self.certs.server)
+        self.stops.append(upstream.stop)
+        port, admin = free_port(), free_port()
+        self.start(f"""listen: 127.0.0.1:{port}
+upstream: {{url: "https://localhost:{upstream.port}", tls: {{ca_file: {self.certs.ca}}}}}
+admin:
+  listen: 127.0.0.1:{admin}
+  tls: {{cert_file: {self.certs.server[0]}, key_file: {self.certs.server[1]}, client_ca_file: {self.certs.ca}}}
+rules: []
+""")
+        self.assertEqual(plain_get(port, "/x")[0], 200)  # the public listener: plain
+        self.assertEqual(self.curl(f"https://localhost:{admin}/healthz")[0], 0)  # no client certificate
+        code, _ = self.curl(f"https://localhost:{admin}/healthz", "--cert", self.certs.client[0],
+                            "--key", self.certs.client[1])
+        self.assertEqual(code, 200)
+
+    def test_invalid_tls_configuration_is_refused_naming_the_field(self):
+        bad = os.path.join(self.tmp, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write(f"listen: 127.0.0.1:0\ntls:\n  cert_file: {self.certs.server[0]}\n"
+                    f"  key_file: {self.certs.client[1]}\n")
+        r = run([RATEKEEPER, "check-config", bad])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"tls key_file", r.stderr)
+        self.assertIn(b"mismatch", r.stderr)
+
+    # ---- https upstreams ----------------------------------------------------------------------
+
+    def proxy_to(self, upstream_url, upstream_extra="", listener_tls=""):
+        port, admin = free_port(), free_port()
+        rk = self.start(f"""listen: 127.0.0.1:{port}
+{listener_tls}upstream:
+  url: "{upstream_url}"
+{upstream_extra}admin: {{listen: 127.0.0.1:{admin}}}
+rules:
+  - name: ws
+    match: {{path: /ws}}
+    limits:
+      - {{capacity: 2, refill_rate: 0.001}}
+""")
+        return rk, port, admin
+
+    def test_https_upstream_is_verified(self):
+        upstream = HttpsEcho(self.certs.server)
+        self.stops.append(upstream.stop)
+        _, port, admin = self.proxy_to(f"https://localhost:{upstream.port}",
+                                       f"  tls: {{ca_file: {self.certs.ca}}}\n",
+                                       self.tls_section())
+        code, body = self.curl(f"https://localhost:{port}/hello")
+        self.assertEqual(code, 200, body)
+        seen = json.loads(body)
+        self.assertEqual(seen["path"], "/hello")
+        self.assertEqual(seen["headers"]["X-Forwarded-Proto"], "https")
+
+        # The same upstream under a CA that did not sign it: 502, logged with the reason.
+        rk, port, admin = self.proxy_to(f"https://localhost:{upstream.port}",
+                                        f"  tls: {{ca_file: {self.certs.other_ca}}}\n")
+        self.assertEqual(plain_get(port, "/hello")[0], 502)
+        self.assertIn("certificate verify failed", rk.log())
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_upstream_tls_failures_total"), 1)
+
+        # And under a name its certificate does not carry.
+        rk, port, _ = self.proxy_to(f"https://localhost:{upstream.port}",
+                                    f"  tls: {{ca_file: {self.certs.ca}, server_name: app.example}}\n")
+        self.assertEqual(plain_get(port, "/hello")[0], 502)
+        self.assertIn("certificate verify failed", rk.log())
+
+    # ---- WebSocket -----------------------------------------------------------------------------
+
+    def test_websocket_is_relayed_both_ways_and_limited_as_a_request(self):
+        echo = WebSocketEcho()
+        self.stops.append(echo.stop)
+        rk, port, admin = self.proxy_to(f"http://127.0.0.1:{echo.port}")
+
+        async def talk():
+            async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
+                replies = []
+                for text in ("hello", "x" * 200_000):
+                    await ws.send(text)
+                    replies.append(await ws.recv())
+                return replies
+
+        for _ in range(2):
+            replies = asyncio.run(talk())
+            self.assertEqual(replies, ["hello", "x" * 200_000])
+        with self.assertRaises(websockets.exceptions.InvalidStatusCode) as refused:
+            asyncio.run(talk())
+        self.assertEqual(refused.exception.status_code, 429)
+        self.assertEqual(len(echo.paths), 2)
+        self.assertEqual(echo.paths[0][1]["x-forwarded-for"], "127.0.0.1")
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_upgrades_total"), 2)
+        self.assertEqual(metric(text, "ratekeeper_proxy_tunnels_open"), 0)
+
+    def test_websocket_over_a_tls_listener(self):
+        echo = WebSocketEcho()
+        self.stops.append(echo.stop)
+        _, port, _ = self.proxy_to(f"http://127.0.0.1:{echo.port}", listener_tls=self.tls_section())
+        context = ssl.create_default_context(cafile=self.certs.ca)
+
+        async def talk():
+            async with websockets.connect(f"wss://localhost:{port}/chat", ssl=context) as ws:
+                await ws.send("over tls")
+                return await ws.recv()
+
+        self.assertEqual(asyncio.run(talk()), "over tls")
+        self.assertEqual(echo.paths[0][1]["x-forwarded-proto"], "https")
+
+    def test_an_idle_tunnel_is_closed(self):
+        echo = WebSocketEcho()
+        self.stops.append(echo.stop)
+        _, port, admin = self.proxy_to(f"http://127.0.0.1:{echo.port}", "  tunnel_idle_timeout: 1s\n")
+
+        async def idle():
+            async with websockets.connect(f"ws://127.0.0.1:{port}/chat", ping_interval=None) as ws:
+                await ws.send("once")
+                await ws.recv()
+                try:
+                    await asyncio.wait_for(ws.recv(), timeout=20)
+                except websockets.exceptions.ConnectionClosed:
+                    return "closed"
+                return "message"
+
+        self.assertEqual(asyncio.run(idle()), "closed")
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_tunnels_open"), 0)
+
+    def test_upgrades_off_sends_a_plain_request(self):
+        echo = WebSocketEcho()
+        self.stops.append(echo.stop)
+        _, port, admin = self.proxy_to(f"http://127.0.0.1:{echo.port}", "  upgrades: false\n")
+
+        async def talk():
+            async with websockets.connect(f"ws://127.0.0.1:{port}/chat"):
+                pass
+
+        with self.assertRaises(websockets.exceptions.InvalidStatusCode) as refused:
+            asyncio.run(talk())
+        self.assertNotEqual(refused.exception.status_code, 101)
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_upgrades_total"), 0)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ratekeeper", default=RATEKEEPER)
+    args, rest = parser.parse_known_args()
+    RATEKEEPER = os.path.abspath(args.ratekeeper)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
