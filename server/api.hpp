@@ -52,6 +52,10 @@ struct ApiOptions {
 // count both listeners'.
 void write_http_server_metrics(MetricsWriter& out, const http::Server& server, const http::Proxy* proxy);
 
+// process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
+// process_open_fds, process_max_fds, process_start_time_seconds (Prometheus' names).
+void write_process_metrics(MetricsWriter& out);
+
 class Api {
  public:
   Api(limiter::Limiter& limiter, http::Middleware& middleware, ApiOptions options = {});

@@ -595,7 +595,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
-                "admin", "grpc", "demo_api", "tls"});
+                "admin", "grpc", "demo_api", "tls", "access_log"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
     if (!listen) r.fail("listen", listen.error().message);
@@ -734,6 +734,19 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (a["tls"]) c.admin.tls = read_server_tls(r, a["tls"], "admin.tls", c.source);
   }
   if (const auto t = root["tls"]) c.tls = read_server_tls(r, t, "tls", c.source);
+  if (const auto a = root["access_log"]) {
+    r.expect_map(a, "access_log", {"path", "max_lines_per_second"});
+    auto& log = c.access_log.emplace();
+    if (a["path"]) {
+      log.path = r.string(a["path"], "access_log.path");
+      if (log.path.empty()) r.fail("access_log.path", "must not be empty (stdout, or a file)");
+      if (log.path != "stdout") read_file_field(r, a, "access_log", "path", c.source, log.path);
+    }
+    if (a["max_lines_per_second"]) {
+      log.max_lines_per_second = static_cast<double>(
+          r.integer(a["max_lines_per_second"], "access_log.max_lines_per_second", 0, 10'000'000));
+    }
+  }
   if (c.upstream && c.admin.port != 0 && c.admin.port == c.http.port &&
       (c.admin.host == c.http.host || c.admin.host == "0.0.0.0" || c.http.host == "0.0.0.0")) {
     r.fail("admin.listen", fmt::format("must differ from listen ({}:{})", c.http.host,

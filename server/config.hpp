@@ -21,6 +21,7 @@
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/tls.hpp"
 #include "logging.hpp"
+#include "ratekeeper/http/access_log.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
@@ -102,6 +103,8 @@ struct Config {
   // /api/profile, /api/search, /api/export/..., /auth/login). Off unless asked for.
   bool demo_api = false;
   AdminConfig admin;  // used only with an upstream
+  // `access_log`: one JSON line per request served (http/access_log.hpp); unset: none.
+  std::optional<http::AccessLogOptions> access_log;
   // `tls`: the `listen` listener speaks TLS (its files are read at load: again on reload).
   std::optional<ListenerTls> tls;
   std::optional<GrpcConfig> grpc;  // set: serve the gRPC rate limit service too

@@ -91,6 +91,11 @@ std::vector<std::string> restart_fields(const Generation& running, const Generat
   if (a.upstream && b.upstream && a.admin.tls.has_value() != b.admin.tls.has_value()) {
     fields.emplace_back("admin.tls");
   }
+  if (a.access_log.has_value() != b.access_log.has_value() ||
+      (a.access_log && (a.access_log->path != b.access_log->path ||
+                        a.access_log->max_lines_per_second != b.access_log->max_lines_per_second))) {
+    fields.emplace_back("access_log");
+  }
   if (a.grpc.has_value() != b.grpc.has_value()) {
     fields.emplace_back("grpc");
   } else if (a.grpc) {

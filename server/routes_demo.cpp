@@ -83,10 +83,12 @@ void Api::Routes::limited(const Request& request, Endpoint endpoint, std::string
   middleware_.handle(request, [this, endpoint, arg = std::move(arg), respond = std::move(respond)](
                                   http::MiddlewareResult result) mutable {
     if (!result.admitted) {
-      return respond(Response{result.status, std::move(result.content_type),
-                              std::move(result.headers), std::move(result.body)});
+      return respond(Response{result.status, std::move(result.content_type), std::move(result.headers),
+                              std::move(result.body), std::move(result.rule), result.outcome});
     }
     Response r = serve(endpoint, arg);
+    r.rule = std::move(result.rule);
+    r.outcome = result.outcome;
     if (r.headers.empty()) {
       r.headers = std::move(result.headers);
     } else {

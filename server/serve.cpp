@@ -31,6 +31,7 @@
 #include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/http/latency_metrics.hpp"
 #include "ratekeeper/http/proxy.hpp"
 #include "ratekeeper/http/server.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
@@ -273,6 +274,20 @@ int serve(const ServeArgs& args) {
 
   // The routes (own endpoints, decision API, demo API) are served on `listen`, or on `admin`
   // when `listen` proxies to an upstream; then the proxy handles the signals.
+  // The access log and the latency histograms, for the process's life (a reload reopens the
+  // log's file: log rotation).
+  std::shared_ptr<http::AccessLog> access_log;
+  if (config.access_log) {
+    auto opened_log = http::AccessLog::open(*config.access_log);
+    if (!opened_log) {
+      std::fprintf(stderr, "ratekeeper serve: %s\n", opened_log.error().message.c_str());
+      return 2;
+    }
+    access_log = std::move(*opened_log);
+    options.access_log = access_log;
+  }
+  auto latency = std::make_shared<http::LatencyMetrics>();
+  options.latency = latency;
   // A TLS listener's connections take the certificate of the configuration of the moment: a
   // reload re-reads it, and the connections accepted afterwards get the new one.
   if (config.tls) {
@@ -320,8 +335,11 @@ int serve(const ServeArgs& args) {
   process.leasing = leasing;
   process.proxy = config.upstream.has_value();
   process.grpc = rls_config.has_value();
-  process.extra_metrics = [&server, &proxy, &current, &reloader](MetricsWriter& out) {
+  process.extra_metrics = [&server, &proxy, &current, &reloader, latency, access_log](MetricsWriter& out) {
     write_build_info(out);
+    write_process_metrics(out);
+    latency->write(out);
+    if (access_log) access_log->write_metrics(out);
     if (Reloader* r = reloader.load(); r != nullptr) r->write_metrics(out);
     write_http_server_metrics(out, server, proxy.get());
     if (proxy) http::write_proxy_metrics(out, *proxy);
@@ -350,8 +368,14 @@ int serve(const ServeArgs& args) {
         [&args, &process](const Generation& running) {
           return reload_generation(args, process, running);
         },
-        [&process](const Generation& next) {
+        [&process, access_log](const Generation& next) {
           set_up_logging(next.config.logging.format, spdlog::level::from_str(next.config.logging.level));
+          // Log rotation: the file is opened again by its path.
+          if (access_log) {
+            if (auto reopened = access_log->reopen(); !reopened) {
+              spdlog::error("configuration reload: {}; writing on to the file open before", reopened.error().message);
+            }
+          }
           // A limit raised (or a rule gone) may admit what was denied: known denials go.
           if (process.denial_cache != nullptr) process.denial_cache->clear();
         });

@@ -149,11 +149,25 @@ Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Reques
   return out;
 }
 
+namespace {
+
+// The rule an evaluation's answer came from: the first enforcing rule that denied, else the
+// first that applied.
+std::string deciding_rule(const limiter::Evaluation& ev) {
+  for (const auto& r : ev.rules) {
+    if (!r.decision.allowed && r.rule != nullptr) return r.rule->name;
+  }
+  return !ev.rules.empty() && ev.rules.front().rule != nullptr ? ev.rules.front().rule->name : std::string();
+}
+
+}  // namespace
+
 void Middleware::handle(const Request& request, MiddlewareCallback done) {
   auto apps = applied_rules(request);
   if (!apps) {
     metrics_->record(RequestOutcome::bad_request);
     MiddlewareResult r;
+    r.outcome = RequestOutcome::bad_request;
     r.admitted = false;
     r.status = 400;
     r.body = bad_request_body(apps.error().message);
@@ -171,7 +185,8 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
         MiddlewareResult r;
         if (!ev) {
           const bool bad = ev.error().code == ErrorCode::invalid_argument;
-          metrics_->record(bad ? RequestOutcome::bad_request : RequestOutcome::error);
+          r.outcome = bad ? RequestOutcome::bad_request : RequestOutcome::error;
+          metrics_->record(r.outcome);
           r.admitted = false;
           r.status = bad ? 400 : 500;
           r.body = bad ? bad_request_body(ev.error().message)
@@ -181,10 +196,13 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
           return;
         }
         r.headers = rate_limit_headers(*ev, options_.headers);
+        r.rule = deciding_rule(*ev);
         if (ev->allowed) {
+          r.outcome = RequestOutcome::admitted;
           metrics_->record(RequestOutcome::admitted);
           r.delay = ev->decision.delay;
         } else {
+          r.outcome = RequestOutcome::rejected;
           metrics_->record(RequestOutcome::rejected);
           r.admitted = false;
           r.status = 429;

@@ -40,7 +40,9 @@
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/log_limit.hpp"
+#include "ratekeeper/http/access_log.hpp"
 #include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/latency_metrics.hpp"
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/http/path.hpp"
 #include "request_parser.hpp"
@@ -361,6 +363,7 @@ class ProxySession final : public ClientConnection {
       return close();
     }
     enter(Phase::handling);
+    begin_served();
     proxy_.requests.fetch_add(1, std::memory_order_relaxed);
     Request& request = req_->request();
     version_ = req_->version();
@@ -416,6 +419,8 @@ class ProxySession final : public ClientConnection {
   void on_decision(MiddlewareResult result) {
     if (closed() || decided_ == req_id_) return;
     decided_ = req_id_;
+    served_.outcome = result.outcome;
+    served_.rule = std::move(result.rule);
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       // The body of a rejected request is not read: without one, the connection goes on.
@@ -536,6 +541,7 @@ class ProxySession final : public ClientConnection {
     if (n > 0) hold(n);
     const bool last = !body_ec && chunked && req_->is_done();
     if (last) request_framing_ = Framing::none;  // written: relay_request_body() does not again
+    served_.upstream_sent = std::chrono::steady_clock::now();
     up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
     net::async_write(up_->stream, up_frames_.build(head_, up_body_.data(), n, chunked, last),
                      [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
@@ -686,6 +692,8 @@ class ProxySession final : public ClientConnection {
       return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
     }
     const int status = res_->status();
+    served_.upstream = since(served_.upstream_sent);
+    served_.status = status;
     if (status == 101) {
       // Only an upgrade asked for may be switched to.
       if (upgrade_.empty()) return upstream_failed(kBadResponse, proxy_.upstream_bad_response);
@@ -733,6 +741,7 @@ class ProxySession final : public ClientConnection {
   // bytes; the connection closes once they are written.
   void write_to_client(bool with_head, std::size_t n, bool failed) {
     if (n > 0) hold(n);
+    served_.bytes += n;
     const bool chunked = response_framing_ == Framing::chunked;
     const bool last = !failed && chunked && body_expected_ && res_->is_done();
     if (last) response_framing_ = Framing::none;  // written: finish_response() does not again
@@ -802,6 +811,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void next_request() {
+    end_served();
     ++req_id_;
     res_.reset();
     limiter_fields_.clear();
@@ -833,6 +843,7 @@ class ProxySession final : public ClientConnection {
   // other as it is, until one of them closes or the tunnel's time bounds end it. The bytes
   // already read past either head go first.
   void start_tunnel() {
+    end_served();  // the upgrade's line: the tunnel that follows is not a request
     tunnel_ = true;
     proxy_.tunnels_open.fetch_add(1, std::memory_order_relaxed);
     client_.tcp().expires_never();
@@ -914,6 +925,9 @@ class ProxySession final : public ClientConnection {
   void answer_local(int status, std::string_view content_type, std::string_view body,
                     HeaderList fields, bool keep) {
     if (phase_ == Phase::responding) return close();  // nothing else can be said any more
+    begin_served();  // a no-op when the request's header was read
+    served_.status = status;
+    served_.bytes = body.size();
     client_keep_ = keep && keep_alive_ && !draining_ && req_ && req_->is_header_done() &&
                    (!request_body_ || req_->is_done());
     fields.emplace_back("Server", "ratekeeper");
@@ -927,6 +941,7 @@ class ProxySession final : public ClientConnection {
       if (self->closed()) return;
       if (ec) return self->close();
       if (self->client_keep_) return self->next_request();
+      self->end_served();
       self->linger();
     });
   }
@@ -985,6 +1000,7 @@ class ProxySession final : public ClientConnection {
   void close() {
     if (closed()) return;
     phase_ = Phase::closed;
+    end_served();  // a request cut short: its line says what was sent (status 0: nothing)
     end_tunnel();
     delay_timer_.cancel();
     tunnel_timer_.cancel();
@@ -994,6 +1010,44 @@ class ProxySession final : public ClientConnection {
     beast::error_code ec;
     client_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     client_.tcp().socket().close(ec);
+  }
+
+  // ---- what a request leaves behind: its access log line and latency samples ----------------
+
+  static Micros since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count();
+  }
+
+  void begin_served() {
+    if (served_.active || (!proxy_.options.access_log && !proxy_.options.latency)) return;
+    served_ = Served{};
+    served_.active = true;
+    served_.start = std::chrono::steady_clock::now();
+    if (proxy_.options.access_log) served_.wall = wall_now();
+  }
+
+  void end_served() {
+    if (!served_.active) return;
+    served_.active = false;
+    const Micros duration = since(served_.start);
+    if (const auto& latency = proxy_.options.latency) {
+      auto& row = latency->row(served_.rule);
+      row.request[static_cast<std::size_t>(served_.outcome.value_or(RequestOutcome::unmatched))].record(duration);
+      if (served_.upstream) row.upstream.record(*served_.upstream);
+    }
+    if (const auto& log = proxy_.options.access_log) {
+      const bool has_request = req_ && req_->is_header_done();
+      log->write(AccessRecord{.time = served_.wall,
+                              .client = peer_address_,
+                              .method = has_request ? std::string_view(req_->request().method) : std::string_view(),
+                              .path = has_request ? std::string_view(req_->request().target) : std::string_view(),
+                              .status = served_.status,
+                              .rule = served_.rule,
+                              .outcome = served_.outcome,
+                              .duration = duration,
+                              .upstream = served_.upstream,
+                              .bytes = served_.bytes});
+    }
   }
 
   void end_tunnel() {
@@ -1057,6 +1111,19 @@ class ProxySession final : public ClientConnection {
   bool request_body_ = false;    // the request has a body to relay
   std::string upgrade_;          // the protocol the request asks to upgrade to (empty: none)
   bool tunnel_ = false;          // upgraded: relaying bytes both ways (counted in tunnels_open)
+  // The request being served, for its access log line and latency samples (with either).
+  struct Served {
+    bool active = false;
+    std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::time_point upstream_sent;
+    Micros wall = 0;
+    int status = 0;
+    std::string rule;
+    std::optional<RequestOutcome> outcome;
+    std::optional<Micros> upstream;
+    std::uint64_t bytes = 0;
+  };
+  Served served_;
   std::chrono::steady_clock::time_point tunnel_started_;
   std::chrono::steady_clock::time_point tunnel_active_;  // the last byte read either way
   std::atomic<bool> draining_{false};  // set by shutdown(), from any thread

@@ -18,7 +18,9 @@
 
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/http/access_log.hpp"
 #include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/latency_metrics.hpp"
 #include "ratekeeper/http/path.hpp"
 #include "request_parser.hpp"
 #include "server_core.hpp"
@@ -115,6 +117,12 @@ class Session final : public ClientConnection {
     unsigned version = 11;
     bool keep_alive = true;
     std::optional<bhttp::response<bhttp::string_body>> response;
+    // For the access log and the latency histograms: when the request's header was read, and
+    // (with an access log) what it asked for.
+    std::chrono::steady_clock::time_point start;
+    Micros wall = 0;
+    std::string method;
+    std::string path;
   };
 
   // Calls the responder once; a responder dropped unanswered answers 500.
@@ -166,10 +174,16 @@ class Session final : public ClientConnection {
     slot.version = parser_->version();
     slot.keep_alive = parser_->keep_alive();
     if (!slot.keep_alive) read_closed_ = true;
-    queue_.push_back(std::move(slot));
-
     Request request = parser_->release();
     parser_.reset();
+    if (server_.options.latency || server_.options.access_log) slot.start = std::chrono::steady_clock::now();
+    if (server_.options.access_log) {
+      slot.wall = wall_now();
+      slot.method = request.method;
+      slot.path = request.target;  // replaced by its normal form below
+    }
+    queue_.push_back(std::move(slot));
+
     server_.requests.fetch_add(1, std::memory_order_relaxed);
     request.peer_address = peer_address_;
     request.peer_port = peer_port_;
@@ -185,6 +199,7 @@ class Session final : public ClientConnection {
       return;
     }
     request.target = std::move(*target);
+    if (server_.options.access_log) queue_.back().path = request.target;
     const bool returned = contain("the HTTP request handler", [&] {
       server_.handler(std::move(request),
                       [pending](Response r) { pending->deliver(std::move(r)); });
@@ -207,8 +222,12 @@ class Session final : public ClientConnection {
     Slot slot;
     slot.id = next_id_++;
     slot.keep_alive = false;
+    slot.start = std::chrono::steady_clock::now();
+    slot.wall = wall_now();
     queue_.push_back(std::move(slot));
-    fill(queue_.back(), Response{status, "application/json", {}, std::move(body)});
+    Response response{status, "application/json", {}, std::move(body)};
+    observe(queue_.back(), response);
+    fill(queue_.back(), std::move(response));
     linger_ = true;
     do_write();
   }
@@ -237,11 +256,37 @@ class Session final : public ClientConnection {
   void on_response(std::uint64_t id, Response r) {
     for (auto& slot : queue_) {
       if (slot.id == id) {
-        if (!slot.response) fill(slot, std::move(r));
+        if (!slot.response) {
+          observe(slot, r);
+          fill(slot, std::move(r));
+        }
         break;
       }
     }
     do_write();
+  }
+
+  // The access log's line and the latency histogram's sample of a request answered.
+  void observe(const Slot& slot, const Response& r) {
+    const auto& options = server_.options;
+    if (!options.access_log && !(options.latency && r.outcome)) return;
+    const Micros duration = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - slot.start).count();
+    if (options.latency && r.outcome) {
+      options.latency->row(r.rule).request[static_cast<std::size_t>(*r.outcome)].record(duration);
+    }
+    if (options.access_log) {
+      options.access_log->write(AccessRecord{.time = slot.wall,
+                                             .client = peer_address_,
+                                             .method = slot.method,
+                                             .path = slot.path,
+                                             .status = r.status,
+                                             .rule = r.rule,
+                                             .outcome = r.outcome,
+                                             .duration = duration,
+                                             .upstream = std::nullopt,
+                                             .bytes = r.body.size()});
+    }
   }
 
   void do_write() {

@@ -132,6 +132,12 @@ std::string format_endpoint(const boost::asio::ip::tcp::endpoint& ep);
 // The peer's address (IPv4-mapped IPv6 as IPv4) and port; empty and 0 when unknown.
 void peer_of(const boost::asio::ip::tcp::socket& socket, std::string& address, std::uint16_t& port);
 
+// The wall clock in Unix microseconds (the access log's time).
+inline Micros wall_now() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 inline std::chrono::microseconds to_duration(Micros us) {
   return std::chrono::microseconds(us);
 }

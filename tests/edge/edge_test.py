@@ -95,9 +95,9 @@ class Ratekeeper:
         with open(self.config, "w") as f:
             f.write(yaml)
         self.err_path = self.config + ".err"
-        with open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([RATEKEEPER, "serve", "--config", self.config],
-                                         stdout=subprocess.DEVNULL, stderr=err)
+        self.out_path = self.config + ".out"
+        with open(self.err_path, "wb") as err, open(self.out_path, "wb") as out:
+            self.proc = subprocess.Popen([RATEKEEPER, "serve", "--config", self.config], stdout=out, stderr=err)
         end = time.monotonic() + 20
         while "listening on" not in self.log():
             if self.proc.poll() is not None:
@@ -111,6 +111,10 @@ class Ratekeeper:
 
     def log(self):
         with open(self.err_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def out(self):
+        with open(self.out_path, "rb") as f:
             return f.read().decode(errors="replace")
 
     def rewrite(self, yaml):
@@ -490,6 +494,129 @@ rules:
         self.assertNotEqual(refused.exception.status_code, 101)
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, "ratekeeper_proxy_upgrades_total"), 0)
+
+
+class Operations(unittest.TestCase):
+    """The operator's kit: the access log, the latency histograms, the process's metrics."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ratekeeper-ops-")
+        self.stops = []
+        self.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+        threading.Thread(target=self.upstream.serve_forever, daemon=True).start()
+        self.stops.append(lambda: (self.upstream.shutdown(), self.upstream.server_close()))
+
+    def tearDown(self):
+        for stop in reversed(self.stops):
+            stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def proxy(self, access_log):
+        self.port, self.admin = free_port(), free_port()
+        self.yaml = f"""listen: 127.0.0.1:{self.port}
+upstream: {{url: "http://127.0.0.1:{self.upstream.server_address[1]}"}}
+admin: {{listen: 127.0.0.1:{self.admin}}}
+{access_log}rules:
+  - name: api
+    match: {{path: /api/data}}
+    limits:
+      - {{capacity: 2, refill_rate: 0.001}}
+"""
+        rk = Ratekeeper(self.tmp, self.yaml)
+        self.stops.append(rk.stop)
+        return rk
+
+    def lines(self, path, at_least):
+        """The access log's lines once there are at least `at_least` (written twice a second)."""
+        end = time.monotonic() + 10
+        while True:
+            text = open(path).read() if os.path.exists(path) else ""
+            lines = [json.loads(line) for line in text.splitlines()]
+            if len(lines) >= at_least or time.monotonic() > end:
+                return lines
+            time.sleep(0.1)
+
+    def test_access_log_has_one_json_line_per_request(self):
+        log = os.path.join(self.tmp, "access.log")
+        self.proxy(f"access_log: {{path: {log}}}\n")
+        statuses = [plain_get(self.port, "/api/data")[0] for _ in range(3)]
+        self.assertEqual(statuses, [200, 200, 429])
+        self.assertEqual(plain_get(self.port, "/other?q=%C3%A9")[0], 200)
+        lines = self.lines(log, 4)
+        self.assertEqual(len(lines), 4, lines)
+        first, _, limited, other = lines
+        self.assertRegex(first["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
+        self.assertEqual((first["client"], first["method"], first["path"]), ("127.0.0.1", "GET", "/api/data"))
+        self.assertEqual((first["status"], first["rule"], first["outcome"]), (200, "api", "admitted"))
+        self.assertIsNotNone(first["upstream_ms"])
+        self.assertGreaterEqual(first["duration_ms"], first["upstream_ms"])
+        self.assertGreater(first["bytes"], 0)
+        self.assertEqual((limited["status"], limited["rule"], limited["outcome"]), (429, "api", "rejected"))
+        self.assertIsNone(limited["upstream_ms"])
+        self.assertEqual((other["path"], other["rule"], other["outcome"]), ("/other?q=%C3%A9", None, "unmatched"))
+
+    def test_access_log_is_rate_bounded_and_says_how_many_lines_went(self):
+        log = os.path.join(self.tmp, "access.log")
+        self.proxy(f"access_log: {{path: {log}, max_lines_per_second: 5}}\n")
+        for _ in range(40):
+            plain_get(self.port, "/other")
+        _, text = plain_get(self.admin, "/metrics")
+        written = metric(text, 'ratekeeper_access_log_lines_total{result="written"}')
+        dropped = metric(text, 'ratekeeper_access_log_lines_total{result="dropped"}')
+        self.assertEqual(written + dropped, 40)
+        self.assertGreater(dropped, 0)
+        self.assertLess(written, 40)
+        time.sleep(1.2)  # a token again: the next line says how many were dropped before it
+        plain_get(self.port, "/other")
+        lines = self.lines(log, int(written) + 1)
+        self.assertTrue(any(line.get("dropped", 0) > 0 for line in lines), lines[-3:])
+
+    def test_a_reload_reopens_the_access_log(self):
+        log = os.path.join(self.tmp, "access.log")
+        rk = self.proxy(f"access_log: {{path: {log}}}\n")
+        plain_get(self.port, "/before")
+        self.assertEqual(len(self.lines(log, 1)), 1)
+        os.rename(log, log + ".1")  # rotated away
+        r = http.client.HTTPConnection("127.0.0.1", self.admin, timeout=10)
+        r.request("POST", "/admin/reload")
+        self.assertEqual(r.getresponse().status, 200)
+        plain_get(self.port, "/after")
+        paths = [line["path"] for line in self.lines(log, 2)]
+        # The new file has what came after the reload (its own request included), nothing before.
+        self.assertIn("/after", paths, rk.log())
+        self.assertNotIn("/before", paths)
+
+    def test_metrics_have_latency_histograms_and_the_process(self):
+        self.proxy("")
+        for _ in range(3):
+            plain_get(self.port, "/api/data")
+        _, text = plain_get(self.admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_http_request_duration_seconds_count{rule="api",outcome="admitted"}'), 2)
+        self.assertEqual(metric(text, 'ratekeeper_http_request_duration_seconds_count{rule="api",outcome="rejected"}'), 1)
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_duration_seconds_count{rule="api"}'), 2)
+        self.assertEqual(
+            metric(text, 'ratekeeper_http_request_duration_seconds_bucket{rule="api",outcome="admitted",le="+Inf"}'), 2)
+        self.assertGreater(metric(text, "process_cpu_seconds_total"), 0)
+        self.assertGreater(metric(text, "process_resident_memory_bytes"), 1e6)
+        self.assertGreater(metric(text, "process_open_fds"), 3)
+        self.assertAlmostEqual(metric(text, "process_start_time_seconds"), time.time(), delta=120)
+
+    def test_the_servers_own_routes_are_logged(self):
+        port = free_port()
+        rk = Ratekeeper(self.tmp, f"""listen: 127.0.0.1:{port}
+demo_api: true
+access_log: {{path: stdout}}
+rules:
+  - name: api
+    match: {{path: /api/data}}
+    limits:
+      - {{capacity: 1, refill_rate: 0.001}}
+""")
+        self.stops.append(rk.stop)
+        self.assertEqual([plain_get(port, "/api/data")[0] for _ in range(2)], [200, 429])
+        rk.stop()  # stdout is written out at exit
+        lines = [json.loads(line) for line in rk.out().splitlines() if line.startswith('{"time"')]
+        self.assertEqual([(line["status"], line["outcome"]) for line in lines], [(200, "admitted"), (429, "rejected")])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ struct MiddlewareResult {
   // Admitted, to be passed on only after this long (a rule with `on_limit: delay` reserved
   // the request's place at that time); 0: at once.
   Micros delay = 0;
+  RequestOutcome outcome = RequestOutcome::unmatched;
+  // The rule the answer came from: the first that denied, else the first applied; empty when
+  // none applied.
+  std::string rule;
 };
 
 using MiddlewareCallback = std::function<void(MiddlewareResult)>;

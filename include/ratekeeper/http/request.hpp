@@ -15,6 +15,12 @@ namespace ratekeeper::http {
 // Header fields in order, names as sent.
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
+// What the rate-limiting middleware made of a request: admitted by every rule that applied,
+// rejected by one (429), a bad identity (400), a failure (500), or no rule applied.
+enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, error, unmatched };
+inline constexpr std::size_t kRequestOutcomeCount = 5;
+std::string_view to_string(RequestOutcome outcome) noexcept;
+
 // ASCII case-insensitive equality (header names).
 bool iequals(std::string_view a, std::string_view b) noexcept;
 
@@ -39,6 +45,11 @@ struct Response {
   std::string content_type = "application/json";  // empty: no Content-Type
   HeaderList headers;
   std::string body;
+  // What the middleware decided for the request, when it was asked: the rule the answer came
+  // from (MiddlewareResult::rule) and the outcome. For the access log and the latency
+  // histograms; never sent.
+  std::string rule{};
+  std::optional<RequestOutcome> outcome{};
 };
 
 }  // namespace ratekeeper::http

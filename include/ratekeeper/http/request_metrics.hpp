@@ -9,15 +9,14 @@
 #include <string>
 #include <string_view>
 
+#include "ratekeeper/http/request.hpp"
+
 namespace ratekeeper {
 class MetricsWriter;
 }
 
 namespace ratekeeper::http {
 
-enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, error, unmatched };
-inline constexpr std::size_t kRequestOutcomeCount = 5;
-std::string_view to_string(RequestOutcome outcome) noexcept;
 
 class RequestMetrics {
  public:

@@ -27,6 +27,9 @@ class TlsServerContext;
 
 namespace ratekeeper::http {
 
+class AccessLog;
+class LatencyMetrics;
+
 // Delivers the response of one request. Callable from any thread, exactly once.
 using Responder = std::function<void(Response)>;
 // Runs on the connection's thread; may answer inline or later from another thread. The request's
@@ -61,6 +64,11 @@ struct ServerOptions {
   // certificate serves the connections accepted after it, those open keep theirs). Called on
   // the listener's thread; must not return null.
   std::function<std::shared_ptr<TlsServerContext>()> tls;
+  // Set: every request served leaves a line here (http/access_log.hpp).
+  std::shared_ptr<AccessLog> access_log;
+  // Set: request latencies are recorded here (http/latency_metrics.hpp): the proxy's every
+  // request; the server's, those its handler asked the middleware about (Response::outcome).
+  std::shared_ptr<LatencyMetrics> latency;
   // Called on an io thread when SIGHUP arrives (with handle_signals): it must return quickly
   // (hand the work to another thread). What it throws is contained.
   std::function<void()> on_reload;

@@ -205,10 +205,24 @@ TEST(UpstreamUrl, HostAndPort) {
   ASSERT_TRUE(u);
   EXPECT_EQ(u->host, "::1");
   EXPECT_EQ(u->port, 8081);
+  EXPECT_FALSE(u->tls.enabled);
+}
+
+TEST(UpstreamUrl, HttpsIsTlsWithVerificationOnPort443) {
+  auto u = parse_upstream_url("https://app.internal");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "app.internal");
+  EXPECT_EQ(u->port, 443);
+  EXPECT_TRUE(u->tls.enabled);
+  EXPECT_TRUE(u->tls.verify);
+  u = parse_upstream_url("HTTPS://10.0.0.2:8443/");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->port, 8443);
+  EXPECT_TRUE(u->tls.enabled);
 }
 
 TEST(UpstreamUrl, RefusesWhatItCannotHonour) {
-  for (const char* bad : {"https://x", "x:80", "http://", "http://x:0", "http://x:65536",
+  for (const char* bad : {"https://", "https://x/api", "x:80", "http://", "http://x:0", "http://x:65536",
                           "http://x:", "http://x/api", "http://x?q", "http://u:p@x",
                           "http://::1:80", "http://[::1", "http://[::1]x", "ftp://x"}) {
     const auto r = parse_upstream_url(bad);

@@ -729,7 +729,16 @@ TEST(ConfigTest, WithoutUpstreamNothingIsProxied) {
 
 TEST(ConfigTest, UpstreamErrorsNameTheField) {
   expect_error("upstream: {timeout: 1s}\n", "upstream.url", "required");
-  expect_error("upstream: {url: 'https://app:443'}\n", "upstream.url", "https");
+  expect_error("upstream: {url: 'wss://app:443'}\n", "upstream.url", "expected http://");
+  expect_error("upstream: {url: 'http://app', tls: {ca_file: ca.pem}}\n", "upstream.tls", "https://");
+  expect_error("upstream: {url: 'https://app', tls: {ca_file: /nonexistent/ca.pem}}\n", "upstream.tls",
+               "ca_file");
+  expect_error("upstream: {url: 'http://app', tunnel_idle_timeout: 0s}\n", "upstream.tunnel_idle_timeout",
+               "at least");
+  expect_error("tls: {key_file: k.pem}\n", "tls.cert_file", "required");
+  expect_error("tls: {cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem}\n", "tls", "cert_file");
+  expect_error("tls: {cert_file: c.pem, key_file: k.pem, min_version: '1.1'}\n", "tls.min_version",
+               "1.2 or 1.3");
   expect_error("upstream: {url: 'http://app:8000/base'}\n", "upstream.url", "path");
   expect_error("upstream: {url: 'http://app:0'}\n", "upstream.url", "port");
   expect_error("upstream: {url: 'http://app', pool: 3}\n", "upstream.pool", "unknown field");
