@@ -22,6 +22,8 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   python3-fastapi python3-uvicorn python3-redis
   # tests/edge: the WebSocket client and upstream (curl and openssl are above)
   python3-websockets openssl
+  # tests/edge: the alerting rules and the exposition checked by promtool
+  prometheus
   # tests/packaging: the Debian packages (CPack's DEB generator: dpkg-shlibdeps, file), their
   # unit checked by systemd-analyze (no running systemd needed)
   dpkg-dev file systemd)
@@ -35,3 +37,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # The packaged redis-server may have been started as a service; the tests start their own.
+# So may prometheus (on port 9090): the tests use only its promtool.
+if pgrep -x prometheus >/dev/null 2>&1; then
+  systemctl stop prometheus >/dev/null 2>&1 || service prometheus stop >/dev/null 2>&1 || pkill -x prometheus || true
+fi

@@ -619,6 +619,78 @@ rules:
         self.assertEqual([(line["status"], line["outcome"]) for line in lines], [(200, "admitted"), (429, "rejected")])
 
 
+DEPLOY = os.path.join(ROOT, "deploy")
+
+
+class Monitoring(unittest.TestCase):
+    """The Prometheus alerting rules and the Grafana dashboard in deploy/: valid, tested, and
+    about series a real ratekeeper exposes."""
+
+    def promtool(self, *args, cwd=None):
+        r = run(["promtool", *args], timeout=120) if cwd is None else subprocess.run(
+            ["promtool", *args], capture_output=True, timeout=120, cwd=cwd)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr).decode())
+        return r
+
+    def test_alerting_rules_check_and_pass_their_tests(self):
+        rules = os.path.join(DEPLOY, "prometheus")
+        self.promtool("check", "rules", "ratekeeper-alerts.yml", cwd=rules)
+        self.promtool("test", "rules", "ratekeeper-alerts.test.yml", cwd=rules)
+
+    def dashboard_exprs(self):
+        with open(os.path.join(DEPLOY, "grafana", "ratekeeper.json")) as f:
+            dashboard = json.load(f)
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+        self.assertGreater(len(exprs), 10)
+        return exprs
+
+    def test_dashboard_queries_are_valid_promql(self):
+        # Grafana's variables as a query would have them, each query a recording rule for promtool.
+        tmp = tempfile.mkdtemp(prefix="ratekeeper-dash-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        rules = {"groups": [{"name": "dashboard", "rules": [
+            {"record": f"dashboard:query{i}",
+             "expr": e.replace("$__rate_interval", "5m").replace("$__range", "1h").replace("$instance", ".*")}
+            for i, e in enumerate(self.dashboard_exprs())]}]}
+        path = os.path.join(tmp, "dashboard.yml")
+        with open(path, "w") as f:
+            json.dump(rules, f)  # JSON is YAML
+        self.promtool("check", "rules", path)
+
+    def test_every_series_they_name_is_exposed(self):
+        import re
+        upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+        self.addCleanup(lambda: (upstream.shutdown(), upstream.server_close()))
+        tmp = tempfile.mkdtemp(prefix="ratekeeper-mon-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        port, admin = free_port(), free_port()
+        rk = Ratekeeper(tmp, f"""listen: 127.0.0.1:{port}
+upstream: {{url: "http://127.0.0.1:{upstream.server_address[1]}"}}
+admin: {{listen: 127.0.0.1:{admin}}}
+access_log: {{path: {os.path.join(tmp, "access.log")}}}
+rules:
+  - name: api
+    match: {{path: /api}}
+    limits:
+      - {{capacity: 5, refill_rate: 1}}
+""")
+        self.addCleanup(rk.stop)
+        plain_get(port, "/api")
+        _, text = plain_get(admin, "/metrics")
+        families = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+        with open(os.path.join(DEPLOY, "prometheus", "ratekeeper-alerts.yml")) as f:
+            sources = f.read() + "\n".join(self.dashboard_exprs())
+        named = set(re.findall(r"\b((?:ratekeeper|process)_[a-z0-9_]+)", sources))
+        self.assertGreater(len(named), 15)
+        for name in sorted(named):
+            family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in families else name
+            self.assertIn(family, families, f"{name} is named in deploy/ but not exposed")
+        # And the exposition itself passes Prometheus' own lint.
+        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr).decode())
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--ratekeeper", default=RATEKEEPER)
