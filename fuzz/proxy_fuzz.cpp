@@ -1,7 +1,8 @@
 // Fuzz target: the reverse proxy's handling of outside bytes without sockets
 // (src/http/proxy.cpp, src/http/proxy_message.hpp). The input is two messages: the first two
 // bytes give the length of the client's request (little-endian), the rest is the upstream's
-// response. The request goes through the streaming request parser (its body in pieces of a
+// response. The request's line written to the access log must be one valid JSON object with
+// the request's status and byte count, whatever bytes its method and target hold. The request goes through the streaming request parser (its body in pieces of a
 // few bytes), path normalisation and the header rewriting; the head written to the upstream
 // must parse again, with the same method and target, the peer last in X-Forwarded-For. The
 // response goes through the response parser (body in pieces) and the rewriting towards the
@@ -15,7 +16,10 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "http/proxy_message.hpp"
+#include "ratekeeper/http/access_log.hpp"
 #include "http/request_parser.hpp"
 #include "ratekeeper/http/path.hpp"
 #include "require.hpp"
@@ -75,6 +79,24 @@ void request_side(std::string_view input) {
     if (!target) continue;  // 400
     const auto twice = http::normalize_target(*target, options);
     fuzz::require(twice && *twice == *target);
+  }
+  {
+    // The access log line of this request: one JSON object, whatever its bytes.
+    const std::string line = http::AccessLog::format(http::AccessRecord{.time = 1'796'496'639'598'638,
+                                                                        .client = kPeer,
+                                                                        .method = request.method,
+                                                                        .path = request.target,
+                                                                        .status = 200,
+                                                                        .rule = request.method,
+                                                                        .outcome = http::RequestOutcome::admitted,
+                                                                        .duration = 1234,
+                                                                        .upstream = 1000,
+                                                                        .bytes = request.target.size()});
+    fuzz::require(line.find('\n') == std::string::npos);
+    const auto parsed = nlohmann::json::parse(line, nullptr, false);
+    fuzz::require(!parsed.is_discarded() && parsed.is_object());
+    fuzz::require(parsed["status"] == 200 && parsed["bytes"] == request.target.size());
+    fuzz::require(parsed["method"].is_string() && parsed["path"].is_string());
   }
   if (!target) return;
   // An upgrade asked for is sent on as asked (the proxy relays one for a request without body).

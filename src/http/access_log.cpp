@@ -35,7 +35,10 @@ void append_escaped(std::string& out, std::string_view s) {
       ++i;
     } else {
       // A well-formed UTF-8 sequence goes as it is.
-      std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+      const std::size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+                            : c >= 0xe0 && c <= 0xef ? 3
+                            : c >= 0xf0 && c <= 0xf4 ? 4
+                                                     : 0;
       bool ok = n > 0 && i + n <= s.size();
       for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
       if (ok && n == 3) {
