@@ -56,6 +56,6 @@ The ratekeeper library (static), its headers and its CMake package:
 find_package(ratekeeper) and link ratekeeper::ratekeeper. Token bucket,
 sliding and fixed windows, on Redis or in memory.")
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libboost-dev (>= 1.74), libfmt-dev, libhiredis-dev, \
-libspdlog-dev, libyaml-cpp-dev, nlohmann-json3-dev, libssl-dev, pkg-config")
+libspdlog-dev, libyaml-cpp-dev, nlohmann-json3-dev, libssl-dev, libnghttp2-dev, pkg-config")
 
 include(CPack)

@@ -9,6 +9,8 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   # grpc_tools); bench/rls_h2load.sh (h2load)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
   python3-grpcio python3-grpc-tools nghttp2-client
+  # HTTP/2 to clients (libnghttp2); the HTTP/2 tests' clients: curl (above), h2load (nghttp2-client)
+  libnghttp2-dev
   # the auth_request tests: a real nginx (started by the tests, never as a service); the
   # decision API's Python example, run by the tests
   nginx python3

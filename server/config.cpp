@@ -226,9 +226,10 @@ void read_store_tls(const Reader& r, const YAML::Node& node, const std::string& 
 // A listener's TLS (tls, admin.tls): its certificate and key, the client CAs of mutual TLS.
 // The files are read here (and again on each reload).
 ListenerTls read_server_tls(const Reader& r, const YAML::Node& node, const std::string& path,
-                            const std::string& source) {
+                            const std::string& source, bool http2) {
   r.expect_map(node, path, {"cert_file", "key_file", "client_ca_file", "min_version"});
   TlsServerOptions t;
+  t.http2 = http2;
   for (const char* required : {"cert_file", "key_file"}) {
     if (!node[required]) r.fail(Reader::field(path, required), "required field missing");
   }
@@ -679,7 +680,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   if (const auto h = root["http"]) {
     r.expect_map(h, "http",
                  {"max_header_bytes", "max_body_bytes", "read_timeout", "request_timeout",
-                  "max_pipelined", "escaped_slashes", "ambiguous_paths"});
+                  "max_pipelined", "escaped_slashes", "ambiguous_paths", "http2"});
     if (h["max_header_bytes"]) {
       c.http.header_limit = static_cast<std::size_t>(
           r.integer(h["max_header_bytes"], "http.max_header_bytes", 512, 1 << 20));
@@ -693,6 +694,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (h["request_timeout"]) {
       c.http.request_timeout = r.duration(h["request_timeout"], "http.request_timeout", 1);
     }
+    if (h["http2"]) c.http.http2 = r.boolean(h["http2"], "http.http2");
     if (h["max_pipelined"]) {
       c.http.max_pipelined =
           static_cast<std::size_t>(r.integer(h["max_pipelined"], "http.max_pipelined", 1, 1024));
@@ -731,9 +733,10 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (!listen) r.fail("admin.listen", listen.error().message);
     c.admin.host = std::move(listen->host);
     c.admin.port = listen->port;
-    if (a["tls"]) c.admin.tls = read_server_tls(r, a["tls"], "admin.tls", c.source);
+    if (a["tls"]) c.admin.tls = read_server_tls(r, a["tls"], "admin.tls", c.source, false);
   }
-  if (const auto t = root["tls"]) c.tls = read_server_tls(r, t, "tls", c.source);
+  // HTTP/2 is the proxy's: the `listen` listener offers h2 by ALPN when it proxies.
+  if (const auto t = root["tls"]) c.tls = read_server_tls(r, t, "tls", c.source, c.upstream && c.http.http2);
   if (const auto a = root["access_log"]) {
     r.expect_map(a, "access_log", {"path", "max_lines_per_second"});
     auto& log = c.access_log.emplace();

@@ -27,7 +27,7 @@ bool same_server(const http::ServerOptions& a, const http::ServerOptions& b) {
   return a.header_limit == b.header_limit && a.body_limit == b.body_limit &&
          a.read_timeout == b.read_timeout && a.request_timeout == b.request_timeout &&
          a.max_pipelined == b.max_pipelined &&
-         a.drain_timeout == b.drain_timeout && a.paths == b.paths;
+         a.drain_timeout == b.drain_timeout && a.paths == b.paths && a.http2 == b.http2;
 }
 
 bool same_upstream(const std::optional<http::UpstreamOptions>& a,

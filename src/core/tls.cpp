@@ -8,6 +8,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <cstring>
+#include <string_view>
 
 #include "tls_context.hpp"
 
@@ -28,21 +29,26 @@ constexpr const char* kTls12Ciphers =
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 
-// ALPN, server side: http/1.1 is the one protocol spoken; a client offering only others gets
-// no ALPN answer (and speaks HTTP/1.1 or fails on its own).
+// ALPN, server side: h2 when the listener speaks it (`arg` non-null) and the client offers it,
+// else http/1.1; a client offering neither gets no ALPN answer (and speaks HTTP/1.1 or fails
+// on its own).
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
-                unsigned int inlen, void*) {
-  static constexpr unsigned char kHttp11[] = {'h', 't', 't', 'p', '/', '1', '.', '1'};
-  for (unsigned int i = 0; i < inlen;) {
-    const unsigned int n = in[i];
-    if (i + 1 + n > inlen) break;
-    if (n == sizeof kHttp11 && std::memcmp(in + i + 1, kHttp11, n) == 0) {
-      *out = in + i + 1;
-      *outlen = static_cast<unsigned char>(n);
-      return SSL_TLSEXT_ERR_OK;
+                unsigned int inlen, void* arg) {
+  const auto offered = [&](std::string_view protocol) -> bool {
+    for (unsigned int i = 0; i < inlen;) {
+      const unsigned int n = in[i];
+      if (i + 1 + n > inlen) break;
+      if (n == protocol.size() && std::memcmp(in + i + 1, protocol.data(), n) == 0) {
+        *out = in + i + 1;
+        *outlen = static_cast<unsigned char>(n);
+        return true;
+      }
+      i += 1 + n;
     }
-    i += 1 + n;
-  }
+    return false;
+  };
+  if (arg != nullptr && offered("h2")) return SSL_TLSEXT_ERR_OK;
+  if (offered("http/1.1")) return SSL_TLSEXT_ERR_OK;
   return SSL_TLSEXT_ERR_NOACK;
 }
 
@@ -151,7 +157,9 @@ Result<std::shared_ptr<TlsServerContext>> make_tls_server_context(const TlsServe
     ERR_clear_error();
     return make_error(ErrorCode::invalid_argument, "tls: this OpenSSL refuses the TLS 1.2 cipher suites");
   }
-  SSL_CTX_set_alpn_select_cb(native, select_alpn, nullptr);
+  // Any non-null argument says h2 is offered.
+  static int h2_offered = 1;
+  SSL_CTX_set_alpn_select_cb(native, select_alpn, options.http2 ? &h2_offered : nullptr);
   error_code ec;
   if (context.use_certificate_chain_file(options.cert_file, ec); ec) {
     return tls_error("cert_file", options.cert_file, "cannot load: " + ssl_reason(ec));

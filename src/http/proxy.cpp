@@ -20,6 +20,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <optional>
 #include <boost/asio/connect.hpp>
@@ -36,6 +37,7 @@
 #include <memory>
 #include <vector>
 
+#include "h2_connection.hpp"
 #include "proxy_message.hpp"
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
@@ -174,6 +176,35 @@ class UpstreamPool {
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
 };
 
+// HTTP/2's connection preface (RFC 9113 3.4): what a client with prior knowledge sends first.
+constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// Whether a connection's first bytes are (the start of) HTTP/2's preface. A prefix of 4 bytes
+// or more is enough: no HTTP/1.1 method is "PRI ".
+bool is_h2_preface(std::string_view first) {
+  const std::size_t n = std::min(first.size(), kH2Preface.size());
+  return n >= 4 && first.substr(0, n) == kH2Preface.substr(0, n);
+}
+
+// Whether the TLS handshake agreed on h2 (ALPN).
+bool alpn_h2(Stream& stream) {
+  const unsigned char* protocol = nullptr;
+  unsigned int length = 0;
+  SSL_get0_alpn_selected(stream.tls()->native_handle(), &protocol, &length);
+  return length == 2 && protocol[0] == 'h' && protocol[1] == '2';
+}
+
+// Closes an upstream connection; it is destroyed once the operations the close cancelled have
+// completed (they still refer to its stream and buffer).
+void retire(std::unique_ptr<UpstreamConnection> c) {
+  if (!c) return;
+  beast::error_code ec;
+  c->stream.tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+  c->stream.tcp().socket().close(ec);
+  auto executor = c->stream.get_executor();
+  net::post(executor, [c = std::move(c)] {});
+}
+
 struct JsonError {
   int status;
   std::string_view body;
@@ -206,6 +237,30 @@ std::string_view reason_of(int status) {
 }
 
 }  // namespace
+
+// A request being served, for its access log line and latency samples (Proxy::Impl::observe).
+struct Served {
+  bool active = false;
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point upstream_sent;
+  Micros wall = 0;
+  int status = 0;
+  std::string rule;
+  std::optional<RequestOutcome> outcome;
+  std::optional<Micros> upstream;
+  std::uint64_t bytes = 0;
+};
+
+Micros since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count();
+}
+
+// How opening an upstream connection ended (Proxy::Impl::open_upstream).
+struct UpstreamOpened {
+  enum Result { ok, unreachable, timeout } result = ok;
+  beast::error_code ec;
+  std::string why;  // a TLS handshake's failure, in words
+};
 
 struct Proxy::Impl : ServerCore {
   Impl(ServerOptions o, UpstreamOptions u, MiddlewareSource m, EventLoop& l)
@@ -241,6 +296,76 @@ struct Proxy::Impl : ServerCore {
 
   void count(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
+  // A request served: its latency samples and access log line.
+  void observe(const Served& served, std::string_view peer, std::string_view method, std::string_view path) {
+    const Micros duration = since(served.start);
+    if (options.latency) {
+      auto& row = options.latency->row(served.rule);
+      row.request[static_cast<std::size_t>(served.outcome.value_or(RequestOutcome::unmatched))].record(duration);
+      if (served.upstream) row.upstream.record(*served.upstream);
+    }
+    if (options.access_log) {
+      options.access_log->write(AccessRecord{.time = served.wall,
+                                             .client = peer,
+                                             .method = method,
+                                             .path = path,
+                                             .status = served.status,
+                                             .rule = served.rule,
+                                             .outcome = served.outcome,
+                                             .duration = duration,
+                                             .upstream = served.upstream,
+                                             .bytes = served.bytes});
+    }
+  }
+
+  // Opens `c` (a new connection): resolves the upstream's name (unless it is an address),
+  // connects within connect_timeout, sets TCP_NODELAY and, for https, sends SNI and handshakes
+  // (the certificate verified), within connect_timeout again. `done` runs on c's thread, once,
+  // unless `abandoned()` says by then that its caller let `c` go (nothing of `c` is touched
+  // then); the caller keeps `resolver` alive.
+  void open_upstream(UpstreamConnection& c, tcp::resolver& resolver, std::function<bool()> abandoned,
+                     std::function<void(const UpstreamOpened&)> done) {
+    c.stream.tcp().expires_after(to_duration(upstream.connect_timeout));
+    auto connected = [this, &c, abandoned, done](beast::error_code ec) {
+      if (abandoned()) return;
+      if (ec) return done(UpstreamOpened{ec == beast::error::timeout ? UpstreamOpened::timeout : UpstreamOpened::unreachable, ec, {}});
+      count(opened);
+      beast::error_code ignored;
+      c.stream.tcp().socket().set_option(tcp::no_delay(true), ignored);
+      if (!c.stream.is_tls()) return done(UpstreamOpened{});
+      c.stream.tcp().expires_after(to_duration(upstream.connect_timeout));
+      SSL* ssl = c.stream.tls()->native_handle();
+      if (std::string error = prepare_client_handshake(ssl, upstream.tls, upstream.host); !error.empty()) {
+        count(upstream_tls_failures);
+        return done(UpstreamOpened{UpstreamOpened::unreachable, {}, "TLS handshake failed: " + error});
+      }
+      c.stream.async_handshake(net::ssl::stream_base::client, [this, &c, abandoned, done](beast::error_code e) {
+        if (abandoned()) return;
+        if (e == net::error::operation_aborted) return done(UpstreamOpened{UpstreamOpened::unreachable, e, {}});
+        if (e == beast::error::timeout) return done(UpstreamOpened{UpstreamOpened::timeout, e, {}});
+        if (e) {
+          count(upstream_tls_failures);
+          return done(UpstreamOpened{UpstreamOpened::unreachable, e,
+                                     "TLS handshake failed: " + handshake_failure(c.stream.tls()->native_handle(), e)});
+        }
+        done(UpstreamOpened{});
+      });
+    };
+    if (literal) {
+      c.stream.tcp().async_connect(*literal, connected);
+      return;
+    }
+    resolver.async_resolve(upstream.host, std::to_string(upstream.port),
+                           [&c, abandoned, connected, done](beast::error_code ec,
+                                                            const tcp::resolver::results_type& results) {
+                             if (abandoned()) return;
+                             if (ec) return done(UpstreamOpened{UpstreamOpened::unreachable, ec, {}});
+                             c.stream.tcp().async_connect(results, [connected](beast::error_code e, const tcp::endpoint&) {
+                               connected(e);
+                             });
+                           });
+  }
+
   // Bytes of body held between a read and its write, over all sessions; its high-water mark.
   void hold(std::size_t n) {
     const auto now = buffered.fetch_add(n, std::memory_order_relaxed) + n;
@@ -275,6 +400,7 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> upstream_tls_failures{0};
   std::atomic<std::uint64_t> upgrades{0};
   std::atomic<std::uint64_t> tunnels_open{0};
+  std::atomic<std::uint64_t> h2_connections{0};
   std::atomic<std::uint64_t> buffered{0};
   std::atomic<std::uint64_t> buffered_high{0};
 };
@@ -285,6 +411,7 @@ class ProxySession final : public ClientConnection {
       : ClientConnection(proxy),
         proxy_(*proxy),
         client_(proxy->accept_stream(std::move(socket), tls_)),
+        executor_(client_.get_executor()),
         pool_(proxy_.pool_of(client_.get_executor())),
         delay_timer_(client_.get_executor()),
         body_timer_(client_.get_executor()),
@@ -302,7 +429,7 @@ class ProxySession final : public ClientConnection {
 
   void start() override {
     net::dispatch(client_.get_executor(), [self = self<ProxySession>()] {
-      if (!self->client_.is_tls()) return self->read_request();
+      if (!self->client_.is_tls()) return self->proxy_.options.http2 ? self->read_preface() : self->read_request();
       // The handshake is bounded as a request's header is.
       self->client_.tcp().expires_after(to_duration(self->proxy_.options.read_timeout));
       self->client_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
@@ -311,6 +438,7 @@ class ProxySession final : public ClientConnection {
           self->proxy_.tls_handshake_failed(ec, self->client_, self->peer_address_);
           return self->close();
         }
+        if (self->proxy_.options.http2 && alpn_h2(self->client_)) return self->start_h2({});
         self->read_request();
       });
     });
@@ -319,7 +447,7 @@ class ProxySession final : public ClientConnection {
   // Marked here, on the caller's thread (see ClientConnection::shutdown()).
   void shutdown() override {
     draining_.store(true);
-    net::post(client_.get_executor(), [self = self<ProxySession>()] {
+    net::post(executor_, [self = self<ProxySession>()] {
       const bool receiving = self->req_ && self->req_->got_some();
       // An upgraded connection has no request boundary to stop at: it closes now.
       if ((self->phase_ == Phase::awaiting && !receiving) || self->tunnel_) self->close();
@@ -327,7 +455,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void abort() override {
-    net::post(client_.get_executor(), [self = self<ProxySession>()] { self->close(); });
+    net::post(executor_, [self = self<ProxySession>()] { self->close(); });
   }
 
  private:
@@ -338,6 +466,29 @@ class ProxySession final : public ClientConnection {
       (self.get()->*f)(std::forward<decltype(args)>(args)...);
     };
   }
+
+  // ---- the protocol ----------------------------------------------------------------------
+
+  // A plain connection's first bytes: HTTP/2's connection preface (h2c with prior knowledge)
+  // hands the connection to an HTTP/2 session; anything else is HTTP/1.1, parsed from them.
+  void read_preface() {
+    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+    client_.async_read_some(client_buf_.prepare(4096), [self = self<ProxySession>()](beast::error_code ec, std::size_t n) {
+      if (self->closed()) return;
+      if (ec) return self->close();
+      self->client_buf_.commit(n);
+      const auto data = self->client_buf_.data();
+      const std::string_view first(static_cast<const char*>(data.data()), data.size());
+      if (is_h2_preface(first)) {
+        std::string received(first);
+        self->client_buf_.consume(self->client_buf_.size());
+        return self->start_h2(std::move(received));
+      }
+      self->read_request();
+    });
+  }
+
+  void start_h2(std::string received);
 
   // ---- the request ---------------------------------------------------------------------
 
@@ -478,48 +629,17 @@ class ProxySession final : public ClientConnection {
   void connect() {
     reused_ = false;
     up_ = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls);
-    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.connect_timeout));
-    if (proxy_.literal) {
-      up_->stream.tcp().async_connect(*proxy_.literal, bind(&ProxySession::on_connect));
-      return;
-    }
-    resolver_.async_resolve(
-        proxy_.upstream.host, std::to_string(proxy_.upstream.port),
-        [self = self<ProxySession>()](beast::error_code ec, const tcp::resolver::results_type& results) {
-          if (self->closed()) return;
-          if (ec) return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable, ec);
-          self->up_->stream.tcp().async_connect(
-              results, [self](beast::error_code e, const tcp::endpoint&) { self->on_connect(e); });
-        });
-  }
-
-  void on_connect(beast::error_code ec) {
-    if (closed()) return;
-    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
-    if (ec) return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
-    proxy_.count(proxy_.opened);
-    beast::error_code ignored;
-    up_->stream.tcp().socket().set_option(tcp::no_delay(true), ignored);
-    if (!up_->stream.is_tls()) return send_head();
-    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.connect_timeout));
-    // https: SNI and the name the certificate must carry, then the handshake, bounded as the
-    // connect is (its timer runs on).
-    SSL* ssl = up_->stream.tls()->native_handle();
-    if (std::string error = prepare_client_handshake(ssl, proxy_.upstream.tls, proxy_.upstream.host);
-        !error.empty()) {
-      return upstream_tls_failed(error);
-    }
-    up_->stream.async_handshake(net::ssl::stream_base::client, [self = self<ProxySession>()](beast::error_code e) {
-      if (self->closed()) return;
-      if (e == beast::error::timeout) return self->upstream_failed(kTimeout, self->proxy_.upstream_timeout, e);
-      if (e) return self->upstream_tls_failed(handshake_failure(self->up_->stream.tls()->native_handle(), e));
-      self->send_head();
+    auto* connecting = up_.get();
+    proxy_.open_upstream(*up_, resolver_, [self = self<ProxySession>(), connecting] {
+      return self->closed() || self->up_.get() != connecting;
+    }, [self = self<ProxySession>()](const UpstreamOpened& opened) {
+      switch (opened.result) {
+        case UpstreamOpened::ok: return self->send_head();
+        case UpstreamOpened::timeout: return self->upstream_failed(kTimeout, self->proxy_.upstream_timeout, opened.ec);
+        case UpstreamOpened::unreachable:
+          return self->upstream_failed(kUnreachable, self->proxy_.upstream_unreachable, opened.ec, opened.why);
+      }
     });
-  }
-
-  void upstream_tls_failed(const std::string& why) {
-    proxy_.count(proxy_.upstream_tls_failures);
-    upstream_failed(kUnreachable, proxy_.upstream_unreachable, {}, "TLS handshake failed: " + why);
   }
 
   void send_head() {
@@ -989,13 +1109,7 @@ class ProxySession final : public ClientConnection {
     });
   }
 
-  void drop_upstream() {
-    if (!up_) return;
-    beast::error_code ec;
-    up_->stream.tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
-    up_->stream.tcp().socket().close(ec);
-    up_.reset();
-  }
+  void drop_upstream() { retire(std::move(up_)); }
 
   void close() {
     if (closed()) return;
@@ -1014,10 +1128,6 @@ class ProxySession final : public ClientConnection {
 
   // ---- what a request leaves behind: its access log line and latency samples ----------------
 
-  static Micros since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count();
-  }
-
   void begin_served() {
     if (served_.active || (!proxy_.options.access_log && !proxy_.options.latency)) return;
     served_ = Served{};
@@ -1029,25 +1139,9 @@ class ProxySession final : public ClientConnection {
   void end_served() {
     if (!served_.active) return;
     served_.active = false;
-    const Micros duration = since(served_.start);
-    if (const auto& latency = proxy_.options.latency) {
-      auto& row = latency->row(served_.rule);
-      row.request[static_cast<std::size_t>(served_.outcome.value_or(RequestOutcome::unmatched))].record(duration);
-      if (served_.upstream) row.upstream.record(*served_.upstream);
-    }
-    if (const auto& log = proxy_.options.access_log) {
-      const bool has_request = req_ && req_->is_header_done();
-      log->write(AccessRecord{.time = served_.wall,
-                              .client = peer_address_,
-                              .method = has_request ? std::string_view(req_->request().method) : std::string_view(),
-                              .path = has_request ? std::string_view(req_->request().target) : std::string_view(),
-                              .status = served_.status,
-                              .rule = served_.rule,
-                              .outcome = served_.outcome,
-                              .duration = duration,
-                              .upstream = served_.upstream,
-                              .bytes = served_.bytes});
-    }
+    const bool has_request = req_ && req_->is_header_done();
+    proxy_.observe(served_, peer_address_, has_request ? std::string_view(req_->request().method) : std::string_view(),
+                   has_request ? std::string_view(req_->request().target) : std::string_view());
   }
 
   void end_tunnel() {
@@ -1067,7 +1161,8 @@ class ProxySession final : public ClientConnection {
 
   Proxy::Impl& proxy_;  // kept alive by core_
   std::shared_ptr<TlsServerContext> tls_;  // with TLS: the listener's context when accepted
-  Stream client_;
+  Stream client_;  // moved to an HTTP/2 session when the client asks for HTTP/2
+  Stream::executor_type executor_;  // the connection's thread, whoever has its stream
   UpstreamPool& pool_;
   net::steady_timer delay_timer_;
   net::steady_timer body_timer_;  // request_timeout of the request's body
@@ -1111,19 +1206,7 @@ class ProxySession final : public ClientConnection {
   bool request_body_ = false;    // the request has a body to relay
   std::string upgrade_;          // the protocol the request asks to upgrade to (empty: none)
   bool tunnel_ = false;          // upgraded: relaying bytes both ways (counted in tunnels_open)
-  // The request being served, for its access log line and latency samples (with either).
-  struct Served {
-    bool active = false;
-    std::chrono::steady_clock::time_point start;
-    std::chrono::steady_clock::time_point upstream_sent;
-    Micros wall = 0;
-    int status = 0;
-    std::string rule;
-    std::optional<RequestOutcome> outcome;
-    std::optional<Micros> upstream;
-    std::uint64_t bytes = 0;
-  };
-  Served served_;
+  Served served_;  // the request being served, for its access log line and latency samples
   std::chrono::steady_clock::time_point tunnel_started_;
   std::chrono::steady_clock::time_point tunnel_active_;  // the last byte read either way
   std::atomic<bool> draining_{false};  // set by shutdown(), from any thread
@@ -1137,6 +1220,434 @@ class ProxySession final : public ClientConnection {
   }
   bool closed() const noexcept { return phase_ == Phase::closed; }
 };
+
+// ---- HTTP/2 to clients ------------------------------------------------------------------------
+//
+// One client connection speaking HTTP/2 (ALPN h2 over TLS, or h2c with prior knowledge): its
+// frames go through H2Connection; each request stream is decided by the middleware as a
+// request of its own and, admitted, forwarded to the upstream over HTTP/1.1 (a connection of
+// the pool per stream in flight). A request's body arrives whole (up to http.max_body_bytes)
+// before it is forwarded; the response's body is streamed back, read from the upstream only
+// while the stream's buffer holds less than upstream.buffer_bytes (the client's flow control
+// paces the upstream).
+class H2ProxySession final : public ClientConnection {
+ public:
+  H2ProxySession(std::shared_ptr<Proxy::Impl> proxy, Stream&& client, std::shared_ptr<TlsServerContext> tls,
+                 std::string received, std::string peer_address, std::uint16_t peer_port)
+      : ClientConnection(proxy),
+        proxy_(*proxy),
+        tls_(std::move(tls)),
+        client_(std::move(client)),
+        pool_(proxy_.pool_of(client_.get_executor())),
+        resolver_(client_.get_executor()),
+        received_(std::move(received)),
+        peer_address_(std::move(peer_address)),
+        peer_port_(peer_port),
+        h2_(limits(proxy_),
+            H2Connection::Events{
+                .request = [this](std::int32_t id, Request r) { on_request(id, std::move(r)); },
+                .closed = [this](std::int32_t id) { on_stream_closed(id); },
+                .drained = [this](std::int32_t id) { on_drained(id); },
+            }) {}
+
+  void start() override {
+    net::dispatch(client_.get_executor(), [self = self<H2ProxySession>()] {
+      self->proxy_.count(self->proxy_.h2_connections);
+      const std::string first = std::move(self->received_);
+      self->feed(first);
+      if (!self->closed_) self->read();
+    });
+  }
+
+  void shutdown() override {
+    draining_.store(true);
+    net::post(client_.get_executor(), [self = self<H2ProxySession>()] {
+      if (self->closed_) return;
+      self->h2_.go_away();  // no new streams; those open finish
+      self->flush();
+    });
+  }
+
+  void abort() override {
+    net::post(client_.get_executor(), [self = self<H2ProxySession>()] { self->close(); });
+  }
+
+ private:
+  // A request stream forwarded (or about to be) to the upstream.
+  struct Exchange {
+    std::int32_t id = 0;
+    Request request;
+    Served served;
+    HeaderList limiter_fields;
+    std::unique_ptr<UpstreamConnection> up;
+    std::optional<ResponseParser> res;
+    std::optional<net::steady_timer> delay;
+    BodyBuffer body;
+    std::string head;
+    bool gone = false;         // the client's stream closed: nothing more is done for it
+    bool reading = false;      // a read of the response body is under way
+    bool waiting_room = false; // the response body waits for the stream's buffer to drain
+    bool reused = false;
+    bool retried = false;
+    bool head_request = false;
+  };
+  using ExchangePtr = std::shared_ptr<Exchange>;
+
+  static H2Limits limits(const Proxy::Impl& proxy) {
+    H2Limits l;
+    l.header_limit = proxy.options.header_limit;
+    l.body_limit = proxy.options.body_limit;
+    return l;
+  }
+
+  // ---- the connection ------------------------------------------------------------------------
+
+  void feed(std::string_view bytes) {
+    in_frames_ = true;
+    if (!h2_.receive(bytes)) going_ = true;  // a protocol error or a flood: GOAWAY, then close
+    in_frames_ = false;
+    flush();
+  }
+
+  void read() {
+    if (closed_ || going_) return;
+    // An idle connection (no stream open) is bounded as a keep-alive one; with streams open,
+    // each exchange's own timeouts bound the wait.
+    if (h2_.open_streams() == 0) {
+      client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+    } else {
+      client_.tcp().expires_never();
+    }
+    client_.async_read_some(net::buffer(in_), [self = self<H2ProxySession>()](beast::error_code ec, std::size_t n) {
+      if (self->closed_) return;
+      if (ec) return self->close();
+      self->feed(std::string_view(self->in_.data(), n));
+      self->read();
+    });
+  }
+
+  // Writes what the frame layer has to send. Not from inside the frame layer (its events): the
+  // caller of receive() or take_output() flushes once it returns.
+  void flush() {
+    if (closed_ || writing_ || in_frames_) return;
+    out_.clear();
+    in_frames_ = true;
+    h2_.take_output(out_);
+    in_frames_ = false;
+    if (out_.empty()) {
+      if (going_ || !h2_.alive() || (draining_ && h2_.open_streams() == 0)) close();
+      return;
+    }
+    writing_ = true;
+    net::async_write(client_, net::buffer(out_), [self = self<H2ProxySession>()](beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (self->closed_) return;
+      if (ec) return self->close();
+      self->flush();
+    });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    for (auto& [id, x] : exchanges_) drop(*x);
+    exchanges_.clear();
+    resolver_.cancel();
+    beast::error_code ec;
+    client_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
+    client_.tcp().socket().close(ec);
+  }
+
+  // ---- a request stream ----------------------------------------------------------------------
+
+  void on_request(std::int32_t id, Request request) {
+    proxy_.requests.fetch_add(1, std::memory_order_relaxed);
+    auto x = std::make_shared<Exchange>();
+    x->id = id;
+    x->served.active = true;
+    x->served.start = std::chrono::steady_clock::now();
+    if (proxy_.options.access_log) x->served.wall = wall_now();
+    x->head_request = request.method == "HEAD";
+    auto target = normalize_target(request.target, proxy_.paths);
+    request.peer_address = peer_address_;
+    request.peer_port = peer_port_;
+    exchanges_[id] = x;
+    if (request.method == "CONNECT" || !target) {
+      x->request = std::move(request);
+      return answer(*x, !target ? 400 : kNotImplemented.status, "application/json",
+                    !target ? bad_request_body(target.error().message) : std::string(kNotImplemented.body), {});
+    }
+    request.target = std::move(*target);
+    x->request = std::move(request);
+    auto executor = client_.get_executor();
+    const bool returned = contain("the proxy's middleware", [&] {
+      std::shared_ptr<Middleware> middleware = proxy_.middleware();
+      Middleware& decider = *middleware;
+      decider.handle(x->request, [self = self<H2ProxySession>(), x, executor,
+                                  middleware = std::move(middleware)](MiddlewareResult r) {
+        net::dispatch(executor, [self, x, r = std::move(r)]() mutable { self->on_decision(x, std::move(r)); });
+      });
+    });
+    if (!returned) {
+      proxy_.handler_exceptions.fetch_add(1, std::memory_order_relaxed);
+      answer(*x, kInternal.status, "application/json", std::string(kInternal.body), {});
+    }
+  }
+
+  void on_decision(const ExchangePtr& x, MiddlewareResult result) {
+    if (closed_ || x->gone || x->served.status != 0) return;
+    x->served.outcome = result.outcome;
+    x->served.rule = std::move(result.rule);
+    if (!result.admitted) {
+      proxy_.count(proxy_.answered_by_limiter);
+      return answer(*x, result.status, result.content_type, std::move(result.body), std::move(result.headers));
+    }
+    x->limiter_fields = std::move(result.headers);
+    if (result.delay > 0) {
+      proxy_.count(proxy_.delayed);
+      x->delay.emplace(client_.get_executor());
+      x->delay->expires_after(to_duration(result.delay));
+      x->delay->async_wait([self = self<H2ProxySession>(), x](beast::error_code ec) {
+        if (!ec && !self->closed_ && !x->gone) self->forward(x);
+      });
+      return;
+    }
+    forward(x);
+  }
+
+  // The proxy's own answer on a stream.
+  void answer(Exchange& x, int status, std::string_view content_type, std::string body, HeaderList fields) {
+    fields.emplace_back("server", "ratekeeper");
+    x.served.status = status;
+    x.served.bytes = body.size();
+    h2_.respond(x.id, Response{status, std::string(content_type), std::move(fields), std::move(body)});
+    flush();
+  }
+
+  void forward(const ExchangePtr& x) {
+    x->up = pool_.take();
+    if (x->up) {
+      x->reused = true;
+      proxy_.count(proxy_.reused);
+      return send(x);
+    }
+    connect(x);
+  }
+
+  void connect(const ExchangePtr& x) {
+    x->reused = false;
+    x->up = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls);
+    auto* connecting = x->up.get();
+    proxy_.open_upstream(*x->up, resolver_, [self = self<H2ProxySession>(), x, connecting] {
+      return self->closed_ || x->gone || x->up.get() != connecting;
+    }, [self = self<H2ProxySession>(), x](const UpstreamOpened& opened) {
+      switch (opened.result) {
+        case UpstreamOpened::ok: return self->send(x);
+        case UpstreamOpened::timeout: return self->failed(*x, kTimeout, self->proxy_.upstream_timeout, opened.ec);
+        case UpstreamOpened::unreachable:
+          return self->failed(*x, kUnreachable, self->proxy_.upstream_unreachable, opened.ec, opened.why);
+      }
+    });
+  }
+
+  void send(const ExchangePtr& x) {
+    const Request& r = x->request;
+    const bool bodyless_method = r.method == "GET" || r.method == "HEAD" || r.method == "DELETE" ||
+                                 r.method == "OPTIONS" || r.method == "TRACE";
+    const Framing framing = r.body.empty() && bodyless_method ? Framing::none : Framing::length;
+    write_upstream_request_head(x->head, r.method, r.target, r.headers, Forwarding(peer_address_, proxy_.scheme(), {}),
+                                framing, r.body.size());
+    x->served.upstream_sent = std::chrono::steady_clock::now();
+    x->up->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    const std::array<net::const_buffer, 2> buffers{net::buffer(x->head), net::buffer(r.body)};
+    net::async_write(x->up->stream, buffers, [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
+      if (self->closed_ || x->gone) return;
+      if (ec) {
+        if (self->retry(x)) return;
+        return self->failed(*x, kUnreachable, self->proxy_.upstream_unreachable, ec);
+      }
+      self->proxy_.count(self->proxy_.forwarded);
+      self->read_head(x);
+    });
+  }
+
+  // A reused connection the upstream closed meanwhile fails at once: a request without body
+  // that changes nothing goes again, once, on a new connection.
+  bool retry(const ExchangePtr& x) {
+    const auto& m = x->request.method;
+    const bool idempotent = m == "GET" || m == "HEAD" || m == "PUT" || m == "DELETE" || m == "OPTIONS" || m == "TRACE";
+    if (!x->reused || x->retried || !x->request.body.empty() || !idempotent) return false;
+    x->retried = true;
+    drop(*x);
+    connect(x);
+    return true;
+  }
+
+  void read_head(const ExchangePtr& x) {
+    x->res.emplace(static_cast<std::uint32_t>(std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
+    if (x->head_request) x->res->skip(true);
+    x->up->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    bhttp::async_read_header(x->up->stream, x->up->buffer, *x->res,
+                             [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
+                               if (self->closed_ || x->gone) return;
+                               self->on_head(x, ec);
+                             });
+  }
+
+  void on_head(const ExchangePtr& x, beast::error_code ec) {
+    if (ec == beast::error::timeout) return failed(*x, kTimeout, proxy_.upstream_timeout, ec);
+    if (ec) {
+      if (retry(x)) return;
+      return failed(*x, kBadResponse, proxy_.upstream_bad_response, ec);
+    }
+    const int status = x->res->status();
+    if (status == 101) return failed(*x, kBadResponse, proxy_.upstream_bad_response, {});  // no upgrade over h2
+    if (status >= 100 && status < 200) return read_head(x);
+    x->served.upstream = since(x->served.upstream_sent);
+    x->served.status = status;
+    const bool body = !x->head_request && status != 204 && status != 304 && !x->res->is_done();
+    HeaderList fields = client_response_fields(x->res->fields(), x->limiter_fields);
+    if (const auto length = x->res->content_length(); length && (x->head_request || body)) {
+      fields.emplace_back("content-length", std::to_string(*length));
+    }
+    h2_.respond(x->id, status, fields, body);
+    if (!body) {
+      finish(x);
+    } else {
+      relay(x);
+    }
+    flush();
+  }
+
+  // The response body, upstream → stream, while the stream's buffer has room.
+  void relay(const ExchangePtr& x) {
+    if (x->res->is_done()) return finish(x);
+    if (h2_.buffered(x->id) >= proxy_.upstream.buffer_size) {
+      x->waiting_room = true;  // on_drained() resumes
+      return;
+    }
+    const std::size_t room = proxy_.upstream.buffer_size;
+    x->res->stream_body(x->body.room(room), room);
+    beast::error_code ec;
+    parse_buffered(*x->res, x->up->buffer, ec);
+    if (ec) return aborted(*x);
+    if (const std::size_t n = x->res->streamed(); n > 0) {
+      x->served.bytes += n;
+      h2_.body(x->id, std::string_view(x->body.data(), n), x->res->is_done());
+      flush();
+      return relay(x);
+    }
+    x->up->buffer.reserve(room);
+    x->res->stream_body(x->body.room(room), room);
+    x->up->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    x->reading = true;
+    bhttp::async_read_some(x->up->stream, x->up->buffer, *x->res,
+                           [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
+                             x->reading = false;
+                             if (self->closed_ || x->gone) return;
+                             if (ec == bhttp::error::need_buffer) ec = {};
+                             if (ec == bhttp::error::end_of_stream && x->res->is_done()) ec = {};
+                             const std::size_t n = x->res->streamed();
+                             if (n > 0) {
+                               x->served.bytes += n;
+                               self->h2_.body(x->id, std::string_view(x->body.data(), n), !ec && x->res->is_done());
+                               self->flush();
+                             }
+                             if (ec) return self->aborted(*x);
+                             self->relay(x);
+                           });
+  }
+
+  void on_drained(std::int32_t id) {
+    const auto it = exchanges_.find(id);
+    if (it == exchanges_.end() || !it->second->waiting_room) return;
+    it->second->waiting_room = false;
+    // Resumed after the frames are out: not inside the frame layer's callback.
+    net::post(client_.get_executor(), [self = self<H2ProxySession>(), x = it->second] {
+      if (!self->closed_ && !x->gone) self->relay(x);
+    });
+  }
+
+  // The response is complete on the upstream side: its connection goes back to the pool.
+  void finish(const ExchangePtr& x) {
+    if (x->res->keep_alive() && x->up && x->up->buffer.size() == 0) pool_.put(std::move(x->up));
+    drop(*x);
+  }
+
+  void failed(Exchange& x, const JsonError& error, std::atomic<std::uint64_t>& counter, beast::error_code ec,
+              std::string why = {}) {
+    proxy_.count(counter);
+    if (std::uint64_t suppressed = 0; proxy_.failure_log.admit(suppressed)) {
+      const std::string reason = !why.empty() ? std::move(why) : ec ? ec.message() : std::string("an unexpected response");
+      spdlog::warn("proxy: {} {} for {} {} (HTTP/2): upstream {}:{}: {}{}", error.status,
+                   error.status == 504 ? "(timeout)" : "(bad gateway)", x.request.method, x.request.target,
+                   proxy_.upstream.host, proxy_.upstream.port, reason,
+                   suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+    }
+    drop(x);
+    answer(x, error.status, "application/json", std::string(error.body), {});
+  }
+
+  // The upstream broke off mid-body: the stream is reset.
+  void aborted(Exchange& x) {
+    proxy_.count(proxy_.upstream_aborted);
+    drop(x);
+    h2_.reset(x.id);
+    flush();
+  }
+
+  void drop(Exchange& x) {
+    if (x.delay) x.delay->cancel();
+    retire(std::move(x.up));
+  }
+
+  void on_stream_closed(std::int32_t id) {
+    const auto it = exchanges_.find(id);
+    if (it == exchanges_.end()) return;
+    auto x = it->second;
+    exchanges_.erase(it);
+    x->gone = true;
+    if (x->up) {
+      // Closed before its response was relayed whole (reset by the client, or the proxy).
+      if (x->served.status == 0 || !x->res || !x->res->is_done()) proxy_.count(proxy_.client_aborted);
+      drop(*x);
+    }
+    if (x->served.active) {
+      x->served.active = false;
+      proxy_.observe(x->served, peer_address_, x->request.method, x->request.target);
+    }
+    if (draining_ && h2_.open_streams() == 0) {
+      net::post(client_.get_executor(), [self = self<H2ProxySession>()] { self->flush(); });
+    }
+  }
+
+  Proxy::Impl& proxy_;  // kept alive by core_
+  std::shared_ptr<TlsServerContext> tls_;  // the client stream's, with TLS
+  Stream client_;
+  UpstreamPool& pool_;
+  tcp::resolver resolver_;
+  std::string received_;  // read by the session that saw HTTP/2 asked for: fed first
+  std::string peer_address_;
+  std::uint16_t peer_port_ = 0;
+  H2Connection h2_;
+  std::map<std::int32_t, ExchangePtr> exchanges_;
+  std::array<char, 16 * 1024> in_{};
+  std::string out_;
+  bool writing_ = false;
+  bool in_frames_ = false;  // inside the frame layer (its events run): no flush
+  bool going_ = false;  // the frame layer ends the connection: close once its GOAWAY is out
+  bool closed_ = false;
+  std::atomic<bool> draining_{false};
+};
+
+void ProxySession::start_h2(std::string received) {
+  auto h2 = std::make_shared<H2ProxySession>(std::static_pointer_cast<Proxy::Impl>(proxy_.shared_from_this()),
+                                             std::move(client_), std::move(tls_), std::move(received), peer_address_,
+                                             peer_port_);
+  phase_ = Phase::closed;  // this session is done: its socket is the HTTP/2 session's
+  if (!proxy_.adopt(h2)) return;  // stopping: the socket closes with the session
+  h2->start();
+}
 
 std::shared_ptr<ClientConnection> Proxy::Impl::make_connection(tcp::socket socket) {
   return std::make_shared<ProxySession>(std::static_pointer_cast<Impl>(shared_from_this()),

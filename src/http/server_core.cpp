@@ -178,6 +178,13 @@ void ServerCore::finish() {
   finished_cv_.notify_all();
 }
 
+bool ServerCore::adopt(const std::shared_ptr<ClientConnection>& c) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return false;
+  connections_.emplace(c.get(), c);
+  return true;
+}
+
 void ServerCore::unregister(ClientConnection* c) {
   std::lock_guard lock(mu_);
   connections_.erase(c);

@@ -73,6 +73,10 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   void destroy(EventLoop& loop);
 
   void unregister(ClientConnection* c);
+  // Registers a connection that takes over an accepted one's socket (the proxy's HTTP/2
+  // session, once the HTTP/1.1 session has seen the protocol asked for). False while stopping:
+  // the caller closes it.
+  bool adopt(const std::shared_ptr<ClientConnection>& c);
 
   // The stream of an accepted connection: plain, or TLS with the listener's context of the
   // moment (ServerOptions::tls), which `tls` receives and must keep while the stream lives.

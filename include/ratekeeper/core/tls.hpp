@@ -41,7 +41,7 @@ Result<std::shared_ptr<TlsContext>> make_tls_context(const TlsOptions& options);
 
 // A listener's TLS. Protocols TLS 1.2 and 1.3 only (min_version "1.3": 1.3 only); for 1.2,
 // forward-secret AEAD cipher suites only (ECDHE with AES-GCM or ChaCha20-Poly1305); no
-// compression, no renegotiation. ALPN: http/1.1.
+// compression, no renegotiation. ALPN: h2 (with http2) preferred, http/1.1.
 struct TlsServerOptions {
   std::string cert_file;       // the server's certificate chain (PEM, leaf first)
   std::string key_file;        // its private key (PEM)
@@ -49,6 +49,7 @@ struct TlsServerOptions {
   // bundle (PEM), or its handshake fails.
   std::string client_ca_file;
   std::string min_version = "1.2";  // "1.2" or "1.3"
+  bool http2 = false;               // offer h2 by ALPN (the listener speaks HTTP/2 too)
 
   friend bool operator==(const TlsServerOptions&, const TlsServerOptions&) = default;
 };

@@ -64,6 +64,9 @@ struct ServerOptions {
   // certificate serves the connections accepted after it, those open keep theirs). Called on
   // the listener's thread; must not return null.
   std::function<std::shared_ptr<TlsServerContext>()> tls;
+  // The proxy: HTTP/2 to clients too (h2 by ALPN on a TLS listener whose context offers it,
+  // h2c with prior knowledge on a plain one). The server's own routes speak HTTP/1.1.
+  bool http2 = true;
   // Set: every request served leaves a line here (http/access_log.hpp).
   std::shared_ptr<AccessLog> access_log;
   // Set: request latencies are recorded here (http/latency_metrics.hpp): the proxy's every

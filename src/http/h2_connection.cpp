@@ -1,0 +1,259 @@
+#include "h2_connection.hpp"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ratekeeper/http/headers.hpp"
+
+namespace ratekeeper::http {
+
+struct H2Connection::Stream {
+  Request request;
+  std::size_t header_bytes = 0;
+  bool answered = false;      // a response was submitted: what the client still sends is ignored
+  bool delivered = false;     // the request went to Events::request
+  // The response body: what body() gave and was not framed yet; `last` once given.
+  std::string out;
+  std::size_t out_at = 0;
+  bool out_last = false;
+  bool deferred = false;      // the data source waits for body()
+  bool reset_after = false;   // answered before the request ended: RST_STREAM once sent
+};
+
+namespace {
+
+nghttp2_nv field(std::string_view name, std::string_view value) {
+  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
+                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
+                    NGHTTP2_NV_FLAG_NONE};
+}
+
+// HTTP/2 fields are lower-case, and carry no connection-specific fields (RFC 9113 8.2.2).
+bool connection_specific(std::string_view name) {
+  for (std::string_view n : {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"}) {
+    if (iequals(name, n)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+struct H2Callbacks {
+  static H2Connection& self(void* user) { return *static_cast<H2Connection*>(user); }
+
+  static int begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    self(user).streams_.emplace(frame->hd.stream_id, std::make_unique<H2Connection::Stream>());
+    return 0;
+  }
+
+  static int header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name, std::size_t namelen,
+                    const std::uint8_t* value, std::size_t valuelen, std::uint8_t, void* user) {
+    auto& c = self(user);
+    auto* s = c.find(frame->hd.stream_id);
+    if (s == nullptr || s->answered) return 0;
+    // As HPACK counts a field's size (RFC 7541 4.1).
+    s->header_bytes += namelen + valuelen + 32;
+    if (s->header_bytes > c.limits_.header_limit) {
+      c.answer_early(frame->hd.stream_id, *s, 431, R"({"error":"Request header fields too large"})");
+      return 0;
+    }
+    const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+    const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+    if (n == ":method") {
+      s->request.method = v;
+    } else if (n == ":path") {
+      s->request.target = v;
+    } else if (n == ":authority") {
+      s->request.headers.emplace_back("host", std::string(v));
+    } else if (!n.empty() && n.front() != ':') {
+      s->request.headers.emplace_back(std::string(n), std::string(v));
+    }
+    return 0;
+  }
+
+  static int data_chunk(nghttp2_session*, std::uint8_t, std::int32_t stream, const std::uint8_t* data, std::size_t len,
+                        void* user) {
+    auto& c = self(user);
+    auto* s = c.find(stream);
+    if (s == nullptr || s->answered) return 0;
+    if (s->request.body.size() + len > c.limits_.body_limit) {
+      c.answer_early(stream, *s, 413, R"({"error":"Payload too large"})");
+      return 0;
+    }
+    s->request.body.append(reinterpret_cast<const char*>(data), len);
+    return 0;
+  }
+
+  static int frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    auto& c = self(user);
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+      return 0;
+    }
+    auto* s = c.find(frame->hd.stream_id);
+    if (s == nullptr || s->answered || s->delivered) return 0;
+    s->delivered = true;
+    if (c.events_.request) c.events_.request(frame->hd.stream_id, std::move(s->request));
+    return 0;
+  }
+
+  static int stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t, void* user) {
+    auto& c = self(user);
+    if (c.streams_.erase(stream) > 0 && c.events_.closed) c.events_.closed(stream);
+    return 0;
+  }
+
+  static ssize_t read_body(nghttp2_session*, std::int32_t stream, std::uint8_t* buf, std::size_t length,
+                           std::uint32_t* flags, nghttp2_data_source*, void* user) {
+    auto& c = self(user);
+    auto* s = c.find(stream);
+    if (s == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    const std::size_t n = std::min(length, s->out.size() - s->out_at);
+    std::memcpy(buf, s->out.data() + s->out_at, n);
+    s->out_at += n;
+    if (s->out_at == s->out.size()) {
+      s->out.clear();
+      s->out_at = 0;
+      if (s->out_last) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        // The client may still be sending: RST_STREAM NO_ERROR after the response tells it to
+        // stop (RFC 9113 8.1); what it sent meanwhile is dropped.
+        if (s->reset_after && nghttp2_session_get_stream_remote_close(c.session_, stream) == 0) {
+          nghttp2_submit_rst_stream(c.session_, NGHTTP2_FLAG_NONE, stream, NGHTTP2_NO_ERROR);
+        }
+      } else if (n == 0) {
+        s->deferred = true;
+        return NGHTTP2_ERR_DEFERRED;
+      }
+      if (!s->out_last && c.events_.drained) c.events_.drained(stream);
+    }
+    return static_cast<ssize_t>(n);
+  }
+};
+
+H2Connection::H2Connection(H2Limits limits, Events events) : limits_(limits), events_(std::move(events)) {
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, H2Callbacks::begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, H2Callbacks::header);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, H2Callbacks::data_chunk);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, H2Callbacks::frame_recv);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, H2Callbacks::stream_close);
+  nghttp2_option* option = nullptr;
+  nghttp2_option_new(&option);
+  nghttp2_option_set_stream_reset_rate_limit(option, limits_.reset_burst, limits_.reset_rate);
+  nghttp2_option_set_max_continuations(option, limits_.max_continuations);
+  nghttp2_option_set_max_settings(option, 32);
+  nghttp2_option_set_max_outbound_ack(option, 1000);
+  nghttp2_option_set_max_deflate_dynamic_table_size(option, 4096);
+  nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_option_del(option);
+  nghttp2_session_callbacks_del(callbacks);
+  const std::array<nghttp2_settings_entry, 4> settings = {{
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, limits_.stream_window},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<std::uint32_t>(limits_.header_limit)},
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+  }};
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings.data(), settings.size());
+}
+
+H2Connection::~H2Connection() {
+  nghttp2_session_del(session_);
+}
+
+H2Connection::Stream* H2Connection::find(std::int32_t stream) const {
+  const auto it = streams_.find(stream);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+bool H2Connection::receive(std::string_view bytes) {
+  const auto n = nghttp2_session_mem_recv(session_, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+  return n >= 0 && static_cast<std::size_t>(n) == bytes.size();
+}
+
+void H2Connection::take_output(std::string& out) {
+  for (;;) {
+    const std::uint8_t* data = nullptr;
+    const auto n = nghttp2_session_mem_send(session_, &data);
+    if (n <= 0) return;
+    out.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+  }
+}
+
+bool H2Connection::alive() const {
+  return nghttp2_session_want_read(session_) != 0 || nghttp2_session_want_write(session_) != 0;
+}
+
+void H2Connection::respond(std::int32_t stream, int status, const HeaderList& fields, bool has_body) {
+  auto* s = find(stream);
+  if (s == nullptr || s->answered) return;
+  s->answered = true;
+  const std::string code = std::to_string(status);
+  std::vector<std::string> names;
+  names.reserve(fields.size());
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(fields.size() + 1);
+  nva.push_back(field(":status", code));
+  for (const auto& [n, v] : fields) {
+    if (n.empty() || connection_specific(n)) continue;
+    std::string lower(n);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    names.push_back(std::move(lower));
+  }
+  std::size_t i = 0;
+  for (const auto& [n, v] : fields) {
+    if (n.empty() || connection_specific(n)) continue;
+    nva.push_back(field(names[i++], v));
+  }
+  nghttp2_data_provider provider{};
+  provider.read_callback = H2Callbacks::read_body;
+  nghttp2_submit_response(session_, stream, nva.data(), nva.size(), has_body ? &provider : nullptr);
+}
+
+void H2Connection::body(std::int32_t stream, std::string_view data, bool last) {
+  auto* s = find(stream);
+  if (s == nullptr) return;
+  s->out.append(data);
+  s->out_last = s->out_last || last;
+  if (s->deferred) {
+    s->deferred = false;
+    nghttp2_session_resume_data(session_, stream);
+  }
+}
+
+void H2Connection::respond(std::int32_t stream, const Response& response) {
+  HeaderList fields = response.headers;
+  if (!response.content_type.empty()) fields.emplace_back("content-type", response.content_type);
+  fields.emplace_back("content-length", std::to_string(response.body.size()));
+  const bool has_body = !response.body.empty();
+  respond(stream, response.status, fields, has_body);
+  if (has_body) body(stream, response.body, true);
+}
+
+void H2Connection::answer_early(std::int32_t stream, Stream& s, int status, std::string_view text) {
+  s.reset_after = true;
+  respond(stream, Response{status, "application/json", {{"server", "ratekeeper"}}, std::string(text)});
+}
+
+void H2Connection::reset(std::int32_t stream) {
+  nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream, NGHTTP2_INTERNAL_ERROR);
+}
+
+void H2Connection::go_away() {
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
+                        NGHTTP2_NO_ERROR, nullptr, 0);
+}
+
+std::size_t H2Connection::buffered(std::int32_t stream) const {
+  const auto* s = find(stream);
+  return s == nullptr ? 0 : s->out.size() - s->out_at;
+}
+
+}  // namespace ratekeeper::http

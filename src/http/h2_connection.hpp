@@ -1,0 +1,93 @@
+#pragma once
+// The HTTP/2 server side of one client connection, apart from its socket (the frame layer, on
+// libnghttp2): bytes received go in (receive), bytes to send come out (take_output), each
+// request comes out whole (its fields and its body, up to body_limit), each response goes in
+// (its head, then its body in pieces, sent as the client's flow control allows).
+//
+// Bounds, each answered as HTTP/2 says: concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS; a
+// stream beyond is refused), a stream's header block (over header_limit: 431), a request body
+// (over body_limit: 413, then the stream is reset NO_ERROR so the client stops sending), the
+// receive windows (a stream's and the connection's), RST_STREAM from the client (a token
+// bucket: a Rapid Reset flood ends the connection with GOAWAY), CONTINUATION frames after one
+// HEADERS (a flood ends the connection), SETTINGS and PING floods (libnghttp2's bounds on
+// frames it must acknowledge). A protocol error ends the connection with GOAWAY.
+//
+// Not thread-safe: one connection's thread. Events run inside receive() and take_output();
+// they may call respond(), body() and reset() (not destroy the connection).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ratekeeper/http/request.hpp"
+
+struct nghttp2_session;
+
+namespace ratekeeper::http {
+
+struct H2Limits {
+  std::uint32_t max_concurrent_streams = 100;
+  std::size_t header_limit = std::size_t{8} * 1024;   // a stream's header fields, decoded
+  std::size_t body_limit = std::size_t{1024} * 1024;  // a request's body
+  std::uint32_t stream_window = 256 * 1024;           // receive window per stream
+  std::uint64_t reset_burst = 1000;                   // RST_STREAM from the client: a burst,
+  std::uint64_t reset_rate = 33;                      // then so many a second
+  std::size_t max_continuations = 8;                  // CONTINUATION frames after one HEADERS
+};
+
+class H2Connection {
+ public:
+  struct Events {
+    // A request received whole (its END_STREAM): target and fields as received (":authority"
+    // as Host).
+    std::function<void(std::int32_t stream, Request request)> request;
+    // The stream is gone (answered and sent, or reset by either side): nothing more for it.
+    std::function<void(std::int32_t stream)> closed;
+    // A stream's response body buffer was emptied into frames: room for more.
+    std::function<void(std::int32_t stream)> drained;
+  };
+
+  H2Connection(H2Limits limits, Events events);
+  ~H2Connection();
+  H2Connection(const H2Connection&) = delete;
+  H2Connection& operator=(const H2Connection&) = delete;
+
+  // Bytes received from the client. False: the connection is to end (a protocol error or a
+  // flood): send what take_output() gives (its GOAWAY), then close.
+  bool receive(std::string_view bytes);
+  // Appends the bytes to send now to `out`.
+  void take_output(std::string& out);
+  // Whether the connection has anything more to read or write (false: close it).
+  bool alive() const;
+
+  // A response's head; `has_body`: pieces follow through body(), the last with `last`.
+  void respond(std::int32_t stream, int status, const HeaderList& fields, bool has_body);
+  void body(std::int32_t stream, std::string_view data, bool last);
+  // A whole response at once.
+  void respond(std::int32_t stream, const Response& response);
+  // Ends a stream with RST_STREAM (INTERNAL_ERROR): e.g. its upstream broke off mid-body.
+  void reset(std::int32_t stream);
+  // Graceful end: GOAWAY naming the last stream taken; streams open go on.
+  void go_away();
+
+  // Response body bytes given to body() and not yet framed.
+  std::size_t buffered(std::int32_t stream) const;
+  std::size_t open_streams() const noexcept { return streams_.size(); }
+
+  struct Stream;
+
+ private:
+  friend struct H2Callbacks;
+  Stream* find(std::int32_t stream) const;
+  void answer_early(std::int32_t stream, Stream& s, int status, std::string_view body);
+
+  H2Limits limits_;
+  Events events_;
+  nghttp2_session* session_ = nullptr;
+  std::map<std::int32_t, std::unique_ptr<Stream>> streams_;
+};
+
+}  // namespace ratekeeper::http
