@@ -175,7 +175,12 @@ H2Connection::Stream* H2Connection::find(std::int32_t stream) const {
 
 bool H2Connection::receive(std::string_view bytes) {
   const auto n = nghttp2_session_mem_recv(session_, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-  return n >= 0 && static_cast<std::size_t>(n) == bytes.size();
+  if (n >= 0 && static_cast<std::size_t>(n) == bytes.size()) return true;
+  // A fatal error: the client is told why with a GOAWAY (when the session has not queued one
+  // already), then the connection ends.
+  const bool flood = n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
+  nghttp2_session_terminate_session(session_, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+  return false;
 }
 
 void H2Connection::take_output(std::string& out) {

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -154,12 +155,25 @@ class Echo(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
-        body = json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode()
+        if self.path.startswith("/bytes/"):  # N bytes of a pattern
+            n = int(self.path[len("/bytes/"):])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            block = bytes(range(256)) * 256
+            while n > 0:
+                self.wfile.write(block[:min(n, len(block))])
+                n -= min(n, len(block))
+            return
+        body = json.dumps({"path": self.path, "headers": dict(self.headers.items()),
+                           "body_bytes": len(self.rfile.read(int(self.headers.get("Content-Length", 0))))}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    do_POST = do_GET
 
     def log_message(self, *args):
         pass
@@ -617,6 +631,209 @@ rules:
         rk.stop()  # stdout is written out at exit
         lines = [json.loads(line) for line in rk.out().splitlines() if line.startswith('{"time"')]
         self.assertEqual([(line["status"], line["outcome"]) for line in lines], [(200, "admitted"), (429, "rejected")])
+
+
+# ---- HTTP/2 frames, written and read by hand (RFC 9113 4.1) -------------------------------------
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0, 1, 3, 4, 6, 7, 9
+END_STREAM, END_HEADERS = 0x1, 0x4
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def hpack_get(path="/", extra=b""):
+    """A GET's header block: :method GET, :scheme http (static table), :path and :authority as
+    literals without indexing (RFC 7541 6.2.2), then `extra`."""
+    def literal(index, value):
+        assert len(value) < 127
+        return bytes([index, len(value)]) + value
+    return b"\x82\x86" + literal(4, path.encode()) + literal(1, b"localhost") + extra
+
+
+def h2_frames(sock, timeout=10.0):
+    """Every frame the server sends until it closes the connection (or the timeout)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    frames = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        if len(data) < 9 + length:
+            break
+        frames.append((data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF, data[9:9 + length]))
+        data = data[9 + length:]
+    return frames
+
+
+class Http2(unittest.TestCase):
+    """HTTP/2 to clients on the proxy: h2 by ALPN over TLS and h2c with prior knowledge (curl,
+    h2load), each stream a request to the rules; the known denial-of-service classes of HTTP/2
+    bounded, each by a client written for it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ratekeeper-h2-")
+        cls.certs = Certs(cls.tmp)
+        cls.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+        threading.Thread(target=cls.upstream.serve_forever, daemon=True).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.upstream.shutdown()
+        cls.upstream.server_close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def proxy(self, tls=False, capacity=5):
+        port, admin = free_port(), free_port()
+        section = f"tls: {{cert_file: {self.certs.server[0]}, key_file: {self.certs.server[1]}}}\n" if tls else ""
+        rk = Ratekeeper(self.tmp, f"""listen: 127.0.0.1:{port}
+upstream: {{url: "http://127.0.0.1:{self.upstream.server_address[1]}"}}
+admin: {{listen: 127.0.0.1:{admin}}}
+http: {{max_body_bytes: 1048576}}
+{section}rules:
+  - name: api
+    match: {{path: /api/data}}
+    limits:
+      - {{capacity: {capacity}, refill_rate: 0.001}}
+""")
+        self.addCleanup(rk.stop)
+        return rk, port, admin
+
+    def curl(self, url, *args):
+        r = run(["curl", "-s", "-o", "-", "-w", "\n%{http_code} %{http_version}", "--cacert", self.certs.ca, *args, url])
+        body, _, tail = r.stdout.decode(errors="replace").rpartition("\n")
+        code, _, version = tail.partition(" ")
+        return int(code or 0), version, body
+
+    def h2load(self, url, n=20, streams=5):
+        r = run(["h2load", "-n", str(n), "-c", "1", "-m", str(streams), url], timeout=60)
+        text = r.stdout.decode()
+        for line in text.splitlines():
+            if line.startswith("status codes:"):
+                parts = line.split()
+                return int(parts[2]), int(parts[6])  # 2xx, 4xx
+        self.fail(text + r.stderr.decode())
+
+    def test_h2_by_alpn_over_tls_each_stream_a_request(self):
+        _, port, admin = self.proxy(tls=True)
+        code, version, body = self.curl(f"https://localhost:{port}/hello", "--http2")
+        self.assertEqual((code, version), (200, "2"))
+        self.assertEqual(json.loads(body)["headers"]["X-Forwarded-Proto"], "https")
+        # 20 requests as streams of one connection, 5 at a time: the limit (capacity 5) holds.
+        self.assertEqual(self.h2load(f"https://localhost:{port}/api/data"), (5, 15))
+        # An HTTP/1.1 client on the same listener still gets HTTP/1.1.
+        self.assertEqual(self.curl(f"https://localhost:{port}/hello", "--http1.1")[:2], (200, "1.1"))
+
+    def test_h2c_with_prior_knowledge(self):
+        _, port, _ = self.proxy()
+        code, version, body = self.curl(f"http://127.0.0.1:{port}/hello?x=1", "--http2-prior-knowledge")
+        self.assertEqual((code, version), (200, "2"))
+        self.assertEqual(json.loads(body)["path"], "/hello?x=1")
+        self.assertEqual(self.h2load(f"http://127.0.0.1:{port}/api/data", n=12, streams=4), (5, 7))
+        self.assertEqual(self.curl(f"http://127.0.0.1:{port}/hello")[:2], (200, "1.1"))
+
+    def test_bodies_both_ways_through_flow_control(self):
+        _, port, _ = self.proxy(tls=True)
+        upload = os.path.join(self.tmp, "upload.bin")
+        with open(upload, "wb") as f:
+            f.write(os.urandom(600_000))
+        code, _, body = self.curl(f"https://localhost:{port}/upload", "--http2", "--data-binary", f"@{upload}")
+        self.assertEqual(code, 200)
+        self.assertEqual(json.loads(body)["body_bytes"], 600_000)
+        r = run(["curl", "-s", "--http2", "--cacert", self.certs.ca, f"https://localhost:{port}/bytes/5000000"])
+        self.assertEqual(len(r.stdout), 5_000_000)
+        self.assertEqual(r.stdout[:512], (bytes(range(256)) * 2))
+        # Over the body limit (1 MiB): 413, then RST_STREAM NO_ERROR so the client stops sending
+        # (nghttp, the nghttp2 project's client, shows the frames).
+        with open(upload, "wb") as f:
+            f.write(b"x" * 2_000_000)
+        r = run(["nghttp", "-v", "--no-verify-peer", "-d", upload, f"https://localhost:{port}/upload"], timeout=60)
+        text = r.stdout.decode(errors="replace")
+        self.assertIn(":status: 413", text)
+        self.assertIn("RST_STREAM frame", text)
+        self.assertIn("error_code=NO_ERROR", text)
+
+    def test_a_header_block_over_the_limit_is_431(self):
+        _, port, _ = self.proxy()
+        code, version, _ = self.curl(f"http://127.0.0.1:{port}/hello", "--http2-prior-knowledge",
+                                     "-H", "X-Big: " + "a" * 20_000)
+        self.assertEqual((code, version), (431, "2"))
+
+    def raw(self, port):
+        sock = socket.create_connection(("127.0.0.1", port))
+        self.addCleanup(sock.close)
+        sock.sendall(H2_PREFACE + h2_frame(SETTINGS, 0, 0))
+        return sock
+
+    def assert_serving(self, port):
+        self.assertEqual(self.curl(f"http://127.0.0.1:{port}/hello", "--http2-prior-knowledge")[:2], (200, "2"))
+
+    def reset_flood(self, port, streams):
+        """`streams` streams, each opened and cancelled at once (Rapid Reset, CVE-2023-44487);
+        the frames the server sent back until it closed or went quiet."""
+        sock = self.raw(port)
+        flood = b"".join(h2_frame(HEADERS, END_STREAM | END_HEADERS, 2 * i + 1, hpack_get("/flood"))
+                         + h2_frame(RST_STREAM, 0, 2 * i + 1, struct.pack(">I", 8))  # CANCEL
+                         for i in range(streams))
+        try:
+            sock.sendall(flood)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return h2_frames(sock, timeout=3)
+
+    def test_rapid_reset_flood_ends_the_connection(self):
+        _, port, _ = self.proxy(capacity=100000)
+        # Within the bound (a burst of 1000 resets): the connection goes on.
+        self.assertNotIn(GOAWAY, [f[0] for f in self.reset_flood(port, 300)])
+        # Beyond it: GOAWAY, the connection ends; other clients are served on.
+        frames = self.reset_flood(port, 3000)
+        self.assertIn(GOAWAY, [f[0] for f in frames], [f[0] for f in frames][:20])
+        self.assert_serving(port)
+
+    def test_continuation_flood_ends_the_connection(self):
+        _, port, _ = self.proxy()
+        sock = self.raw(port)
+        block = hpack_get("/c")
+        frames = [h2_frame(HEADERS, END_STREAM, 1, block)]  # no END_HEADERS: CONTINUATION follows
+        frames += [h2_frame(CONTINUATION, 0, 1, b"\x40\x01a\x01b") for _ in range(200)]
+        try:
+            sock.sendall(b"".join(frames))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        received = h2_frames(sock)
+        self.assertIn(GOAWAY, [f[0] for f in received])
+        self.assertNotIn(HEADERS, [f[0] for f in received])  # no response: the request never completed
+        self.assert_serving(port)
+
+    def test_streams_beyond_the_concurrency_limit_are_refused(self):
+        _, port, _ = self.proxy()
+        sock = self.raw(port)
+        # 150 requests whose bodies never come: 100 streams may be open at once.
+        opened = b"".join(h2_frame(HEADERS, END_HEADERS, 2 * i + 1, hpack_get("/slow")) for i in range(150))
+        sock.sendall(opened + h2_frame(PING, 0, 0, b"12345678"))
+        frames = h2_frames(sock, timeout=2)
+        refused = [f for f in frames if f[0] == RST_STREAM and struct.unpack(">I", f[3])[0] == 0x7]
+        self.assertGreaterEqual(len(refused), 50, [f[0] for f in frames][:20])
+        self.assert_serving(port)
+
+    def test_a_protocol_error_ends_the_connection_with_goaway(self):
+        _, port, _ = self.proxy()
+        sock = self.raw(port)
+        sock.sendall(h2_frame(DATA, 0, 0, b"data on stream 0"))
+        frames = h2_frames(sock)
+        goaways = [f for f in frames if f[0] == GOAWAY]
+        self.assertTrue(goaways)
+        self.assertEqual(struct.unpack(">I", goaways[-1][3][4:8])[0], 0x1)  # PROTOCOL_ERROR
 
 
 DEPLOY = os.path.join(ROOT, "deploy")
