@@ -82,11 +82,16 @@ struct H2Callbacks {
     auto& c = self(user);
     auto* s = c.find(stream);
     if (s == nullptr || s->answered) return 0;
-    if (s->request.body.size() + len > c.limits_.body_limit) {
+    const std::size_t connection_limit =
+        c.limits_.connection_body_limit > 0 ? c.limits_.connection_body_limit : 2 * c.limits_.body_limit;
+    if (s->request.body.size() + len > c.limits_.body_limit || c.bodies_held_ + len > connection_limit) {
+      c.bodies_held_ -= s->request.body.size();
+      std::string().swap(s->request.body);
       c.answer_early(stream, *s, 413, R"({"error":"Payload too large"})");
       return 0;
     }
     s->request.body.append(reinterpret_cast<const char*>(data), len);
+    c.bodies_held_ += len;
     return 0;
   }
 
@@ -99,13 +104,18 @@ struct H2Callbacks {
     auto* s = c.find(frame->hd.stream_id);
     if (s == nullptr || s->answered || s->delivered) return 0;
     s->delivered = true;
+    c.bodies_held_ -= s->request.body.size();
     if (c.events_.request) c.events_.request(frame->hd.stream_id, std::move(s->request));
     return 0;
   }
 
   static int stream_close(nghttp2_session*, std::int32_t stream, std::uint32_t, void* user) {
     auto& c = self(user);
-    if (c.streams_.erase(stream) > 0 && c.events_.closed) c.events_.closed(stream);
+    const auto it = c.streams_.find(stream);
+    if (it == c.streams_.end()) return 0;
+    if (!it->second->delivered) c.bodies_held_ -= it->second->request.body.size();
+    c.streams_.erase(it);
+    if (c.events_.closed) c.events_.closed(stream);
     return 0;
   }
 

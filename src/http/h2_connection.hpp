@@ -6,7 +6,8 @@
 //
 // Bounds, each answered as HTTP/2 says: concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS; a
 // stream beyond is refused), a stream's header block (over header_limit: 431), a request body
-// (over body_limit: 413, then the stream is reset NO_ERROR so the client stops sending), the
+// (over body_limit, or over connection_body_limit with the other streams' bodies: 413, then the
+// stream is reset NO_ERROR so the client stops sending), the
 // receive windows (a stream's and the connection's), RST_STREAM from the client (a token
 // bucket: a Rapid Reset flood ends the connection with GOAWAY), CONTINUATION frames after one
 // HEADERS (a flood ends the connection), SETTINGS and PING floods (libnghttp2's bounds on
@@ -32,6 +33,10 @@ struct H2Limits {
   std::uint32_t max_concurrent_streams = 100;
   std::size_t header_limit = std::size_t{8} * 1024;   // a stream's header fields, decoded
   std::size_t body_limit = std::size_t{1024} * 1024;  // a request's body
+  // Request body bytes held at once over the connection's streams (received, the request not
+  // yet whole): beyond, the stream that would exceed it is answered 413 as a body over the
+  // limit is. 0: 2 × body_limit.
+  std::size_t connection_body_limit = 0;
   std::uint32_t stream_window = 256 * 1024;           // receive window per stream
   std::uint64_t reset_burst = 1000;                   // RST_STREAM from the client: a burst,
   std::uint64_t reset_rate = 33;                      // then so many a second
@@ -88,6 +93,7 @@ class H2Connection {
   Events events_;
   nghttp2_session* session_ = nullptr;
   std::map<std::int32_t, std::unique_ptr<Stream>> streams_;
+  std::size_t bodies_held_ = 0;  // request body bytes of streams not yet whole
 };
 
 }  // namespace ratekeeper::http

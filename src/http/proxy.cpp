@@ -1311,13 +1311,12 @@ class H2ProxySession final : public ClientConnection {
 
   void read() {
     if (closed_ || going_) return;
-    // An idle connection (no stream open) is bounded as a keep-alive one; with streams open,
-    // each exchange's own timeouts bound the wait.
-    if (h2_.open_streams() == 0) {
-      client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
-    } else {
-      client_.tcp().expires_never();
-    }
+    // An idle connection (no stream open) is bounded as a keep-alive one; with streams open, a
+    // client that sends nothing (no frame, no window update) for as long as a request's body
+    // or an upstream's answer may take is gone.
+    client_.tcp().expires_after(to_duration(
+        h2_.open_streams() == 0 ? proxy_.options.read_timeout
+                                : std::max(proxy_.options.request_timeout, proxy_.upstream.timeout)));
     client_.async_read_some(net::buffer(in_), [self = self<H2ProxySession>()](beast::error_code ec, std::size_t n) {
       if (self->closed_) return;
       if (ec) return self->close();

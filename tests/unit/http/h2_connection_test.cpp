@@ -1,0 +1,132 @@
+// The HTTP/2 frame layer without sockets: frames written by hand go in, the server's frames
+// come out. Requests come out whole; bodies are bounded per stream and per connection.
+
+#include "http/h2_connection.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ratekeeper::http {
+namespace {
+
+constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+std::string frame(std::uint8_t type, std::uint8_t flags, std::uint32_t stream, std::string_view payload = {}) {
+  std::string f;
+  f += static_cast<char>((payload.size() >> 16) & 0xff);
+  f += static_cast<char>((payload.size() >> 8) & 0xff);
+  f += static_cast<char>(payload.size() & 0xff);
+  f += static_cast<char>(type);
+  f += static_cast<char>(flags);
+  for (int shift : {24, 16, 8, 0}) f += static_cast<char>((stream >> shift) & 0xff);
+  f += payload;
+  return f;
+}
+
+// :method POST, :scheme http (static table), :path and :authority as literals.
+std::string post(std::string_view path) {
+  std::string b = "\x83\x86";
+  b += '\x04';
+  b += static_cast<char>(path.size());
+  b += path;
+  b += "\x01\x09localhost";
+  return b;
+}
+
+// The :status of each stream's response, from the server's frames (HPACK's static table
+// entries for 200 and 413 are not used: the status is read as the literal the server writes).
+struct Server {
+  H2Limits limits;
+  std::map<std::int32_t, Request> requests;
+  std::vector<std::int32_t> closed;
+  std::string sent;
+  H2Connection h2;
+
+  explicit Server(H2Limits l)
+      : limits(l),
+        h2(l, H2Connection::Events{
+                  .request = [this](std::int32_t id, Request r) { requests[id] = std::move(r); },
+                  .closed = [this](std::int32_t id) { closed.push_back(id); },
+                  .drained = [](std::int32_t) {},
+              }) {}
+
+  bool feed(std::string_view bytes) {
+    // As a socket would: in pieces, the server's output taken between them (its window
+    // updates go out, as a client reading them would let it send more).
+    while (!bytes.empty()) {
+      const auto piece = bytes.substr(0, 4096);
+      bytes.remove_prefix(piece.size());
+      if (!h2.receive(piece)) return false;
+      h2.take_output(sent);
+    }
+    return true;
+  }
+};
+
+TEST(H2Connection, ARequestComesOutWholeWithItsBody) {
+  Server s({});
+  ASSERT_TRUE(s.feed(std::string(kPreface) + frame(4, 0, 0) + frame(1, 4, 1, post("/upload")) +
+                     frame(0, 0, 1, "hello ") + frame(0, 1, 1, "world")));
+  ASSERT_EQ(s.requests.count(1), 1u);
+  EXPECT_EQ(s.requests[1].method, "POST");
+  EXPECT_EQ(s.requests[1].target, "/upload");
+  EXPECT_EQ(s.requests[1].body, "hello world");
+  ASSERT_FALSE(s.requests[1].headers.empty());
+  EXPECT_EQ(s.requests[1].headers[0].first, "host");
+}
+
+TEST(H2Connection, BodiesHeldAtOnceAreBoundedPerConnection) {
+  H2Limits limits;
+  limits.body_limit = 300 * 1024;  // the connection: 600 KiB at once
+  Server s(limits);
+  std::string frames = std::string(kPreface) + frame(4, 0, 0);
+  const std::string chunk(16 * 1024, 'x');
+  // Four streams, 200 KiB each, none ended: each is within its own limit.
+  for (std::uint32_t id : {1u, 3u, 5u, 7u}) frames += frame(1, 4, id, post("/upload"));
+  for (int i = 0; i < 12; ++i) {
+    for (std::uint32_t id : {1u, 3u, 5u, 7u}) frames += frame(0, 0, id, chunk);
+  }
+  ASSERT_TRUE(s.feed(frames));
+  EXPECT_TRUE(s.requests.empty());
+  // The stream that went over 600 KiB with the others was answered (413) and reset: its
+  // body is no longer held, and it is gone.
+  EXPECT_EQ(s.closed.size(), 1u);
+  // The others end and come out whole.
+  std::string ends;
+  for (std::uint32_t id : {1u, 3u, 5u, 7u}) ends += frame(0, 1, id, "!");
+  ASSERT_TRUE(s.feed(ends));
+  EXPECT_EQ(s.requests.size(), 3u);
+  for (const auto& [id, r] : s.requests) EXPECT_EQ(r.body.size(), 12 * chunk.size() + 1) << id;
+}
+
+TEST(H2Connection, ABodyOverItsLimitIsRefused) {
+  H2Limits limits;
+  limits.body_limit = 1000;
+  Server s(limits);
+  ASSERT_TRUE(s.feed(std::string(kPreface) + frame(4, 0, 0) + frame(1, 4, 1, post("/upload")) +
+                     frame(0, 0, 1, std::string(800, 'a')) + frame(0, 1, 1, std::string(800, 'b'))));
+  EXPECT_TRUE(s.requests.empty());
+}
+
+TEST(H2Connection, AFrameOnTheWrongStreamEndsTheConnectionWithGoaway) {
+  Server s({});
+  // A connection error: nghttp2 queues the GOAWAY itself, and the session wants nothing more.
+  s.feed(std::string(kPreface) + frame(4, 0, 0) + frame(0, 0, 0, "data on stream 0"));
+  s.h2.take_output(s.sent);
+  EXPECT_FALSE(s.h2.alive());
+  bool goaway = false;
+  for (std::string_view out = s.sent; out.size() >= 9;) {
+    const std::size_t length = (static_cast<std::uint8_t>(out[0]) << 16) | (static_cast<std::uint8_t>(out[1]) << 8) |
+                               static_cast<std::uint8_t>(out[2]);
+    goaway = goaway || out[3] == 7;
+    out.remove_prefix(std::min(out.size(), 9 + length));
+  }
+  EXPECT_TRUE(goaway);
+}
+
+}  // namespace
+}  // namespace ratekeeper::http
