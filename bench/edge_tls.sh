@@ -62,7 +62,7 @@ http {
     listen 127.0.0.1:$nginx_port ssl http2;
     ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem;
     ssl_protocols TLSv1.2 TLSv1.3;
-    keepalive_requests 1000000; http2_max_requests 1000000;
+    keepalive_requests 1000000;
     location / {
       limit_req zone=perip burst=1000000 nodelay;
       proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
@@ -123,7 +123,7 @@ measure_h2() {
   t0=$(cpu_ticks "$2")
   h2load -t1 -c"$connections" -m10 -D"$duration" "https://127.0.0.1:$1/api/data" >"$work/h2.txt"
   t1=$(cpu_ticks "$2")
-  grep -q "application protocol: h2" "$work/h2.txt" || { cat "$work/h2.txt" >&2; exit 1; }
+  grep -qi "application protocol: h2" "$work/h2.txt" || { cat "$work/h2.txt" >&2; exit 1; }
   local ok
   ok=$(awk '/^status codes:/ {print $3}' "$work/h2.txt")
   rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' "$work/h2.txt")

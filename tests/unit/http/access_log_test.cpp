@@ -5,6 +5,10 @@
 #include "ratekeeper/http/access_log.hpp"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "support/doc_blocks.hpp"
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -68,6 +72,23 @@ TEST(AccessLogLine, WithoutRuleOrOutcomeTheyAreNull) {
   EXPECT_TRUE(parsed["rule"].is_null());
   EXPECT_TRUE(parsed["outcome"].is_null());
   EXPECT_DOUBLE_EQ(parsed["upstream_ms"].get<double>(), 2.5);
+}
+
+// The line docs/configuration.md shows has the fields the log writes, in its order.
+TEST(AccessLogLine, TheDocumentedLineIsOneTheLogWrites) {
+  const auto blocks = testing::fenced_blocks(std::filesystem::path(RATEKEEPER_SOURCE_DIR) / "docs/configuration.md");
+  const testing::FencedBlock* documented = nullptr;
+  for (const auto& b : blocks) {
+    if (b.language == "json" && b.text.find("\"duration_ms\"") != std::string::npos) documented = &b;
+  }
+  ASSERT_NE(documented, nullptr);
+  const auto doc = json::parse(documented->text);
+  const auto written = json::parse(AccessLog::format(record("GET", "/api/data")));
+  std::vector<std::string> doc_keys, written_keys;
+  for (const auto& [k, v] : doc.items()) doc_keys.push_back(k);
+  for (const auto& [k, v] : written.items()) written_keys.push_back(k);
+  EXPECT_EQ(doc_keys, written_keys);
+  for (const auto& [k, v] : written.items()) EXPECT_EQ(doc[k].type(), v.type()) << k;
 }
 
 }  // namespace
