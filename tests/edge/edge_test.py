@@ -782,7 +782,9 @@ http: {{max_body_bytes: 1048576}}
         """`streams` streams, each opened and cancelled at once (Rapid Reset, CVE-2023-44487);
         the frames the server sent back until it closed or went quiet."""
         sock = self.raw(port)
-        flood = b"".join(h2_frame(HEADERS, END_STREAM | END_HEADERS, 2 * i + 1, hpack_get("/flood"))
+        # On the limited path: past the first few, the requests are answered 429 by the proxy
+        # itself (the upstream is not what is measured).
+        flood = b"".join(h2_frame(HEADERS, END_STREAM | END_HEADERS, 2 * i + 1, hpack_get("/api/data"))
                          + h2_frame(RST_STREAM, 0, 2 * i + 1, struct.pack(">I", 8))  # CANCEL
                          for i in range(streams))
         try:
@@ -792,7 +794,7 @@ http: {{max_body_bytes: 1048576}}
         return h2_frames(sock, timeout=3)
 
     def test_rapid_reset_flood_ends_the_connection(self):
-        _, port, _ = self.proxy(capacity=100000)
+        _, port, _ = self.proxy()
         # Within the bound (a burst of 1000 resets): the connection goes on.
         self.assertNotIn(GOAWAY, [f[0] for f in self.reset_flood(port, 300)])
         # Beyond it: GOAWAY, the connection ends; other clients are served on.
