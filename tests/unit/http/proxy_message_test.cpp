@@ -235,3 +235,46 @@ TEST(UpstreamUrl, RefusesWhatItCannotHonour) {
 
 }  // namespace
 }  // namespace ratekeeper::http
+
+namespace ratekeeper::http {
+namespace {
+
+TEST(ProxyUpgrade, AskedForOnlyWithUpgradeNamedInConnection) {
+  EXPECT_EQ(requested_upgrade({{"Connection", "keep-alive, Upgrade"}, {"Upgrade", " websocket "}}), "websocket");
+  EXPECT_EQ(requested_upgrade({{"Upgrade", "websocket"}}), "");                    // not named in Connection
+  EXPECT_EQ(requested_upgrade({{"Connection", "upgrade"}}), "");                   // no protocol
+  EXPECT_EQ(requested_upgrade({{"Connection", "close"}, {"Upgrade", "h2c"}}), "");
+}
+
+TEST(ProxyUpgrade, TheUpstreamGetsTheUpgradeAndTheScheme) {
+  const HeaderList received = {{"Host", "app"}, {"Connection", "Upgrade"}, {"Upgrade", "websocket"},
+                               {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}};
+  const auto out = upstream_request_fields(received, Forwarding("192.0.2.7", "https", requested_upgrade(received)));
+  const HeaderList expected = {{"Host", "app"},
+                               {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                               {"X-Forwarded-For", "192.0.2.7"},
+                               {"X-Forwarded-Proto", "https"},
+                               {"X-Forwarded-Host", "app"},
+                               {"Connection", "upgrade"},
+                               {"Upgrade", "websocket"}};
+  EXPECT_EQ(out, expected);
+  // Without an upgrade asked for, neither field goes on.
+  const auto plain = upstream_request_fields(received, Forwarding("192.0.2.7"));
+  for (const auto& [n, v] : plain) {
+    EXPECT_FALSE(iequals(n, "upgrade")) << v;
+    EXPECT_FALSE(iequals(n, "connection")) << v;
+  }
+}
+
+TEST(ProxyUpgrade, The101GoesBackWithItsUpgradeAndTheLimitersFields) {
+  std::string out;
+  write_client_upgrade_head(out, "Switching Protocols",
+                            {{"Upgrade", "websocket"}, {"Connection", "Upgrade"}, {"Sec-WebSocket-Accept", "s3pPLM"}},
+                            {{"RateLimit", "\"api\";r=1;t=60"}});
+  EXPECT_EQ(out,
+            "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: s3pPLM\r\nRateLimit: \"api\";r=1;t=60\r\n"
+            "Upgrade: websocket\r\nConnection: upgrade\r\n\r\n");
+}
+
+}  // namespace
+}  // namespace ratekeeper::http
