@@ -95,12 +95,13 @@ int check_config(const std::string& path) {
     return 2;
   }
   std::printf("%s: configuration is valid\n", config.source.c_str());
+  const char* tls = config.tls ? " (TLS)" : "";
   if (config.upstream) {
-    std::printf("listen: %s:%u, proxying to http://%s:%u\n", config.http.host.c_str(),
-                config.http.port, config.upstream->host.c_str(), config.upstream->port);
-    std::printf("admin: %s:%u\n", config.admin.host.c_str(), config.admin.port);
+    std::printf("listen: %s:%u%s, proxying to %s://%s:%u\n", config.http.host.c_str(), config.http.port, tls,
+                config.upstream->tls.enabled ? "https" : "http", config.upstream->host.c_str(), config.upstream->port);
+    std::printf("admin: %s:%u%s\n", config.admin.host.c_str(), config.admin.port, config.admin.tls ? " (TLS)" : "");
   } else {
-    std::printf("listen: %s:%u\n", config.http.host.c_str(), config.http.port);
+    std::printf("listen: %s:%u%s\n", config.http.host.c_str(), config.http.port, tls);
   }
   std::printf("threads: %d\n", config.http.threads);
   std::printf("store: %s%s\n", redis::redact_url(config.store.url).c_str(),

@@ -391,6 +391,15 @@ rules: []
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"tls key_file", r.stderr)
         self.assertIn(b"mismatch", r.stderr)
+        good = os.path.join(self.tmp, "good.yaml")
+        with open(good, "w") as f:
+            f.write(f"listen: 127.0.0.1:0\n{self.tls_section()}upstream: {{url: 'https://app.internal'}}\n"
+                    f"admin: {{listen: 127.0.0.1:0, tls: {{cert_file: {self.certs.server[0]}, "
+                    f"key_file: {self.certs.server[1]}}}}}\n")
+        r = run([RATEKEEPER, "check-config", good])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"listen: 127.0.0.1:0 (TLS), proxying to https://app.internal:443", r.stdout)
+        self.assertIn(b"admin: 127.0.0.1:0 (TLS)", r.stdout)
 
     # ---- https upstreams ----------------------------------------------------------------------
 
