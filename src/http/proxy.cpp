@@ -1747,6 +1747,7 @@ ProxyStats Proxy::proxy_stats() const {
   s.upstream_tls_failures = get(im.upstream_tls_failures);
   s.upgrades = get(im.upgrades);
   s.tunnels_open = get(im.tunnels_open);
+  s.http2_connections = get(im.h2_connections);
   s.buffered_bytes_high_water = get(im.buffered_high);
   return s;
 }
@@ -1780,6 +1781,8 @@ void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy) {
   out.counter("ratekeeper_proxy_upgrades_total", "Upgrades (WebSocket) the upstream accepted with 101.", s.upgrades);
   out.gauge("ratekeeper_proxy_tunnels_open", "Upgraded connections relaying bytes now.",
             static_cast<std::int64_t>(s.tunnels_open));
+  out.counter("ratekeeper_proxy_http2_connections_total",
+              "Client connections that spoke HTTP/2 (h2 by ALPN, or h2c with prior knowledge).", s.http2_connections);
 }
 
 }  // namespace ratekeeper::http

@@ -742,6 +742,8 @@ http: {{max_body_bytes: 1048576}}
         self.assertEqual(self.h2load(f"https://localhost:{port}/api/data"), (5, 15))
         # An HTTP/1.1 client on the same listener still gets HTTP/1.1.
         self.assertEqual(self.curl(f"https://localhost:{port}/hello", "--http1.1")[:2], (200, "1.1"))
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_http2_connections_total"), 2)  # curl's, h2load's
 
     def test_h2c_with_prior_knowledge(self):
         _, port, _ = self.proxy()

@@ -84,6 +84,7 @@ struct ProxyStats {
   std::uint64_t upstream_tls_failures = 0;  // https upstream: handshakes failed (502)
   std::uint64_t upgrades = 0;          // upgrades relayed (the upstream answered 101)
   std::uint64_t tunnels_open = 0;      // upgraded connections relaying now
+  std::uint64_t http2_connections = 0;  // client connections that spoke HTTP/2
   // The most body bytes held at once, over all connections, between being read from one side
   // and written to the other: a few buffer_size per request in flight, whatever the bodies'
   // sizes.
