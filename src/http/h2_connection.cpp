@@ -14,6 +14,7 @@ namespace ratekeeper::http {
 
 struct H2Connection::Stream {
   Request request;
+  std::chrono::steady_clock::time_point begun = std::chrono::steady_clock::now();
   std::size_t header_bytes = 0;
   bool answered = false;      // a response was submitted: what the client still sends is ignored
   bool delivered = false;     // the request went to Events::request
@@ -264,6 +265,21 @@ void H2Connection::reset(std::int32_t stream) {
 void H2Connection::go_away() {
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
                         NGHTTP2_NO_ERROR, nullptr, 0);
+}
+
+std::size_t H2Connection::expire(std::chrono::steady_clock::time_point deadline) {
+  std::vector<std::int32_t> late;
+  for (const auto& [id, s] : streams_) {
+    if (!s->delivered && !s->answered && s->begun < deadline) late.push_back(id);
+  }
+  for (const auto id : late) {
+    if (auto* s = find(id)) {
+      bodies_held_ -= s->request.body.size();
+      std::string().swap(s->request.body);
+      answer_early(id, *s, 408, R"({"error":"Request not received within http.request_timeout"})");
+    }
+  }
+  return late.size();
 }
 
 std::size_t H2Connection::buffered(std::int32_t stream) const {

@@ -16,6 +16,7 @@
 // Not thread-safe: one connection's thread. Events run inside receive() and take_output();
 // they may call respond(), body() and reset() (not destroy the connection).
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -77,6 +78,9 @@ class H2Connection {
   void reset(std::int32_t stream);
   // Graceful end: GOAWAY naming the last stream taken; streams open go on.
   void go_away();
+  // Answers 408 (then resets) every stream whose request began before `deadline` and has not
+  // come out whole: a client trickling a request holds no stream past its deadline. How many.
+  std::size_t expire(std::chrono::steady_clock::time_point deadline);
 
   // Response body bytes given to body() and not yet framed.
   std::size_t buffered(std::int32_t stream) const;

@@ -1240,6 +1240,7 @@ class H2ProxySession final : public ClientConnection {
         client_(std::move(client)),
         pool_(proxy_.pool_of(client_.get_executor())),
         resolver_(client_.get_executor()),
+        sweep_timer_(client_.get_executor()),
         received_(std::move(received)),
         peer_address_(std::move(peer_address)),
         peer_port_(peer_port),
@@ -1255,7 +1256,9 @@ class H2ProxySession final : public ClientConnection {
       self->proxy_.count(self->proxy_.h2_connections);
       const std::string first = std::move(self->received_);
       self->feed(first);
-      if (!self->closed_) self->read();
+      if (self->closed_) return;
+      self->read();
+      self->sweep();
     });
   }
 
@@ -1346,9 +1349,28 @@ class H2ProxySession final : public ClientConnection {
     });
   }
 
+  // Every request must come whole within http.request_timeout of its first frame: checked
+  // a few times per timeout (at least once a second), late streams answered 408.
+  void sweep() {
+    const auto timeout = to_duration(proxy_.options.request_timeout);
+    sweep_timer_.expires_after(std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(1), timeout / 4));
+    sweep_timer_.async_wait([self = self<H2ProxySession>(), timeout](beast::error_code ec) {
+      if (ec || self->closed_) return;
+      self->in_frames_ = true;
+      const std::size_t late = self->h2_.expire(std::chrono::steady_clock::now() - timeout);
+      self->in_frames_ = false;
+      if (late > 0) {
+        self->proxy_.client_aborted.fetch_add(late, std::memory_order_relaxed);
+        self->flush();
+      }
+      self->sweep();
+    });
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
+    sweep_timer_.cancel();
     for (auto& [id, x] : exchanges_) drop(*x);
     exchanges_.clear();
     resolver_.cancel();
@@ -1625,6 +1647,7 @@ class H2ProxySession final : public ClientConnection {
   Stream client_;
   UpstreamPool& pool_;
   tcp::resolver resolver_;
+  net::steady_timer sweep_timer_;  // requests not whole within request_timeout: 408
   std::string received_;  // read by the session that saw HTTP/2 asked for: fed first
   std::string peer_address_;
   std::uint16_t peer_port_ = 0;

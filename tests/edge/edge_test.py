@@ -702,13 +702,13 @@ class Http2(unittest.TestCase):
         cls.upstream.server_close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def proxy(self, tls=False, capacity=5):
+    def proxy(self, tls=False, capacity=5, http="{max_body_bytes: 1048576}"):
         port, admin = free_port(), free_port()
         section = f"tls: {{cert_file: {self.certs.server[0]}, key_file: {self.certs.server[1]}}}\n" if tls else ""
         rk = Ratekeeper(self.tmp, f"""listen: 127.0.0.1:{port}
 upstream: {{url: "http://127.0.0.1:{self.upstream.server_address[1]}"}}
 admin: {{listen: 127.0.0.1:{admin}}}
-http: {{max_body_bytes: 1048576}}
+http: {http}
 {section}rules:
   - name: api
     match: {{path: /api/data}}
@@ -837,6 +837,19 @@ http: {{max_body_bytes: 1048576}}
         frames = h2_frames(sock, timeout=2)
         refused = [f for f in frames if f[0] == RST_STREAM and struct.unpack(">I", f[3])[0] == 0x7]
         self.assertGreaterEqual(len(refused), 50, [f[0] for f in frames][:20])
+        self.assert_serving(port)
+
+    def test_a_request_not_whole_within_request_timeout_is_408(self):
+        _, port, _ = self.proxy(http="{request_timeout: 1s}")
+        sock = self.raw(port)
+        # A header block, then a body that never ends (a trickling client).
+        sock.sendall(h2_frame(HEADERS, END_HEADERS, 1, b"\x83\x86\x04\x07/upload\x01\x09localhost")
+                     + h2_frame(DATA, 0, 1, b"a little"))
+        frames = h2_frames(sock, timeout=6)
+        answers = [f for f in frames if f[0] == HEADERS and f[2] == 1]
+        self.assertTrue(answers, [f[0] for f in frames])
+        self.assertIn(b"408", answers[0][3])
+        self.assertIn(RST_STREAM, [f[0] for f in frames if f[2] == 1])
         self.assert_serving(port)
 
     def test_a_protocol_error_ends_the_connection_with_goaway(self):
