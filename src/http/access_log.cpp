@@ -1,6 +1,9 @@
 #include "ratekeeper/http/access_log.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <chrono>
@@ -195,8 +198,21 @@ void AccessLog::run() {
 void AccessLog::flush_pending() {
   if (writing_.empty()) return;
   std::lock_guard lock(file_mu_);
-  std::fwrite(writing_.data(), 1, writing_.size(), file_);
-  std::fflush(file_);
+  const std::size_t n = std::fwrite(writing_.data(), 1, writing_.size(), file_);
+  if (std::fflush(file_) == 0 && n == writing_.size()) return;
+  // A full disk or a file gone bad: the block's lines are lost. They count as dropped, and
+  // the failure is logged (once every 10 s at most) with the reason.
+  const int error = errno;
+  std::clearerr(file_);
+  const auto lines = static_cast<std::uint64_t>(std::count(writing_.begin(), writing_.end(), '\n'));
+  written_.fetch_sub(lines, std::memory_order_relaxed);
+  dropped_.fetch_add(lines, std::memory_order_relaxed);
+  std::uint64_t suppressed = 0;
+  if (failure_log_.admit(suppressed)) {
+    spdlog::error("access log '{}': {} line(s) could not be written: {}{}", options_.path, lines,
+                  std::strerror(error),
+                  suppressed > 0 ? fmt::format(" ({} more failed writes not logged)", suppressed) : "");
+  }
 }
 
 Result<void> AccessLog::reopen() {

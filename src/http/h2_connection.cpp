@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/http/headers.hpp"
 
 namespace ratekeeper::http {
@@ -16,6 +17,7 @@ struct H2Connection::Stream {
   Request request;
   std::chrono::steady_clock::time_point begun = std::chrono::steady_clock::now();
   std::size_t header_bytes = 0;
+  bool authority = false;     // :authority came (pseudo-header fields come first)
   bool answered = false;      // a response was submitted: what the client still sends is ignored
   bool delivered = false;     // the request went to Events::request
   // The response body: what body() gave and was not framed yet; `last` once given.
@@ -72,6 +74,10 @@ struct H2Callbacks {
       s->request.target = v;
     } else if (n == ":authority") {
       s->request.headers.emplace_back("host", std::string(v));
+      s->authority = true;
+    } else if (n == "host" && s->authority) {
+      // :authority is the request's authority (RFC 9113 8.3.1): a Host field beside it is
+      // dropped, so that the rules and the upstream see one Host, the same.
     } else if (!n.empty() && n.front() != ':') {
       s->request.headers.emplace_back(std::string(n), std::string(v));
     }
@@ -148,14 +154,32 @@ struct H2Callbacks {
   }
 };
 
+namespace {
+
+// A callback of the frame layer with what it throws contained: an exception must not unwind
+// through libnghttp2's C frames. It is logged and counted (core/contained.hpp) and the session
+// ends, as for any callback failure (GOAWAY INTERNAL_ERROR).
+template <auto F>
+struct Guarded;
+template <class R, class... A, R (*F)(A...)>
+struct Guarded<F> {
+  static R call(A... args) {
+    R result{};
+    if (!contain("the HTTP/2 frame layer", [&] { result = F(args...); })) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return result;
+  }
+};
+
+}  // namespace
+
 H2Connection::H2Connection(H2Limits limits, Events events) : limits_(limits), events_(std::move(events)) {
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_session_callbacks_new(&callbacks);
-  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, H2Callbacks::begin_headers);
-  nghttp2_session_callbacks_set_on_header_callback(callbacks, H2Callbacks::header);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, H2Callbacks::data_chunk);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, H2Callbacks::frame_recv);
-  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, H2Callbacks::stream_close);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, Guarded<&H2Callbacks::begin_headers>::call);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, Guarded<&H2Callbacks::header>::call);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, Guarded<&H2Callbacks::data_chunk>::call);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, Guarded<&H2Callbacks::frame_recv>::call);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, Guarded<&H2Callbacks::stream_close>::call);
   nghttp2_option* option = nullptr;
   nghttp2_option_new(&option);
   nghttp2_option_set_stream_reset_rate_limit(option, limits_.reset_burst, limits_.reset_rate);
@@ -229,7 +253,7 @@ void H2Connection::respond(std::int32_t stream, int status, const HeaderList& fi
     nva.push_back(field(names[i++], v));
   }
   nghttp2_data_provider provider{};
-  provider.read_callback = H2Callbacks::read_body;
+  provider.read_callback = Guarded<&H2Callbacks::read_body>::call;
   nghttp2_submit_response(session_, stream, nva.data(), nva.size(), has_body ? &provider : nullptr);
 }
 

@@ -166,6 +166,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
                 n -= min(n, len(block))
             return
         body = json.dumps({"path": self.path, "headers": dict(self.headers.items()),
+                           "hosts": self.headers.get_all("Host") or [],
                            "body_bytes": len(self.rfile.read(int(self.headers.get("Content-Length", 0))))}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -851,6 +852,16 @@ http: {http}
         self.assertIn(b"408", answers[0][3])
         self.assertIn(RST_STREAM, [f[0] for f in frames if f[2] == 1])
         self.assert_serving(port)
+
+    def test_one_host_goes_on_the_authority(self):
+        _, port, _ = self.proxy()
+        sock = self.raw(port)
+        # :authority localhost, then a Host field naming another host (literal, indexed name 38).
+        block = hpack_get("/hello") + b"\x0f\x17\x0cevil.example"
+        sock.sendall(h2_frame(HEADERS, END_STREAM | END_HEADERS, 1, block))
+        frames = h2_frames(sock, timeout=3)
+        body = b"".join(f[3] for f in frames if f[0] == DATA and f[2] == 1)
+        self.assertEqual(json.loads(body)["hosts"], ["localhost"])
 
     def test_a_protocol_error_ends_the_connection_with_goaway(self):
         _, port, _ = self.proxy()

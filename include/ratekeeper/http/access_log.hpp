@@ -3,7 +3,8 @@
 // stdout. Lines are formatted on the request's thread and written in blocks by a thread of
 // the log's own (at least twice a second), so a request never waits for the disk. A rate bound
 // keeps a flood from filling the disk: lines beyond it are dropped and counted, and the next
-// line written says how many went ("dropped": n).
+// line written says how many went ("dropped": n). Lines a write to the file loses (a full
+// disk) count as dropped too, and the failure is logged.
 //
 //   {"time":"2026-12-05T18:40:31.308+00:00","client":"203.0.113.7","method":"GET",
 //    "path":"/api/data","status":429,"rule":"api","outcome":"rejected","duration_ms":0.412,
@@ -81,6 +82,7 @@ class AccessLog {
 
   AccessLogOptions options_;
   LogLimit limit_;
+  LogLimit failure_log_{0.1, 1};  // failed writes: a line every 10 s at most
   std::mutex mu_;
   std::condition_variable wake_;
   std::string pending_;       // lines not yet written to the file

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "support/doc_blocks.hpp"
 #include <nlohmann/json.hpp>
@@ -72,6 +74,18 @@ TEST(AccessLogLine, WithoutRuleOrOutcomeTheyAreNull) {
   EXPECT_TRUE(parsed["rule"].is_null());
   EXPECT_TRUE(parsed["outcome"].is_null());
   EXPECT_DOUBLE_EQ(parsed["upstream_ms"].get<double>(), 2.5);
+}
+
+// A write the file refuses (a full disk: /dev/full) loses its lines: they count as dropped,
+// not written.
+TEST(AccessLogFile, LinesAFullDiskLosesCountAsDropped) {
+  auto log = AccessLog::open(AccessLogOptions{.path = "/dev/full", .max_lines_per_second = 0});
+  ASSERT_TRUE(log) << log.error().message;
+  (*log)->write(record("GET", "/"));
+  (*log)->write(record("GET", "/again"));
+  for (int i = 0; i < 100 && (*log)->lines_dropped() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ((*log)->lines_dropped(), 2u);
+  EXPECT_EQ((*log)->lines_written(), 0u);
 }
 
 // The line docs/configuration.md shows has the fields the log writes, in its order.
