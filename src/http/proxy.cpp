@@ -176,6 +176,13 @@ class UpstreamPool {
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
 };
 
+// Methods that change nothing when sent twice (RFC 9110 9.2.2): a request of one that failed
+// at once on a reused upstream connection may go again.
+bool idempotent(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "PUT" || method == "DELETE" || method == "OPTIONS" ||
+         method == "TRACE";
+}
+
 // HTTP/2's connection preface (RFC 9113 3.4): what a client with prior knowledge sends first.
 constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -295,6 +302,32 @@ struct Proxy::Impl : ServerCore {
   }
 
   void count(std::atomic<std::uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+
+  // An upstream failure the client is answered for (502, 504): counted, and logged (a burst,
+  // then a line a second saying how many were left out) with the request, the upstream and
+  // the reason.
+  void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter, const beast::error_code& ec,
+                       std::string why, std::string_view method, std::string_view target, std::string_view via) {
+    count(counter);
+    std::uint64_t suppressed = 0;
+    if (!failure_log.admit(suppressed)) return;
+    const std::string reason = !why.empty() ? std::move(why) : ec ? ec.message() : std::string("an unexpected response");
+    spdlog::warn("proxy: {} {} for {} {}{}: upstream {}:{}: {}{}", error.status,
+                 error.status == 504 ? "(timeout)" : "(bad gateway)", method, target, via, upstream.host,
+                 upstream.port, reason,
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
+
+  // The record of a request whose head was just read (active only when something observes it:
+  // an access log or the latency histograms).
+  Served begin_served() const {
+    Served served;
+    if (!options.access_log && !options.latency) return served;
+    served.active = true;
+    served.start = std::chrono::steady_clock::now();
+    if (options.access_log) served.wall = wall_now();
+    return served;
+  }
 
   // A request served: its latency samples and access log line.
   void observe(const Served& served, std::string_view peer, std::string_view method, std::string_view path) {
@@ -521,8 +554,7 @@ class ProxySession final : public ClientConnection {
     keep_alive_ = req_->keep_alive();
     head_request_ = request.method == "HEAD";
     const std::string_view method = request.method;
-    idempotent_ = method == "GET" || head_request_ || method == "PUT" || method == "DELETE" ||
-                  method == "OPTIONS" || method == "TRACE";
+    idempotent_ = idempotent(method);
     const auto length = req_->content_length();
     request_framing_ = req_->chunked() ? Framing::chunked
                        : length        ? Framing::length
@@ -1018,20 +1050,10 @@ class ProxySession final : public ClientConnection {
 
   void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter,
                        beast::error_code ec = {}, std::string why = {}) {
-    proxy_.count(counter);
-    if (std::uint64_t suppressed = 0; proxy_.failure_log.admit(suppressed)) {
-      const std::string reason = !why.empty() ? std::move(why)
-                                 : ec         ? ec.message()
-                                              : std::string("an unexpected response");
-      const bool has_request = req_ && req_->is_header_done();
-      spdlog::warn("proxy: {} {} for {} {}: upstream {}:{}: {}{}", error.status,
-                   error.status == 504 ? "(timeout)" : "(bad gateway)",
-                   has_request ? std::string_view(req_->request().method) : std::string_view("-"),
-                   has_request ? std::string_view(req_->request().target) : std::string_view("-"),
-                   proxy_.upstream.host, proxy_.upstream.port, reason,
-                   suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed)
-                                  : std::string());
-    }
+    const bool has_request = req_ && req_->is_header_done();
+    proxy_.upstream_failed(error, counter, ec, std::move(why),
+                           has_request ? std::string_view(req_->request().method) : std::string_view("-"),
+                           has_request ? std::string_view(req_->request().target) : std::string_view("-"), "");
     drop_upstream();
     answer_error(error, true);
   }
@@ -1129,11 +1151,7 @@ class ProxySession final : public ClientConnection {
   // ---- what a request leaves behind: its access log line and latency samples ----------------
 
   void begin_served() {
-    if (served_.active || (!proxy_.options.access_log && !proxy_.options.latency)) return;
-    served_ = Served{};
-    served_.active = true;
-    served_.start = std::chrono::steady_clock::now();
-    if (proxy_.options.access_log) served_.wall = wall_now();
+    if (!served_.active) served_ = proxy_.begin_served();
   }
 
   void end_served() {
@@ -1385,9 +1403,7 @@ class H2ProxySession final : public ClientConnection {
     proxy_.requests.fetch_add(1, std::memory_order_relaxed);
     auto x = std::make_shared<Exchange>();
     x->id = id;
-    x->served.active = true;
-    x->served.start = std::chrono::steady_clock::now();
-    if (proxy_.options.access_log) x->served.wall = wall_now();
+    x->served = proxy_.begin_served();
     x->head_request = request.method == "HEAD";
     auto target = normalize_target(request.target, proxy_.paths);
     request.peer_address = peer_address_;
@@ -1495,9 +1511,7 @@ class H2ProxySession final : public ClientConnection {
   // A reused connection the upstream closed meanwhile fails at once: a request without body
   // that changes nothing goes again, once, on a new connection.
   bool retry(const ExchangePtr& x) {
-    const auto& m = x->request.method;
-    const bool idempotent = m == "GET" || m == "HEAD" || m == "PUT" || m == "DELETE" || m == "OPTIONS" || m == "TRACE";
-    if (!x->reused || x->retried || !x->request.body.empty() || !idempotent) return false;
+    if (!x->reused || x->retried || !x->request.body.empty() || !idempotent(x->request.method)) return false;
     x->retried = true;
     drop(*x);
     connect(x);
@@ -1597,14 +1611,7 @@ class H2ProxySession final : public ClientConnection {
 
   void failed(Exchange& x, const JsonError& error, std::atomic<std::uint64_t>& counter, beast::error_code ec,
               std::string why = {}) {
-    proxy_.count(counter);
-    if (std::uint64_t suppressed = 0; proxy_.failure_log.admit(suppressed)) {
-      const std::string reason = !why.empty() ? std::move(why) : ec ? ec.message() : std::string("an unexpected response");
-      spdlog::warn("proxy: {} {} for {} {} (HTTP/2): upstream {}:{}: {}{}", error.status,
-                   error.status == 504 ? "(timeout)" : "(bad gateway)", x.request.method, x.request.target,
-                   proxy_.upstream.host, proxy_.upstream.port, reason,
-                   suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
-    }
+    proxy_.upstream_failed(error, counter, ec, std::move(why), x.request.method, x.request.target, " (HTTP/2)");
     drop(x);
     answer(x, error.status, "application/json", std::string(error.body), {});
   }

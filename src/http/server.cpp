@@ -180,7 +180,6 @@ class Session final : public ClientConnection {
     if (server_.options.access_log) {
       slot.wall = wall_now();
       slot.method = request.method;
-      slot.path = request.target;  // replaced by its normal form below
     }
     queue_.push_back(std::move(slot));
 
@@ -192,6 +191,8 @@ class Session final : public ClientConnection {
     // The one normal form of the target (http/path.hpp): what the handler's routes dispatch on,
     // its rules match and its keys are built from. A target without one is a 400 here.
     auto target = normalize_target(request.target, server_.options.paths);
+    // The access log says the path the request was decided on: its normal form, or (a 400) as sent.
+    if (server_.options.access_log) queue_.back().path = target ? *target : request.target;
     if (!target) {
       pending->deliver(Response{400, "application/json", {}, bad_request_body(target.error().message)});
       pending.reset();
@@ -199,7 +200,6 @@ class Session final : public ClientConnection {
       return;
     }
     request.target = std::move(*target);
-    if (server_.options.access_log) queue_.back().path = request.target;
     const bool returned = contain("the HTTP request handler", [&] {
       server_.handler(std::move(request),
                       [pending](Response r) { pending->deliver(std::move(r)); });
