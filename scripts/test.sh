@@ -17,7 +17,8 @@ fi
 echo "rapidcheck: RC_PARAMS=\"$RC_PARAMS\""
 
 # Without debug information where stack traces are not needed, and line tables only where
-# they are: it halves the time spent compiling (Boost, gtest) on two cores.
+# they are (-g1: file and line in every sanitizer report): it halves the time spent compiling
+# (Boost, gtest) on two cores; the ASan build's -g1 instead of -g saves a quarter of its own.
 stage "plain build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DRATEKEEPER_BENCH=ON >/dev/null
@@ -25,7 +26,7 @@ cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRATEKEEPER_SANITIZE=ON -DRATEKEEPER_BENCH=OFF >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" -DRATEKEEPER_SANITIZE=ON -DRATEKEEPER_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j"$jobs" --timeout 900)

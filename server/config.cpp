@@ -495,7 +495,7 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
 void read_upstream(const Reader& r, const YAML::Node& node, const std::string& path,
                    Config& c) {
   r.expect_map(node, path,
-               {"url", "connect_timeout", "timeout", "max_idle_connections", "buffer_bytes",
+               {"url", "connect_timeout", "timeout", "max_idle_connections", "idle_timeout", "buffer_bytes",
                 "lowercase_path", "tls", "upgrades", "tunnel_idle_timeout", "tunnel_max_duration"});
   const auto url_path = Reader::field(path, "url");
   if (!node["url"]) r.fail(url_path, "required field missing");
@@ -511,6 +511,7 @@ void read_upstream(const Reader& r, const YAML::Node& node, const std::string& p
     u.max_idle = static_cast<std::size_t>(r.integer(
         node["max_idle_connections"], Reader::field(path, "max_idle_connections"), 0, 100'000));
   }
+  if (node["idle_timeout"]) u.idle_timeout = r.duration(node["idle_timeout"], Reader::field(path, "idle_timeout"), 1);
   if (node["buffer_bytes"]) {
     u.buffer_size = static_cast<std::size_t>(
         r.integer(node["buffer_bytes"], Reader::field(path, "buffer_bytes"), 1024, 16 << 20));

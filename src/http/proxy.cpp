@@ -33,6 +33,7 @@
 #include <boost/beast/http/status.hpp>
 #include <cerrno>
 #include <charconv>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -149,14 +150,18 @@ bool still_open(UpstreamConnection& c) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-// The idle upstream connections of one io thread, most recently used first.
-class UpstreamPool {
+// The idle upstream connections of one io thread, used from that thread only: the most
+// recently used is taken first. At most max_idle are kept (beyond: the one idle longest is
+// closed); a connection idle for idle_timeout is closed by the pool's timer, so a burst's
+// connections do not stay open once the burst is over.
+class UpstreamPool : public std::enable_shared_from_this<UpstreamPool> {
  public:
-  explicit UpstreamPool(std::size_t max_idle) : max_idle_(max_idle) {}
+  UpstreamPool(const net::any_io_executor& executor, std::size_t max_idle, Micros idle_timeout)
+      : max_idle_(max_idle), idle_timeout_(to_duration(idle_timeout)), timer_(executor) {}
 
   std::unique_ptr<UpstreamConnection> take() {
     while (!idle_.empty()) {
-      auto c = std::move(idle_.back());
+      auto c = std::move(idle_.back().connection);
       idle_.pop_back();
       if (still_open(*c)) return c;
     }
@@ -164,16 +169,48 @@ class UpstreamPool {
   }
 
   void put(std::unique_ptr<UpstreamConnection> c) {
-    if (idle_.size() >= max_idle_) return;
+    if (max_idle_ == 0) return;
+    if (idle_.size() >= max_idle_) idle_.pop_front();
     c->stream.tcp().expires_never();
-    idle_.push_back(std::move(c));
+    idle_.push_back({std::move(c), std::chrono::steady_clock::now()});
+    if (!timer_armed_) arm(idle_.front().since);
   }
 
-  void clear() { idle_.clear(); }
+  void clear() {
+    idle_.clear();
+    timer_.cancel();
+    timer_armed_ = false;
+  }
 
  private:
+  struct Idle {
+    std::unique_ptr<UpstreamConnection> connection;
+    std::chrono::steady_clock::time_point since;  // put back at
+  };
+
+  // Fires when the connection idle longest has been idle for idle_timeout.
+  void arm(std::chrono::steady_clock::time_point oldest) {
+    timer_armed_ = true;
+    timer_.expires_at(oldest + idle_timeout_);
+    timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+      const auto self = weak.lock();
+      if (ec || !self) return;
+      self->expire();
+    });
+  }
+
+  void expire() {
+    timer_armed_ = false;
+    const auto now = std::chrono::steady_clock::now();
+    while (!idle_.empty() && now - idle_.front().since >= idle_timeout_) idle_.pop_front();
+    if (!idle_.empty()) arm(idle_.front().since);
+  }
+
   std::size_t max_idle_;
-  std::vector<std::unique_ptr<UpstreamConnection>> idle_;
+  std::chrono::steady_clock::duration idle_timeout_;
+  net::steady_timer timer_;
+  bool timer_armed_ = false;
+  std::deque<Idle> idle_;  // oldest first
 };
 
 // Methods that change nothing when sent twice (RFC 9110 9.2.2): a request of one that failed
@@ -276,7 +313,8 @@ struct Proxy::Impl : ServerCore {
     paths.lowercase = upstream.lowercase_path;
     pools.reserve(loop.size());
     for (std::size_t i = 0; i < loop.size(); ++i) {
-      pools.push_back(std::make_unique<UpstreamPool>(upstream.max_idle));
+      pools.push_back(std::make_shared<UpstreamPool>(loop.context(i).get_executor(), upstream.max_idle,
+                                                     upstream.idle_timeout));
     }
     beast::error_code ec;
     const auto address = net::ip::make_address(upstream.host, ec);
@@ -416,7 +454,7 @@ struct Proxy::Impl : ServerCore {
   std::shared_ptr<TlsContext> upstream_tls;  // https: the client context of every connection
   std::optional<Error> tls_error;            // https: why the context could not be made
   std::string_view scheme() const noexcept { return options.tls ? "https" : "http"; }
-  std::vector<std::unique_ptr<UpstreamPool>> pools;  // by loop context index
+  std::vector<std::shared_ptr<UpstreamPool>> pools;  // by loop context index
   LogLimit failure_log;  // the 502/504 lines
 
   std::atomic<std::uint64_t> forwarded{0};
@@ -1604,9 +1642,17 @@ class H2ProxySession final : public ClientConnection {
   }
 
   // The response is complete on the upstream side: its connection goes back to the pool.
-  void finish(const ExchangePtr& x) {
-    if (x->res->keep_alive() && x->up && x->up->buffer.size() == 0) pool_.put(std::move(x->up));
-    drop(*x);
+  void finish(const ExchangePtr& x) { release(*x); }
+
+  // An exchange's upstream connection goes back to the pool when its response was read whole
+  // and the connection may carry another; any other is closed. The stream may close first (its
+  // last DATA frame written by the flush that relayed the end of the body): the connection is
+  // still reusable then.
+  void release(Exchange& x) {
+    if (x.up && x.res && x.res->is_done() && x.res->keep_alive() && x.up->buffer.size() == 0) {
+      pool_.put(std::move(x.up));
+    }
+    drop(x);
   }
 
   void failed(Exchange& x, const JsonError& error, std::atomic<std::uint64_t>& counter, beast::error_code ec,
@@ -1638,7 +1684,7 @@ class H2ProxySession final : public ClientConnection {
     if (x->up) {
       // Closed before its response was relayed whole (reset by the client, or the proxy).
       if (x->served.status == 0 || !x->res || !x->res->is_done()) proxy_.count(proxy_.client_aborted);
-      drop(*x);
+      release(*x);
     }
     if (x->served.active) {
       x->served.active = false;

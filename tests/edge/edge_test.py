@@ -703,11 +703,12 @@ class Http2(unittest.TestCase):
         cls.upstream.server_close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def proxy(self, tls=False, capacity=5, http="{max_body_bytes: 1048576}"):
+    def proxy(self, tls=False, capacity=5, http="{max_body_bytes: 1048576}", upstream="", threads=None):
         port, admin = free_port(), free_port()
         section = f"tls: {{cert_file: {self.certs.server[0]}, key_file: {self.certs.server[1]}}}\n" if tls else ""
+        section += f"threads: {threads}\n" if threads else ""
         rk = Ratekeeper(self.tmp, f"""listen: 127.0.0.1:{port}
-upstream: {{url: "http://127.0.0.1:{self.upstream.server_address[1]}"}}
+upstream: {{url: "http://127.0.0.1:{self.upstream.server_address[1]}"{upstream}}}
 admin: {{listen: 127.0.0.1:{admin}}}
 http: {http}
 {section}rules:
@@ -753,6 +754,27 @@ http: {http}
         self.assertEqual(json.loads(body)["path"], "/hello?x=1")
         self.assertEqual(self.h2load(f"http://127.0.0.1:{port}/api/data", n=12, streams=4), (5, 7))
         self.assertEqual(self.curl(f"http://127.0.0.1:{port}/hello")[:2], (200, "1.1"))
+
+    def test_streams_one_after_another_reuse_one_upstream_connection(self):
+        # Each response ends its stream in the same flush that relays the end of its body: the
+        # upstream connection, read whole, goes back to the pool all the same.
+        _, port, admin = self.proxy(capacity=100)
+        self.assertEqual(self.h2load(f"http://127.0.0.1:{port}/api/data", n=30, streams=1), (30, 0))
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_connections_total{state="opened"}'), 1)
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_connections_total{state="reused"}'), 29)
+
+    def test_an_idle_upstream_connection_is_closed_after_idle_timeout(self):
+        # One io thread: one pool of upstream connections for every client connection.
+        _, port, admin = self.proxy(capacity=100, upstream=", idle_timeout: 200ms", threads=1)
+        url = f"http://127.0.0.1:{port}/api/data"
+        self.assertEqual(self.h2load(url, n=1, streams=1), (1, 0))
+        self.assertEqual(self.h2load(url, n=1, streams=1), (1, 0))  # at once: reused
+        time.sleep(1.5)
+        self.assertEqual(self.h2load(url, n=1, streams=1), (1, 0))  # idle too long: a new one
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_connections_total{state="opened"}'), 2)
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_connections_total{state="reused"}'), 1)
 
     def test_bodies_both_ways_through_flow_control(self):
         _, port, _ = self.proxy(tls=True)

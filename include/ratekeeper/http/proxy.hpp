@@ -45,7 +45,11 @@ struct UpstreamOptions {
   // Until the upstream's response header has arrived, and between two reads or writes of
   // either body: longer → 504 (or the connection closed, once the response has begun).
   Micros timeout = 60 * kMicrosPerSecond;
-  std::size_t max_idle = 32;  // idle keep-alive connections kept per io thread
+  // Idle keep-alive connections kept per io thread, and how long one may stay idle. An HTTP/2
+  // client's streams each take a connection: with fewer kept than streams in flight, every
+  // burst opens (and closes) the difference.
+  std::size_t max_idle = 256;
+  Micros idle_timeout = 60 * kMicrosPerSecond;
   std::size_t buffer_size = std::size_t{64} * 1024;  // per direction and request
   // Rules match, and the upstream receives, the normalised path lowercased (for
   // case-insensitive applications); off: case is kept (http/path.hpp).

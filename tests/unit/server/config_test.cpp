@@ -699,6 +699,7 @@ upstream:
   connect_timeout: 250ms
   timeout: 3s
   max_idle_connections: 7
+  idle_timeout: 90s
   buffer_bytes: 16384
   lowercase_path: true
 admin: {listen: 127.0.0.1:9191}
@@ -709,6 +710,7 @@ admin: {listen: 127.0.0.1:9191}
   EXPECT_EQ(c.upstream->connect_timeout, 250'000);
   EXPECT_EQ(c.upstream->timeout, 3'000'000);
   EXPECT_EQ(c.upstream->max_idle, 7U);
+  EXPECT_EQ(c.upstream->idle_timeout, 90'000'000);
   EXPECT_EQ(c.upstream->buffer_size, 16384U);
   EXPECT_TRUE(c.upstream->lowercase_path);
   EXPECT_EQ(c.admin.host, "127.0.0.1");
