@@ -1599,7 +1599,8 @@ class H2ProxySession final : public ClientConnection {
       x->waiting_room = true;  // on_drained() resumes
       return;
     }
-    const std::size_t room = proxy_.upstream.buffer_size;
+    const auto length = x->res->content_length();
+    const std::size_t room = piece_size(proxy_.upstream.buffer_size, length.has_value(), length.value_or(0));
     x->res->stream_body(x->body.room(room), room);
     beast::error_code ec;
     parse_buffered(*x->res, x->up->buffer, ec);
