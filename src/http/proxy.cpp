@@ -471,6 +471,8 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> upstream_tls_failures{0};
   std::atomic<std::uint64_t> upgrades{0};
   std::atomic<std::uint64_t> tunnels_open{0};
+  std::array<std::atomic<std::uint64_t>, 6> tunnels_closed{};  // by TunnelEnd
+  LogLimit tunnel_log;  // tunnels ended by a time bound or a failed write
   std::atomic<std::uint64_t> h2_connections{0};
   std::atomic<std::uint64_t> buffered{0};
   std::atomic<std::uint64_t> buffered_high{0};
@@ -521,12 +523,16 @@ class ProxySession final : public ClientConnection {
     net::post(executor_, [self = self<ProxySession>()] {
       const bool receiving = self->req_ && self->req_->got_some();
       // An upgraded connection has no request boundary to stop at: it closes now.
-      if ((self->phase_ == Phase::awaiting && !receiving) || self->tunnel_) self->close();
+      if (self->tunnel_) return self->close_tunnel(TunnelEnd::shutdown);
+      if (self->phase_ == Phase::awaiting && !receiving) self->close();
     });
   }
 
   void abort() override {
-    net::post(executor_, [self = self<ProxySession>()] { self->close(); });
+    net::post(executor_, [self = self<ProxySession>()] {
+      if (self->tunnel_) return self->close_tunnel(TunnelEnd::shutdown);
+      self->close();
+    });
   }
 
  private:
@@ -1040,7 +1046,7 @@ class ProxySession final : public ClientConnection {
     up_->stream.tcp().expires_never();
     tunnel_started_ = tunnel_active_ = std::chrono::steady_clock::now();
     arm_tunnel_timer();
-    if (draining_) return close();
+    if (draining_) return close_tunnel(TunnelEnd::shutdown);
     tunnel_relay(client_, client_buf_, up_->stream);
     tunnel_relay(up_->stream, up_->buffer, client_);
   }
@@ -1052,7 +1058,7 @@ class ProxySession final : public ClientConnection {
       net::async_write(to, buffer.data(), [self = self<ProxySession>(), &from, &buffer, &to](
                                                beast::error_code ec, std::size_t n) {
         if (self->closed()) return;
-        if (ec) return self->close();
+        if (ec) return self->close_tunnel(TunnelEnd::error, ec);
         buffer.consume(n);
         self->tunnel_relay(from, buffer, to);
       });
@@ -1064,7 +1070,8 @@ class ProxySession final : public ClientConnection {
       if (self->closed()) return;
       buffer.commit(n);
       if (n > 0) self->tunnel_active_ = std::chrono::steady_clock::now();
-      if (ec && n == 0) return self->close();  // either side closing ends the tunnel
+      // Either side closing (or resetting) ends the tunnel.
+      if (ec && n == 0) return self->close_tunnel(&from == &self->client_ ? TunnelEnd::client : TunnelEnd::upstream);
       self->tunnel_relay(from, buffer, to);
     });
   }
@@ -1076,9 +1083,11 @@ class ProxySession final : public ClientConnection {
     tunnel_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
       if (ec || self->closed()) return;
       const auto now = std::chrono::steady_clock::now();
-      if (now >= self->tunnel_active_ + to_duration(self->proxy_.upstream.tunnel_idle_timeout) ||
-          now >= self->tunnel_started_ + to_duration(self->proxy_.upstream.tunnel_max_duration)) {
-        return self->close();
+      if (now >= self->tunnel_started_ + to_duration(self->proxy_.upstream.tunnel_max_duration)) {
+        return self->close_tunnel(TunnelEnd::max_duration);
+      }
+      if (now >= self->tunnel_active_ + to_duration(self->proxy_.upstream.tunnel_idle_timeout)) {
+        return self->close_tunnel(TunnelEnd::idle);
       }
       self->arm_tunnel_timer();
     });
@@ -1200,10 +1209,30 @@ class ProxySession final : public ClientConnection {
                    has_request ? std::string_view(req_->request().target) : std::string_view());
   }
 
+  // Ends the tunnel: counted by why; a time bound or a failed write is logged (a burst, then a
+  // line a second), the sides closing as they may is not.
+  void close_tunnel(TunnelEnd why, beast::error_code ec = {}) {
+    tunnel_end_ = why;
+    if (tunnel_ && (why == TunnelEnd::idle || why == TunnelEnd::max_duration || why == TunnelEnd::error)) {
+      std::uint64_t suppressed = 0;
+      if (proxy_.tunnel_log.admit(suppressed)) {
+        const auto lasted = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() -
+                                                                             tunnel_started_);
+        spdlog::info("proxy: tunnel of {} closed after {}s: {}{}", peer_address_, lasted.count(),
+                     why == TunnelEnd::idle           ? "no byte either way for upstream.tunnel_idle_timeout"
+                     : why == TunnelEnd::max_duration ? "upstream.tunnel_max_duration reached"
+                                                      : "a write failed: " + ec.message(),
+                     suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+      }
+    }
+    close();
+  }
+
   void end_tunnel() {
     if (!tunnel_) return;
     tunnel_ = false;
     proxy_.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
+    proxy_.count(proxy_.tunnels_closed[static_cast<std::size_t>(tunnel_end_)]);
   }
 
   void hold(std::size_t n) {
@@ -1262,6 +1291,7 @@ class ProxySession final : public ClientConnection {
   bool request_body_ = false;    // the request has a body to relay
   std::string upgrade_;          // the protocol the request asks to upgrade to (empty: none)
   bool tunnel_ = false;          // upgraded: relaying bytes both ways (counted in tunnels_open)
+  TunnelEnd tunnel_end_ = TunnelEnd::error;  // why the tunnel ends (closed by another path: error)
   Served served_;  // the request being served, for its access log line and latency samples
   std::chrono::steady_clock::time_point tunnel_started_;
   std::chrono::steady_clock::time_point tunnel_active_;  // the last byte read either way
@@ -1824,9 +1854,22 @@ ProxyStats Proxy::proxy_stats() const {
   s.upstream_tls_failures = get(im.upstream_tls_failures);
   s.upgrades = get(im.upgrades);
   s.tunnels_open = get(im.tunnels_open);
+  for (std::size_t i = 0; i < s.tunnels_closed.size(); ++i) s.tunnels_closed[i] = get(im.tunnels_closed[i]);
   s.http2_connections = get(im.h2_connections);
   s.buffered_bytes_high_water = get(im.buffered_high);
   return s;
+}
+
+std::string_view to_string(TunnelEnd end) noexcept {
+  switch (end) {
+    case TunnelEnd::client: return "client";
+    case TunnelEnd::upstream: return "upstream";
+    case TunnelEnd::idle: return "idle";
+    case TunnelEnd::max_duration: return "max_duration";
+    case TunnelEnd::error: return "error";
+    case TunnelEnd::shutdown: return "shutdown";
+  }
+  return "unknown";
 }
 
 void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy) {
@@ -1858,6 +1901,12 @@ void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy) {
   out.counter("ratekeeper_proxy_upgrades_total", "Upgrades (WebSocket) the upstream accepted with 101.", s.upgrades);
   out.gauge("ratekeeper_proxy_tunnels_open", "Upgraded connections relaying bytes now.",
             static_cast<std::int64_t>(s.tunnels_open));
+  for (std::size_t i = 0; i < s.tunnels_closed.size(); ++i) {
+    out.counter("ratekeeper_proxy_tunnels_closed_total",
+                "Upgraded connections ended, by why: client or upstream closed, idle (tunnel_idle_timeout), "
+                "max_duration (tunnel_max_duration), error (a write failed), shutdown.",
+                s.tunnels_closed[i], {{"reason", to_string(static_cast<TunnelEnd>(i))}});
+  }
   out.counter("ratekeeper_proxy_http2_connections_total",
               "Client connections that spoke HTTP/2 (h2 by ALPN, or h2c with prior knowledge).", s.http2_connections);
 }

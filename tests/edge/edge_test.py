@@ -470,6 +470,11 @@ rules:
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, "ratekeeper_proxy_upgrades_total"), 2)
         self.assertEqual(metric(text, "ratekeeper_proxy_tunnels_open"), 0)
+        # Both ended by a side closing (after the close handshake, the server closes first).
+        closed = {reason: metric(text, f'ratekeeper_proxy_tunnels_closed_total{{reason="{reason}"}}')
+                  for reason in ("client", "upstream", "idle", "max_duration", "error", "shutdown")}
+        self.assertEqual(closed["client"] + closed["upstream"], 2, closed)
+        self.assertEqual(closed["idle"] + closed["max_duration"] + closed["error"] + closed["shutdown"], 0, closed)
 
     def test_websocket_over_a_tls_listener(self):
         echo = WebSocketEcho()
@@ -488,7 +493,7 @@ rules:
     def test_an_idle_tunnel_is_closed(self):
         echo = WebSocketEcho()
         self.stops.append(echo.stop)
-        _, port, admin = self.proxy_to(f"http://127.0.0.1:{echo.port}", "  tunnel_idle_timeout: 1s\n")
+        rk, port, admin = self.proxy_to(f"http://127.0.0.1:{echo.port}", "  tunnel_idle_timeout: 1s\n")
 
         async def idle():
             async with websockets.connect(f"ws://127.0.0.1:{port}/chat", ping_interval=None) as ws:
@@ -503,6 +508,9 @@ rules:
         self.assertEqual(asyncio.run(idle()), "closed")
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, "ratekeeper_proxy_tunnels_open"), 0)
+        self.assertEqual(metric(text, 'ratekeeper_proxy_tunnels_closed_total{reason="idle"}'), 1)
+        self.assertRegex(rk.log(), r"tunnel of 127\.0\.0\.1 closed after \d+s: "
+                                   r"no byte either way for upstream\.tunnel_idle_timeout")
 
     def test_upgrades_off_sends_a_plain_request(self):
         echo = WebSocketEcho()

@@ -9,6 +9,7 @@
 // Thread-safety: stop() may be called from any thread; everything else from the thread that
 // owns the Proxy. A Middleware given by reference must outlive the Proxy.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -70,6 +71,10 @@ struct UpstreamOptions {
 // verification): no path, query or credentials. invalid_argument with the reason.
 Result<UpstreamOptions> parse_upstream_url(std::string_view url);
 
+// Why an upgraded connection (a tunnel) ended; ProxyStats::tunnels_closed is indexed by it.
+enum class TunnelEnd : std::uint8_t { client, upstream, idle, max_duration, error, shutdown };
+std::string_view to_string(TunnelEnd end) noexcept;
+
 struct ProxyStats {
   std::uint64_t forwarded = 0;             // admitted requests sent to the upstream
   std::uint64_t answered_by_limiter = 0;   // 429 / 400 / 500 from the middleware
@@ -88,6 +93,10 @@ struct ProxyStats {
   std::uint64_t upstream_tls_failures = 0;  // https upstream: handshakes failed (502)
   std::uint64_t upgrades = 0;          // upgrades relayed (the upstream answered 101)
   std::uint64_t tunnels_open = 0;      // upgraded connections relaying now
+  // Upgraded connections ended, by why (TunnelEnd): the client or the upstream closed, no
+  // byte either way for tunnel_idle_timeout, tunnel_max_duration reached, a write failed,
+  // the server stopping.
+  std::array<std::uint64_t, 6> tunnels_closed{};
   std::uint64_t http2_connections = 0;  // client connections that spoke HTTP/2
   // The most body bytes held at once, over all connections, between being read from one side
   // and written to the other: a few buffer_size per request in flight, whatever the bodies'
