@@ -4,6 +4,7 @@
 
 #include <array>
 #include <limits>
+#include <vector>
 #include <boost/beast/http/error.hpp>
 
 namespace ratekeeper::http {
@@ -37,26 +38,38 @@ std::string_view trim(std::string_view s) noexcept {
   return s;
 }
 
-// Whether `name` is a token of a Connection field of `fields`.
-bool named_in_connection(const HeaderList& fields, std::string_view name) noexcept {
-  for (const auto& [n, v] : fields) {
-    if (!iequals(n, "connection")) continue;
-    std::string_view rest = v;
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      if (iequals(trim(rest.substr(0, comma)), name)) return true;
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
+// The tokens of a message's Connection fields, split once per message (not once per field
+// asked about).
+class ConnectionTokens {
+ public:
+  explicit ConnectionTokens(const HeaderList& fields) {
+    for (const auto& [n, v] : fields) {
+      if (!iequals(n, "connection")) continue;
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        if (const auto token = trim(rest.substr(0, comma)); !token.empty()) tokens_.push_back(token);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
     }
   }
-  return false;
-}
+  bool names(std::string_view name) const noexcept {
+    for (const auto token : tokens_) {
+      if (iequals(token, name)) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::string_view> tokens_;  // into the fields' values
+};
 
 // Removed in both directions: hop-by-hop, re-framed, or named in Connection (unless vouched
 // for).
-bool dropped(const HeaderList& fields, bool has_connection, std::string_view name) noexcept {
+bool dropped(const ConnectionTokens& connection, std::string_view name) noexcept {
   if (is_hop_by_hop(name) || iequals(name, "content-length")) return true;
-  return has_connection && !one_of(name, kProtected) && named_in_connection(fields, name);
+  return connection.names(name) && !one_of(name, kProtected);
 }
 
 bool has_field(const HeaderList& fields, std::string_view name) noexcept {
@@ -103,7 +116,7 @@ namespace {
 template <class F>
 void for_each_upstream_request_field(const HeaderList& received, const Forwarding& forwarding,
                                      F&& f) {
-  const bool has_connection = has_field(received, "connection");
+  const ConnectionTokens connection(received);
   std::string chain;
   const std::string* host = nullptr;
   for (const auto& [n, v] : received) {
@@ -116,7 +129,7 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
     if (iequals(n, "x-forwarded-proto") || iequals(n, "x-forwarded-host") || iequals(n, "expect")) {
       continue;
     }
-    if (dropped(received, has_connection, n)) continue;
+    if (dropped(connection, n)) continue;
     if (host == nullptr && iequals(n, "host")) host = &v;
     f(std::string_view(n), std::string_view(v));
   }
@@ -141,9 +154,9 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
 template <class F>
 void for_each_client_response_field(const HeaderList& received, const HeaderList& limiter_fields,
                                     F&& f) {
-  const bool has_connection = has_field(received, "connection");
+  const ConnectionTokens connection(received);
   for (const auto& [n, v] : received) {
-    if (dropped(received, has_connection, n)) continue;
+    if (dropped(connection, n)) continue;
     if (has_field(limiter_fields, n)) continue;
     f(std::string_view(n), std::string_view(v));
   }
@@ -169,7 +182,7 @@ void append_head_end(std::string& out, int version, bool keep_alive) {
 }  // namespace
 
 std::string_view requested_upgrade(const HeaderList& received) noexcept {
-  if (!named_in_connection(received, "upgrade")) return {};
+  if (!ConnectionTokens(received).names("upgrade")) return {};
   for (const auto& [n, v] : received) {
     if (iequals(n, "upgrade")) return trim(v);
   }
