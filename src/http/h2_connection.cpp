@@ -37,12 +37,17 @@ nghttp2_nv field(std::string_view name, std::string_view value) {
 }
 
 // HTTP/2 fields are lower-case, and carry no connection-specific fields (RFC 9113 8.2.2).
-bool connection_specific(std::string_view name) {
-  for (std::string_view n : {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"}) {
+constexpr std::array<std::string_view, 6> kConnectionSpecific = {
+    "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"};
+
+bool connection_specific(std::string_view name) noexcept {
+  for (const std::string_view n : kConnectionSpecific) {
     if (iequals(name, n)) return true;
   }
   return false;
 }
+
+char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
 }  // namespace
 
@@ -236,6 +241,8 @@ void H2Connection::respond(std::int32_t stream, int status, const HeaderList& fi
   if (s == nullptr || s->answered) return;
   s->answered = true;
   const std::string code = std::to_string(status);
+  // The lower-cased names, reserved whole: a name's address holds until the frame is
+  // submitted (nghttp2 copies the fields then).
   std::vector<std::string> names;
   names.reserve(fields.size());
   std::vector<nghttp2_nv> nva;
@@ -243,14 +250,9 @@ void H2Connection::respond(std::int32_t stream, int status, const HeaderList& fi
   nva.push_back(field(":status", code));
   for (const auto& [n, v] : fields) {
     if (n.empty() || connection_specific(n)) continue;
-    std::string lower(n);
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    names.push_back(std::move(lower));
-  }
-  std::size_t i = 0;
-  for (const auto& [n, v] : fields) {
-    if (n.empty() || connection_specific(n)) continue;
-    nva.push_back(field(names[i++], v));
+    std::string& lower = names.emplace_back(n);
+    std::transform(lower.begin(), lower.end(), lower.begin(), ascii_lower);
+    nva.push_back(field(lower, v));
   }
   nghttp2_data_provider provider{};
   provider.read_callback = Guarded<&H2Callbacks::read_body>::call;
