@@ -28,7 +28,7 @@ fi
 # Longest input per target: enough for what each parses (a configuration file, a domain file
 # of the rate limit service, a URL, a few script replies behind resp_fuzz's 128-byte header, a
 # peer, a header and a proxy list, a decision API body, a few pipelined HTTP requests, a
-# redirection line and a few topology replies).
+# redirection line and a few topology replies, a client's ALPN list).
 max_len_of() {
   case $1 in
     config) echo 4096 ;;
@@ -39,6 +39,7 @@ max_len_of() {
     check_json) echo 1024 ;;
     http_request) echo 8192 ;;
     redis_topology) echo 2048 ;;
+    alpn) echo 512 ;;
     *) echo 4096 ;;
   esac
 }

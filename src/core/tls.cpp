@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "alpn.hpp"
 #include "tls_context.hpp"
 
 namespace ratekeeper {
@@ -34,25 +35,31 @@ constexpr const char* kTls12Ciphers =
 // on its own).
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
                 unsigned int inlen, void* arg) {
-  const auto offered = [&](std::string_view protocol) -> bool {
-    for (unsigned int i = 0; i < inlen;) {
-      const unsigned int n = in[i];
-      if (i + 1 + n > inlen) break;
-      if (n == protocol.size() && std::memcmp(in + i + 1, protocol.data(), n) == 0) {
-        *out = in + i + 1;
-        *outlen = static_cast<unsigned char>(n);
-        return true;
-      }
-      i += 1 + n;
-    }
-    return false;
-  };
-  if (arg != nullptr && offered("h2")) return SSL_TLSEXT_ERR_OK;
-  if (offered("http/1.1")) return SSL_TLSEXT_ERR_OK;
-  return SSL_TLSEXT_ERR_NOACK;
+  const auto chosen = choose_alpn(std::span<const unsigned char>(in, inlen), arg != nullptr);
+  if (!chosen) return SSL_TLSEXT_ERR_NOACK;
+  *out = chosen->data();
+  *outlen = static_cast<unsigned char>(chosen->size());
+  return SSL_TLSEXT_ERR_OK;
 }
 
 }  // namespace
+
+std::optional<std::span<const unsigned char>> choose_alpn(std::span<const unsigned char> offered, bool h2) noexcept {
+  const auto find = [&](std::string_view protocol) -> std::optional<std::span<const unsigned char>> {
+    for (std::size_t i = 0; i < offered.size();) {
+      const std::size_t n = offered[i];
+      if (n > offered.size() - i - 1) break;  // cut short
+      const auto name = offered.subspan(i + 1, n);
+      if (n == protocol.size() && std::memcmp(name.data(), protocol.data(), n) == 0) return name;
+      i += 1 + n;
+    }
+    return std::nullopt;
+  };
+  if (h2) {
+    if (auto name = find("h2")) return name;
+  }
+  return find("http/1.1");
+}
 
 std::string ssl_reason(const error_code& ec) {
   if (ec.category() == asio::error::get_ssl_category()) {
