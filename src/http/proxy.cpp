@@ -471,7 +471,7 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> upstream_tls_failures{0};
   std::atomic<std::uint64_t> upgrades{0};
   std::atomic<std::uint64_t> tunnels_open{0};
-  std::array<std::atomic<std::uint64_t>, 6> tunnels_closed{};  // by TunnelEnd
+  std::array<std::atomic<std::uint64_t>, kTunnelEnds> tunnels_closed{};  // by TunnelEnd
   LogLimit tunnel_log;  // tunnels ended by a time bound or a failed write
   std::atomic<std::uint64_t> h2_connections{0};
   std::atomic<std::uint64_t> buffered{0};
@@ -1615,7 +1615,7 @@ class H2ProxySession final : public ClientConnection {
     }
     h2_.respond(x->id, status, fields, body);
     if (!body) {
-      finish(x);
+      release(*x);
     } else {
       relay(x);
     }
@@ -1624,7 +1624,7 @@ class H2ProxySession final : public ClientConnection {
 
   // The response body, upstream → stream, while the stream's buffer has room.
   void relay(const ExchangePtr& x) {
-    if (x->res->is_done()) return finish(x);
+    if (x->res->is_done()) return release(*x);
     if (h2_.buffered(x->id) >= proxy_.upstream.buffer_size) {
       x->waiting_room = true;  // on_drained() resumes
       return;
@@ -1671,9 +1671,6 @@ class H2ProxySession final : public ClientConnection {
       if (!self->closed_ && !x->gone) self->relay(x);
     });
   }
-
-  // The response is complete on the upstream side: its connection goes back to the pool.
-  void finish(const ExchangePtr& x) { release(*x); }
 
   // An exchange's upstream connection goes back to the pool when its response was read whole
   // and the connection may carry another; any other is closed. The stream may close first (its

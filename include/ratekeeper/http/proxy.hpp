@@ -73,6 +73,7 @@ Result<UpstreamOptions> parse_upstream_url(std::string_view url);
 
 // Why an upgraded connection (a tunnel) ended; ProxyStats::tunnels_closed is indexed by it.
 enum class TunnelEnd : std::uint8_t { client, upstream, idle, max_duration, error, shutdown };
+inline constexpr std::size_t kTunnelEnds = static_cast<std::size_t>(TunnelEnd::shutdown) + 1;
 std::string_view to_string(TunnelEnd end) noexcept;
 
 struct ProxyStats {
@@ -96,7 +97,7 @@ struct ProxyStats {
   // Upgraded connections ended, by why (TunnelEnd): the client or the upstream closed, no
   // byte either way for tunnel_idle_timeout, tunnel_max_duration reached, a write failed,
   // the server stopping.
-  std::array<std::uint64_t, 6> tunnels_closed{};
+  std::array<std::uint64_t, kTunnelEnds> tunnels_closed{};
   std::uint64_t http2_connections = 0;  // client connections that spoke HTTP/2
   // The most body bytes held at once, over all connections, between being read from one side
   // and written to the other: a few buffer_size per request in flight, whatever the bodies'
