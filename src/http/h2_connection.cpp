@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -236,27 +237,47 @@ bool H2Connection::alive() const {
   return nghttp2_session_want_read(session_) != 0 || nghttp2_session_want_write(session_) != 0;
 }
 
+void H2Fields::add(std::string_view name, std::string_view value) {
+  if (name.empty() || connection_specific(name)) return;
+  const std::size_t at = bytes_.size();
+  bytes_.append(name).append(value);
+  std::transform(bytes_.begin() + static_cast<std::ptrdiff_t>(at),
+                 bytes_.begin() + static_cast<std::ptrdiff_t>(at + name.size()),
+                 bytes_.begin() + static_cast<std::ptrdiff_t>(at), ascii_lower);
+  spans_.push_back(Span{at, name.size(), at + name.size(), value.size()});
+}
+
 void H2Connection::respond(std::int32_t stream, int status, const HeaderList& fields, bool has_body) {
+  H2Fields h2;
+  for (const auto& [n, v] : fields) h2.add(n, v);
+  respond(stream, status, h2, has_body);
+}
+
+void H2Connection::respond(std::int32_t stream, int status, const H2Fields& fields, bool has_body) {
   auto* s = find(stream);
   if (s == nullptr || s->answered) return;
   s->answered = true;
-  const std::string code = std::to_string(status);
-  // The lower-cased names, reserved whole: a name's address holds until the frame is
-  // submitted (nghttp2 copies the fields then).
-  std::vector<std::string> names;
-  names.reserve(fields.size());
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(fields.size() + 1);
-  nva.push_back(field(":status", code));
-  for (const auto& [n, v] : fields) {
-    if (n.empty() || connection_specific(n)) continue;
-    std::string& lower = names.emplace_back(n);
-    std::transform(lower.begin(), lower.end(), lower.begin(), ascii_lower);
-    nva.push_back(field(lower, v));
+  char code[4];
+  const auto [end, ec] = std::to_chars(code, code + sizeof code, status);
+  const std::string_view status_text = ec == std::errc{} ? std::string_view(code, end - code) : "500";
+  // On the stack for a usual response; nghttp2 copies the fields when the frame is submitted.
+  constexpr std::size_t kOnStack = 32;
+  std::array<nghttp2_nv, kOnStack> on_stack;
+  std::vector<nghttp2_nv> on_heap;
+  nghttp2_nv* nva = on_stack.data();
+  if (fields.size() + 1 > kOnStack) {
+    on_heap.resize(fields.size() + 1);
+    nva = on_heap.data();
+  }
+  std::size_t n = 0;
+  nva[n++] = field(":status", status_text);
+  const std::string_view bytes = fields.bytes_;
+  for (const auto& f : fields.spans_) {
+    nva[n++] = field(bytes.substr(f.name, f.name_size), bytes.substr(f.value, f.value_size));
   }
   nghttp2_data_provider provider{};
   provider.read_callback = Guarded<&H2Callbacks::read_body>::call;
-  nghttp2_submit_response(session_, stream, nva.data(), nva.size(), has_body ? &provider : nullptr);
+  nghttp2_submit_response(session_, stream, nva, n, has_body ? &provider : nullptr);
 }
 
 void H2Connection::body(std::int32_t stream, std::string_view data, bool last) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ratekeeper/http/request.hpp"
 
@@ -42,6 +43,27 @@ struct H2Limits {
   std::uint64_t reset_burst = 1000;                   // RST_STREAM from the client: a burst,
   std::uint64_t reset_rate = 33;                      // then so many a second
   std::size_t max_continuations = 8;                  // CONTINUATION frames after one HEADERS
+};
+
+// A response's header fields as HTTP/2 sends them: names lower-cased, the connection-specific
+// ones left out (RFC 9113 8.2.2), all in one buffer. Kept and cleared by its owner, it is
+// built without allocating once it has grown to its usual size.
+class H2Fields {
+ public:
+  void add(std::string_view name, std::string_view value);
+  void clear() noexcept {
+    bytes_.clear();
+    spans_.clear();
+  }
+  std::size_t size() const noexcept { return spans_.size(); }
+
+ private:
+  friend class H2Connection;
+  struct Span {
+    std::size_t name, name_size, value, value_size;  // offsets into bytes_
+  };
+  std::string bytes_;
+  std::vector<Span> spans_;
 };
 
 class H2Connection {
@@ -71,6 +93,7 @@ class H2Connection {
 
   // A response's head; `has_body`: pieces follow through body(), the last with `last`.
   void respond(std::int32_t stream, int status, const HeaderList& fields, bool has_body);
+  void respond(std::int32_t stream, int status, const H2Fields& fields, bool has_body);
   void body(std::int32_t stream, std::string_view data, bool last);
   // A whole response at once.
   void respond(std::int32_t stream, const Response& response);

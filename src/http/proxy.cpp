@@ -1609,11 +1609,14 @@ class H2ProxySession final : public ClientConnection {
     x->served.upstream = since(x->served.upstream_sent);
     x->served.status = status;
     const bool body = !x->head_request && status != 204 && status != 304 && !x->res->is_done();
-    HeaderList fields = client_response_fields(x->res->fields(), x->limiter_fields);
+    response_fields_.clear();
+    each_client_response_field(x->res->fields(), x->limiter_fields,
+                               [this](std::string_view n, std::string_view v) { response_fields_.add(n, v); });
     if (const auto length = x->res->content_length(); length && (x->head_request || body)) {
-      fields.emplace_back("content-length", std::to_string(*length));
+      const fmt::format_int text(*length);
+      response_fields_.add("content-length", std::string_view(text.data(), text.size()));
     }
-    h2_.respond(x->id, status, fields, body);
+    h2_.respond(x->id, status, response_fields_, body);
     if (!body) {
       release(*x);
     } else {
@@ -1733,6 +1736,7 @@ class H2ProxySession final : public ClientConnection {
   std::string peer_address_;
   std::uint16_t peer_port_ = 0;
   H2Connection h2_;
+  H2Fields response_fields_;  // a response head's fields, rebuilt in place for each stream
   std::map<std::int32_t, ExchangePtr> exchanges_;
   std::array<char, 16 * 1024> in_{};
   std::string out_;

@@ -95,6 +95,13 @@ void append_fields(std::string& out, const HeaderList& fields) {
   for (const auto& [n, v] : fields) append_field(out, n, v);
 }
 
+// Room for a head of these fields: one allocation where appending would grow several times.
+std::size_t head_size(std::size_t first_line, const HeaderList& fields) noexcept {
+  std::size_t n = first_line + 32;
+  for (const auto& [name, value] : fields) n += name.size() + value.size() + 4;
+  return n;
+}
+
 void append_framing(std::string& out, Framing framing, std::uint64_t length) {
   if (framing == Framing::length) {
     fmt::format_to(std::back_inserter(out), "Content-Length: {}\r\n", length);
@@ -207,10 +214,17 @@ HeaderList client_response_fields(const HeaderList& received, const HeaderList& 
   return out;
 }
 
+void each_client_response_field(const HeaderList& received, const HeaderList& limiter_fields,
+                                const std::function<void(std::string_view, std::string_view)>& f) {
+  for_each_client_response_field(received, limiter_fields, f);
+}
+
 void write_upstream_request_head(std::string& out, std::string_view method, std::string_view target,
                                  const HeaderList& received, const Forwarding& forwarding,
                                  Framing framing, std::uint64_t length) {
   out.clear();
+  out.reserve(head_size(method.size() + target.size(), received) + forwarding.peer_address.size() +
+              forwarding.proto.size() + forwarding.upgrade.size() + 128);
   append_request_line(out, method, target);
   for_each_upstream_request_field(received, forwarding, [&](std::string_view n, std::string_view v) {
     append_field(out, n, v);
@@ -223,6 +237,7 @@ void write_client_response_head(std::string& out, int version, int status, std::
                                 const HeaderList& received, const HeaderList& limiter_fields,
                                 Framing framing, std::uint64_t length, bool keep_alive) {
   out.clear();
+  out.reserve(head_size(reason.size(), received) + head_size(0, limiter_fields) + 64);
   append_status_line(out, version, status, reason);
   for_each_client_response_field(received, limiter_fields, [&](std::string_view n, std::string_view v) {
     append_field(out, n, v);

@@ -19,6 +19,7 @@
 
 #include <boost/beast/http/basic_parser.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -58,6 +59,9 @@ HeaderList upstream_request_fields(const HeaderList& received, const Forwarding&
 
 // The fields of the response the client receives (without framing: see response_head).
 HeaderList client_response_fields(const HeaderList& received, const HeaderList& limiter_fields);
+// The same fields, in the same order, handed to `f` one by one without being copied.
+void each_client_response_field(const HeaderList& received, const HeaderList& limiter_fields,
+                                const std::function<void(std::string_view, std::string_view)>& f);
 
 // "METHOD target HTTP/1.1\r\n" fields, framing, "\r\n". Fields whose name or value could
 // break the head (CR, LF, NUL; an empty name) are left out.

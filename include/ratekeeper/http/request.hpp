@@ -21,8 +21,18 @@ enum class RequestOutcome : std::uint8_t { admitted, rejected, bad_request, erro
 inline constexpr std::size_t kRequestOutcomeCount = 5;
 std::string_view to_string(RequestOutcome outcome) noexcept;
 
-// ASCII case-insensitive equality (header names).
-bool iequals(std::string_view a, std::string_view b) noexcept;
+// ASCII case-insensitive equality (header names). Inline: the proxy compares each field's
+// name against a few fixed names, and most differ in length.
+inline bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
 
 struct Request {
   std::string method;  // as sent, e.g. "GET" (compared case-sensitively, as HTTP says)
