@@ -37,7 +37,7 @@ nghttp2_nv field(std::string_view name, std::string_view value) {
                     NGHTTP2_NV_FLAG_NONE};
 }
 
-// HTTP/2 fields are lower-case, and carry no connection-specific fields (RFC 9113 8.2.2).
+// HTTP/2 carries no connection-specific fields (RFC 9113 8.2.2).
 constexpr std::array<std::string_view, 6> kConnectionSpecific = {
     "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"};
 
@@ -48,8 +48,6 @@ bool connection_specific(std::string_view name) noexcept {
   return false;
 }
 
-char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
 }  // namespace
 
 struct H2Callbacks {
@@ -57,7 +55,8 @@ struct H2Callbacks {
 
   static int begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    self(user).streams_.emplace(frame->hd.stream_id, std::make_unique<H2Connection::Stream>());
+    const auto [at, added] = self(user).streams_.emplace(frame->hd.stream_id, std::make_unique<H2Connection::Stream>());
+    if (added) at->second->request.headers.reserve(8);  // one allocation for a usual request's fields
     return 0;
   }
 
@@ -240,10 +239,8 @@ bool H2Connection::alive() const {
 void H2Fields::add(std::string_view name, std::string_view value) {
   if (name.empty() || connection_specific(name)) return;
   const std::size_t at = bytes_.size();
+  // As given: the frame layer lower-cases names as it copies them (nghttp2_submit_response).
   bytes_.append(name).append(value);
-  std::transform(bytes_.begin() + static_cast<std::ptrdiff_t>(at),
-                 bytes_.begin() + static_cast<std::ptrdiff_t>(at + name.size()),
-                 bytes_.begin() + static_cast<std::ptrdiff_t>(at), ascii_lower);
   spans_.push_back(Span{at, name.size(), at + name.size(), value.size()});
 }
 

@@ -45,8 +45,8 @@ struct H2Limits {
   std::size_t max_continuations = 8;                  // CONTINUATION frames after one HEADERS
 };
 
-// A response's header fields as HTTP/2 sends them: names lower-cased, the connection-specific
-// ones left out (RFC 9113 8.2.2), all in one buffer. Kept and cleared by its owner, it is
+// A response's header fields for HTTP/2: the connection-specific ones left out (RFC 9113
+// 8.2.2), names lower-cased when sent, all in one buffer. Kept and cleared by its owner, it is
 // built without allocating once it has grown to its usual size.
 class H2Fields {
  public:

@@ -4,9 +4,11 @@
 #include "http/h2_connection.hpp"
 
 #include <gtest/gtest.h>
+#include <nghttp2/nghttp2.h>
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,80 @@ TEST(H2Connection, AFrameOnTheWrongStreamEndsTheConnectionWithGoaway) {
     out.remove_prefix(std::min(out.size(), 9 + length));
   }
   EXPECT_TRUE(goaway);
+}
+
+// The fields of the HEADERS frame the server sent on `stream`, decoded (HPACK state carried
+// over the frames, as a client's).
+std::vector<std::pair<std::string, std::string>> response_fields(std::string_view out, std::uint32_t stream,
+                                                                 nghttp2_hd_inflater* inflater) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  while (out.size() >= 9) {
+    const std::size_t length = (static_cast<std::uint8_t>(out[0]) << 16) | (static_cast<std::uint8_t>(out[1]) << 8) |
+                               static_cast<std::uint8_t>(out[2]);
+    const std::uint32_t id = ((static_cast<std::uint8_t>(out[5]) & 0x7fu) << 24) |
+                             (static_cast<std::uint8_t>(out[6]) << 16) | (static_cast<std::uint8_t>(out[7]) << 8) |
+                             static_cast<std::uint8_t>(out[8]);
+    if (out[3] == 1 && id == stream) {
+      auto* in = reinterpret_cast<const std::uint8_t*>(out.data() + 9);
+      std::size_t left = length;
+      for (;;) {
+        nghttp2_nv nv;
+        int flags = 0;
+        const auto n = nghttp2_hd_inflate_hd2(inflater, &nv, &flags, in, left, 1);
+        if (n < 0) return {};
+        in += n;
+        left -= static_cast<std::size_t>(n);
+        if (flags & NGHTTP2_HD_INFLATE_EMIT) {
+          fields.emplace_back(std::string(reinterpret_cast<char*>(nv.name), nv.namelen),
+                              std::string(reinterpret_cast<char*>(nv.value), nv.valuelen));
+        }
+        if (flags & NGHTTP2_HD_INFLATE_FINAL) {
+          nghttp2_hd_inflate_end_headers(inflater);
+          break;
+        }
+        if (n == 0 && left == 0) break;
+      }
+    }
+    out.remove_prefix(std::min(out.size(), 9 + length));
+  }
+  return fields;
+}
+
+// The response's fields as HTTP/2 sends them: names lower-cased, the connection-specific ones
+// dropped, the others in order with their values whole; more fields than the frame layer keeps
+// on its stack, values long enough for the field buffer to grow several times; the buffer
+// cleared and used again for the next stream holds nothing of the first.
+TEST(H2Connection, ResponseFieldsAreSentLowerCasedWithoutConnectionSpecificOnes) {
+  Server s({});
+  ASSERT_TRUE(s.feed(std::string(kPreface) + frame(4, 0, 0) + frame(1, 5, 1, post("/a")) + frame(1, 5, 3, post("/b"))));
+  ASSERT_EQ(s.requests.size(), 2u);
+  std::vector<std::pair<std::string, std::string>> expected{{":status", "203"}};
+  H2Fields fields;
+  fields.add("Connection", "keep-alive");
+  fields.add("Transfer-Encoding", "chunked");
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "X-Field-" + std::to_string(i);
+    const std::string value(static_cast<std::size_t>(10 + 7 * i), static_cast<char>('a' + i % 26));
+    fields.add(name, value);
+    expected.emplace_back("x-field-" + std::to_string(i), value);
+  }
+  fields.add("Keep-Alive", "timeout=5");
+  fields.add("", "no name");
+  EXPECT_EQ(fields.size(), 40u);
+  s.h2.respond(1, 203, fields, false);
+  s.h2.take_output(s.sent);
+  nghttp2_hd_inflater* inflater = nullptr;
+  ASSERT_EQ(nghttp2_hd_inflate_new(&inflater), 0);
+  EXPECT_EQ(response_fields(s.sent, 1, inflater), expected);
+
+  fields.clear();
+  fields.add("Content-Type", "text/plain");
+  const std::size_t first = s.sent.size();
+  s.h2.respond(3, 200, fields, false);
+  s.h2.take_output(s.sent);
+  const std::vector<std::pair<std::string, std::string>> second{{":status", "200"}, {"content-type", "text/plain"}};
+  EXPECT_EQ(response_fields(std::string_view(s.sent).substr(first), 3, inflater), second);
+  nghttp2_hd_inflate_del(inflater);
 }
 
 }  // namespace
