@@ -142,7 +142,13 @@ void append_framing(std::string& out, Framing framing, std::uint64_t length) {
 }  // namespace
 
 bool is_hop_by_hop(std::string_view name) noexcept {
-  return one_of(name, kHopByHop);
+  // Asked for every field in both directions: most names have a length no name of the list has.
+  static constexpr std::uint64_t kLengths = [] {
+    std::uint64_t lengths = 0;
+    for (const auto n : kHopByHop) lengths |= std::uint64_t{1} << n.size();
+    return lengths;
+  }();
+  return name.size() < 64 && ((kLengths >> name.size()) & 1) != 0 && one_of(name, kHopByHop);
 }
 
 namespace {

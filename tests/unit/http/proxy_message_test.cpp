@@ -17,6 +17,20 @@ std::optional<std::string> field(const HeaderList& fields, std::string_view name
   return std::nullopt;
 }
 
+// RFC 9110 7.6.1's hop-by-hop fields and the older ones proxies drop, in any case; no other
+// name, of the same length or not.
+TEST(ProxyFields, HopByHopNamesAreKnownInAnyCase) {
+  for (const std::string_view name : {"Connection", "keep-alive", "PROXY-CONNECTION", "te", "Trailer", "upgrade",
+                                      "Transfer-Encoding", "proxy-authenticate", "Proxy-Authorization"}) {
+    EXPECT_TRUE(is_hop_by_hop(name)) << name;
+  }
+  for (const std::string_view name : {"", "t", "tf", "trailers", "upgrader", "x-connect", "connections",
+                                      "content-length", "proxy-connectio", "transfer-encodings", "authorization",
+                                      "x-forwarded-for-and-more-than-sixty-four-characters-in-the-name-of-it"}) {
+    EXPECT_FALSE(is_hop_by_hop(name)) << name;
+  }
+}
+
 TEST(ProxyFields, RequestLosesHopByHopAndConnectionNamedFieldsButNotForwardedOnes) {
   const HeaderList received = {
       {"Host", "app.example"},
