@@ -18,7 +18,7 @@ void Api::Routes::handle(Request request, Responder respond) {
   own(std::move(request), std::move(respond));
 }
 
-// /healthz, /readyz, /metrics, /v1/check, /v1/auth, /admin/reload.
+// /healthz, /readyz, /metrics, /v1/check, /v1/auth, /admin/keys, /admin/reload.
 void Api::Routes::own(Request request, Responder respond) {
   const std::string_view path = request.path();
   const std::string_view method = request.method;
@@ -44,6 +44,13 @@ void Api::Routes::own(Request request, Responder respond) {
     return check(request, std::move(respond));
   }
   if (path == "/v1/auth") return auth(std::move(request), std::move(respond));
+  if (path == "/admin/keys") {
+    if (method != "GET" && method != "DELETE") return respond(not_allowed("GET, DELETE"));
+    if (!from_loopback(request)) {
+      return respond(error_response(403, "/admin/keys is accepted from loopback only"));
+    }
+    return keys(request, std::move(respond));
+  }
   if (path == "/admin/reload" && options_.reload) {
     if (method != "POST") return respond(not_allowed("POST"));
     if (!from_loopback(request)) {

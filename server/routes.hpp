@@ -2,8 +2,9 @@
 // Api::Routes: the routes of `ratekeeper serve` (api.hpp), one file per group: api.cpp
 // dispatches (and serves /healthz, /metrics, /admin/reload), routes_demo.cpp the demo API,
 // routes_decision.cpp the decision API (/v1/check), routes_auth.cpp nginx's auth_request
-// (/v1/auth), routes_health.cpp readiness and the HTTP server's metrics; the helpers they
-// share are in routes_support.cpp. Internal to the program.
+// (/v1/auth), routes_health.cpp readiness and the HTTP server's metrics, routes_admin.cpp
+// the inspection and reset of keys (/admin/keys); the helpers they share are in
+// routes_support.cpp. Internal to the program.
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -42,6 +43,15 @@ Response json_response(int status, std::string body);
 Response error_response(int status, std::string_view message);
 
 Response bad_request(std::string_view detail);
+
+// application/x-www-form-urlencoded decoding ('+' is a space); bad escapes are kept as sent.
+std::string url_decode(std::string_view s);
+
+// The first value of query parameter `name`, decoded.
+std::optional<std::string> query_param(std::string_view query, std::string_view name);
+
+// A duration in whole milliseconds, rounded up (negative: 0), as the JSON answers give them.
+Micros to_ms(Micros t);
 
 // An HTTP method as RFC 9110 writes it: a token (letters, digits, !#$%&'*+-.^_`|~).
 bool is_method(std::string_view s);
@@ -105,6 +115,12 @@ class Api::Routes {
 
   // routes_health.cpp
   Response readiness() const;
+
+  // routes_admin.cpp
+  // /admin/keys?rule=&identity=[&tier=][&endpoint=]: GET inspects one identity's keys under a
+  // rule (each limit's key and what is left, read without consuming), DELETE resets them
+  // (their next request starts from full limits; an audit line is logged). Loopback only.
+  void keys(const Request& request, Responder respond);
 
   limiter::Limiter& limiter_;
   http::Middleware& middleware_;

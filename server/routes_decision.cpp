@@ -57,10 +57,6 @@ std::optional<std::string> unknown_member(const json& object,
   return std::nullopt;
 }
 
-Micros to_ms(Micros t) {
-  return (std::max<Micros>(t, 0) + kMicrosPerMilli - 1) / kMicrosPerMilli;
-}
-
 // The answer of the caller-shaped decision API: the decision, the headers to send with the
 // caller's response (the middleware's, http/headers.hpp), and every enforcing limit.
 Response evaluation_response(const limiter::Evaluation& ev, const http::HeaderOptions& options) {

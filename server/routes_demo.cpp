@@ -3,49 +3,6 @@
 #include "routes.hpp"
 
 namespace ratekeeper::server {
-namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// application/x-www-form-urlencoded decoding ('+' is a space); bad escapes are kept as sent.
-std::string url_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
-               hex_value(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-// The first value of query parameter `name`, decoded.
-std::optional<std::string> query_param(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const auto pair = query.substr(0, amp);
-    const auto eq = pair.find('=');
-    if (url_decode(pair.substr(0, eq)) == name) {
-      return eq == std::string_view::npos ? std::string() : url_decode(pair.substr(eq + 1));
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 // The demo API, then the own endpoints.
 void Api::Routes::demo(Request& request, std::string_view path, std::string_view method,

@@ -177,6 +177,48 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
   return prepared;
 }
 
+Result<RuleOutcome> Limiter::keys_of(AppliedRule application) const {
+  application.cost = 0;
+  std::vector<AppliedRule> apps;
+  apps.push_back(std::move(application));
+  auto prepared = prepare(std::move(apps));
+  if (!prepared) return std::unexpected(std::move(prepared.error()));
+  auto& p = **prepared;
+  return std::move(p.enforcing.empty() ? p.shadow.front() : p.enforcing.front());
+}
+
+void Limiter::inspect(AppliedRule application, std::function<void(Result<RuleOutcome>)> done) {
+  auto outcome = keys_of(std::move(application));
+  if (!outcome) return done(std::unexpected(std::move(outcome.error())));
+  std::vector<store::CheckItem> items;
+  items.reserve(outcome->limits.size());
+  for (const auto& lo : outcome->limits) items.push_back(store::CheckItem{lo.key, lo.limit, 0});
+  auto held = std::make_shared<RuleOutcome>(std::move(*outcome));
+  store_->check(std::move(items), now(),
+                [held, keep_alive = weak_from_this().lock(), done = std::move(done)](Result<store::CheckOutcome> r) {
+                  if (!r) return done(std::unexpected(std::move(r.error())));
+                  if (r->items.size() != held->limits.size()) {
+                    return done(make_error(ErrorCode::protocol, "the store answered another number of limits"));
+                  }
+                  for (std::size_t i = 0; i < r->items.size(); ++i) held->limits[i].decision = r->items[i];
+                  held->decision = r->decision;
+                  done(std::move(*held));
+                });
+}
+
+void Limiter::reset(AppliedRule application, std::function<void(Result<ResetOutcome>)> done) {
+  auto outcome = keys_of(std::move(application));
+  if (!outcome) return done(std::unexpected(std::move(outcome.error())));
+  auto held = std::make_shared<ResetOutcome>();
+  for (auto& lo : outcome->limits) held->keys.push_back(std::move(lo.key));
+  if (local_) local_->reset(held->keys, [](Result<std::int64_t>) {});
+  store_->reset(held->keys, [held, keep_alive = weak_from_this().lock(), done = std::move(done)](Result<std::int64_t> r) {
+    if (!r) return done(std::unexpected(std::move(r.error())));
+    held->existed = *r;
+    done(std::move(*held));
+  });
+}
+
 void Limiter::account(const RuleOutcome& outcome, Micros latency) {
   const std::size_t index = rule_index(outcome.rule);
   const auto& d = outcome.decision;

@@ -123,6 +123,15 @@ void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now,
                 });
 }
 
+void DenialCache::reset(std::vector<std::string> keys, ResetCallback done) {
+  for (const auto& key : keys) {
+    auto& shard = shard_for(std::hash<std::string>{}(key));
+    std::lock_guard lock(shard.mu);
+    if (shard.denials.erase(key) > 0) held_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  inner_->reset(std::move(keys), std::move(done));
+}
+
 DenialCache::Stats DenialCache::stats() const {
   Stats s;
   s.hits = hits_.load(std::memory_order_relaxed);

@@ -151,6 +151,24 @@ LeasingStore::~LeasingStore() {
   inner_.reset();
 }
 
+void LeasingStore::reset(std::vector<std::string> keys, ResetCallback done) {
+  for (const auto& key : keys) {
+    Shard& shard = shard_for(key);
+    std::lock_guard lock(shard.mu);
+    const auto it = shard.leases.find(key);
+    if (it == shard.leases.end()) continue;
+    Lease& lease = it->second;
+    // A new generation: units taken from the old lease and put back later go nowhere.
+    lease.left = 0;
+    lease.granted = 0;
+    lease.expires = 0;
+    lease.generation = next_generation();
+    lease.denied_until = 0;
+    if (!lease.in_flight && lease.waiting.empty()) shard.leases.erase(it);
+  }
+  inner_->reset(std::move(keys), std::move(done));
+}
+
 LeasingStore::Shard& LeasingStore::shard_for(std::string_view key) const noexcept {
   return shards_[StringHash{}(key) & shard_mask_];
 }

@@ -377,6 +377,21 @@ void MemoryStore::lease_return(const CheckItem& item, std::int64_t units, Micros
   done({});
 }
 
+void MemoryStore::reset(std::vector<std::string> keys, ResetCallback done) {
+  const Micros now = options_.clock->now();
+  std::int64_t live = 0;
+  for (const auto& key : keys) {
+    const KeyProbe probe{key, hash_key(key)};
+    Shard& shard = shards_[shard_index(probe.hash, shard_mask_)];
+    std::lock_guard lock(shard.mutex);
+    const auto it = shard.map.find(probe);
+    if (it == shard.map.end()) continue;
+    if (it->second.expires_at > now) ++live;
+    shard.map.erase(it);
+  }
+  done(live);
+}
+
 MemoryStore::Stats MemoryStore::stats() const {
   Stats s;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {

@@ -19,4 +19,8 @@ void Store::lease_return(const CheckItem&, std::int64_t, Micros, Micros, LeaseRe
   done(make_error(ErrorCode::invalid_argument, "this store does not grant leases"));
 }
 
+void Store::reset(std::vector<std::string>, ResetCallback done) {
+  done(make_error(ErrorCode::invalid_argument, "this store cannot reset keys"));
+}
+
 }  // namespace ratekeeper::store

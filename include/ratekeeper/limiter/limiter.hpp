@@ -163,6 +163,22 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   Result<Verdict> check_sync(std::string_view rule_name, std::string_view identity,
                              std::int64_t cost, std::string_view tier = {});
 
+  // One application's keys as the store holds them now (the admin's inspection): each limit's
+  // key and decision read as a peek (cost 0: nothing consumed, nothing written), the combined
+  // decision, and nothing counted (no metrics, no decision log). `done` as for evaluate().
+  void inspect(AppliedRule application, std::function<void(Result<RuleOutcome>)> done);
+
+  struct ResetOutcome {
+    std::vector<std::string> keys;  // the application's keys, one per limit
+    std::int64_t existed = 0;       // how many held live state
+  };
+  // Deletes one application's keys (the admin's reset) in the store, in what the store's
+  // decorators hold for them (cached denials, leases) and in the failure policy's local
+  // counts: the identity's next request under the rule starts from full limits. Other
+  // instances' cached denials of the keys still answer until they expire. `done` as for
+  // evaluate().
+  void reset(AppliedRule application, std::function<void(Result<ResetOutcome>)> done);
+
   const Tiers& tiers() const noexcept { return config_.tiers; }
   const LimiterConfig& config() const noexcept { return config_; }
   Metrics& metrics() noexcept { return *metrics_; }
@@ -179,6 +195,8 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
  private:
   struct Prepared;
   Result<std::shared_ptr<Prepared>> prepare(std::vector<AppliedRule> rules) const;
+  // One application, prepared: its rule, identity, tier, and each limit's key (cost 0).
+  Result<RuleOutcome> keys_of(AppliedRule application) const;
   void run_enforcing(std::shared_ptr<Prepared> prepared, EvaluationCallback done);
   void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                   std::function<void(const RuleOutcome&)> then);

@@ -44,6 +44,8 @@ class DenialCache final : public Store {
     inner_->lease_return(item, units, at, reset_after, std::move(done));
   }
 
+  // Forgets the keys' denials, then resets them in the inner store.
+  void reset(std::vector<std::string> keys, ResetCallback done) override;
   Store& inner() noexcept { return *inner_; }
   // ratekeeper_denial_cache_*, then the inner store's metrics.
   void write_metrics(MetricsWriter& out) const override;

@@ -55,6 +55,9 @@ class LeasingStore final : public Store {
   std::string_view kind() const noexcept override { return inner_->kind(); }
   StoreHealth health() const override { return inner_->health(); }
 
+  // Ends the keys' leases without giving their unused units back (they were taken from the
+  // state being deleted) and forgets their refused grants, then resets them in the inner store.
+  void reset(std::vector<std::string> keys, ResetCallback done) override;
   Store& inner() noexcept { return *inner_; }
 
   // Returns the unused units of every lease expired by now (steady reading) to the inner

@@ -41,6 +41,9 @@ class MemoryStore final : public Store {
   void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
                     LeaseReturnCallback done) override;
 
+  // Erases the keys; counts those live at the store's clock. `done` runs before it returns.
+  void reset(std::vector<std::string> keys, ResetCallback done) override;
+
   // Synchronous forms. Thread-safe. check_one allocates nothing for a key already present.
   Result<Decision> check_one(std::string_view key, const Limit& limit, std::int64_t cost,
                              std::optional<Micros> now = {});

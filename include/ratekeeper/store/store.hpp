@@ -63,6 +63,8 @@ struct LeaseGrant {
 };
 using LeaseCallback = std::function<void(Result<LeaseGrant>)>;
 using LeaseReturnCallback = std::function<void(Result<void>)>;
+// How many of the keys a reset deleted existed (held live state).
+using ResetCallback = std::function<void(Result<std::int64_t>)>;
 
 struct StoreHealth {
   bool ready = true;
@@ -101,6 +103,12 @@ class Store {
   // store's own time (algorithms::lease_return). Thread-safe; `done` as for check().
   virtual void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
                             LeaseReturnCallback done);
+
+  // Deletes the state of `keys` (one identity's keys: one Redis Cluster slot), and whatever a
+  // decorator holds for them (cached denials, leases), so that their next check starts from
+  // full limits; one atomic call on Redis. Answers how many of them held live state.
+  // Thread-safe; `done` as for check(). The default answers invalid_argument.
+  virtual void reset(std::vector<std::string> keys, ResetCallback done);
 
   // The store's own metrics (a decorator: its own, then its inner store's). Thread-safe.
   virtual void write_metrics(MetricsWriter&) const {}

@@ -207,6 +207,41 @@ void RedisStore::lease_return(const CheckItem& item, std::int64_t units, Micros 
                            std::move(done));
 }
 
+void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
+  if (keys.empty()) return done(make_error(ErrorCode::invalid_argument, "no key to reset"));
+  const auto slot = [this](const std::string& key) -> std::uint16_t { return cross_slot_ ? redis::key_slot(key) : 0; };
+  for (const auto& key : keys) {
+    if (slot(key) != slot(keys[0])) {
+      return done(make_error(ErrorCode::invalid_argument,
+                             fmt::format("keys span slots: '{}' and '{}' have different hash tags", keys[0], key)));
+    }
+  }
+  // The call and the strings its argument vector points into, alive until answered.
+  struct ResetCall {
+    std::vector<std::string> keys;
+    detail::ScriptCall call;
+    ResetCallback done;
+  };
+  auto owned = std::make_shared<ResetCall>();
+  owned->keys = std::move(keys);
+  owned->done = std::move(done);
+  owned->call.argv.call("reset", owned->keys, {});
+  owned->call.deadline = clock_->steady() + command_timeout_;
+  owned->call.slot = slot(owned->keys[0]);
+  owned->call.done = [owned](Result<redis::Reply> reply) mutable {
+    auto done = std::move(owned->done);
+    owned.reset();
+    if (!reply) return done(std::unexpected(std::move(reply.error())));
+    if (reply->is_error()) return done(make_error(ErrorCode::reply, reply->str));
+    if (!reply->is_integer()) {
+      return done(make_error(ErrorCode::protocol, fmt::format("reset reply: expected an integer, got {}",
+                                                              reply->to_string())));
+    }
+    done(reply->integer);
+  };
+  lane().client->send(owned->call);
+}
+
 StoreHealth RedisStore::health() const {
   std::string status = "ok";
   if (const auto* sentinel = std::get_if<std::unique_ptr<redis::Sentinel>>(&router_)) {

@@ -85,6 +85,8 @@ class RedisStore final : public Store {
   void lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) override;
   void lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
                     LeaseReturnCallback done) override;
+  // One call of lua/reset.lua; the keys must share a cluster slot (one identity's keys do).
+  void reset(std::vector<std::string> keys, ResetCallback done) override;
   void write_metrics(MetricsWriter& out) const override;
 
   struct Stats {

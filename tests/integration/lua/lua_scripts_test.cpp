@@ -520,7 +520,24 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   }
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
                                           "sliding_window_counter", "fixed_window", "multi", "batch", "multi_at",
-                                          "multi_delay", "refund", "lease"}));
+                                          "multi_delay", "refund", "lease", "reset"}));
+}
+
+// The reset script deletes the keys it is given, whatever they hold, and answers how many
+// existed; it asks for at least one key and no argument.
+TEST(LuaScripts, ResetDeletesItsKeysAndCountsThoseThatExisted) {
+  const auto* script = store::find_lua_script("reset");
+  ASSERT_NE(script, nullptr);
+  const std::string a = "lua:{reset}:a", b = "lua:{reset}:b", c = "lua:{reset}:c";
+  connection().command({"SET", a, "1"});
+  connection().command({"ZADD", b, "1", "m"});
+  connection().command({"DEL", c});
+  const RedisReply r = connection().command({"EVAL", std::string(script->source), "3", a, b, c});
+  ASSERT_EQ(r.type, RedisReply::Type::integer) << r.text;
+  EXPECT_EQ(r.integer, 2);
+  EXPECT_EQ(connection().integer({"EXISTS", a, b, c}), 0);
+  EXPECT_EQ(connection().command({"EVAL", std::string(script->source), "0"}).type, RedisReply::Type::error);
+  EXPECT_EQ(connection().command({"EVAL", std::string(script->source), "1", a, "x"}).type, RedisReply::Type::error);
 }
 
 // PTTL right after a first admitted request, for each key type, equals the C++ expires_at −

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "algorithms/step.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
 #include "redis/key_slot.hpp"
+#include "ratekeeper/store/denial_cache.hpp"
 #include "ratekeeper/store/leasing_store.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 #include "ratekeeper/store/open_store.hpp"
@@ -379,6 +381,64 @@ TEST_P(StoreSuite, LeasesAreGrantedAndTheirUnusedUnitsReturned) {
   EXPECT_EQ(peek(), 1000 - 31);
   leasing.reset();
   EXPECT_EQ(peek(), 1000 - 16);
+}
+
+Result<std::int64_t> reset_sync(Store& store, std::vector<std::string> keys) {
+  std::promise<Result<std::int64_t>> promise;
+  auto future = promise.get_future();
+  store.reset(std::move(keys), [&promise](Result<std::int64_t> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+// A reset on every topology, through a denial cache as the server stacks it: one identity's
+// keys deleted in one call (how many held state is answered), the denial cached in front of
+// the store forgotten, and the next check admitted from full limits; a key never used counts
+// for nothing; keys of two identities (two slots of a cluster) are refused there.
+TEST_P(StoreSuite, AResetDeletesOneIdentitysKeysAndTheDenialCachedForThem) {
+  const Limit limit = *Limit::make(Algorithm::token_bucket, 3, 600 * kMicrosPerSecond);  // no refill meanwhile
+  const std::string a = key("reset", "r:0");
+  const std::string b = key("reset", "r:1");
+  const std::string unused = key("reset", "r:2");
+  StoreOptions o;
+  o.url = url_of(GetParam());
+  o.command_timeout = 2 * kMicrosPerSecond;
+  auto inner = open_store(o);
+  ASSERT_TRUE(inner) << inner.error().message;
+  DenialCache cached(std::move(*inner));
+  auto both = [&] { return std::vector<CheckItem>{{a, limit, 1}, {b, limit, 1}}; };
+  for (int i = 0; i < 3; ++i) {
+    auto r = cached.check_sync(both());
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(r->decision.allowed);
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto denied = cached.check_sync(both());
+    ASSERT_TRUE(denied) << denied.error().message;
+    EXPECT_FALSE(denied->decision.allowed);
+  }
+  EXPECT_EQ(cached.stats().hits, 1u);  // the second denial came from the cache
+
+  auto deleted = reset_sync(cached, {a, b, unused});
+  ASSERT_TRUE(deleted) << deleted.error().message;
+  EXPECT_EQ(*deleted, 2);
+  auto again = cached.check_sync(both());
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->decision.allowed);
+  ASSERT_EQ(again->items.size(), 2u);
+  EXPECT_EQ(again->items[0].remaining, 2);
+  EXPECT_EQ(again->items[1].remaining, 2);
+  EXPECT_EQ(cached.stats().hits, 1u);
+
+  auto nothing = reset_sync(cached, {unused});
+  ASSERT_TRUE(nothing) << nothing.error().message;
+  EXPECT_EQ(*nothing, 0);
+  if (GetParam() == Topology::cluster) {
+    std::string other = key("another-identity");
+    for (int i = 0; redis::key_slot(other) == redis::key_slot(a); ++i) other = key(fmt::format("another-{}", i));
+    auto refused = reset_sync(cached, {a, other});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,

@@ -96,6 +96,61 @@ TEST_F(LimiterTest, RequestDeniedByRuleBConsumesNothingFromRuleA) {
   EXPECT_EQ(l.metrics().decisions(1, Outcome::denied), 5u);
 }
 
+// The admin's inspection reads each limit's key and what is left, consuming and counting
+// nothing; a reset deletes the keys, and the identity's next request starts from full limits.
+TEST_F(LimiterTest, InspectionConsumesNothingAndAResetStartsFromFullLimits) {
+  const auto hourly = *Limit::window(Algorithm::fixed_window, 3, 3600 * kMicrosPerSecond);
+  Limiter l(config({ip_rule("api", {{"burst", bucket(2, 0.001)}, {"hourly", hourly}})}), store);
+  auto inspect = [&](std::string identity) {
+    Result<RuleOutcome> out = make_error(ErrorCode::unavailable, "not answered");
+    l.inspect(app(l, "api", std::move(identity)), [&](Result<RuleOutcome> r) { out = std::move(r); });
+    return out;
+  };
+  auto reset = [&](std::string identity) {
+    Result<Limiter::ResetOutcome> out = make_error(ErrorCode::unavailable, "not answered");
+    l.reset(app(l, "api", std::move(identity)), [&](Result<Limiter::ResetOutcome> r) { out = std::move(r); });
+    return out;
+  };
+  auto request = [&] { return l.evaluate_sync({app(l, "api", "ip:192.0.2.7")}); };
+
+  ASSERT_TRUE(request()->allowed);
+  const std::size_t logged = log_lines.size();
+  for (int i = 0; i < 3; ++i) {
+    auto seen = inspect("ip:192.0.2.7");
+    ASSERT_TRUE(seen) << seen.error().message;
+    ASSERT_EQ(seen->limits.size(), 2u);
+    EXPECT_EQ(seen->limits[0].key, "ratelimit:{ip:192.0.2.7}:api:burst");
+    EXPECT_EQ(seen->limits[0].policy_name, "api.burst");
+    EXPECT_EQ(seen->limits[0].decision.remaining, 1);
+    EXPECT_EQ(seen->limits[1].key, "ratelimit:{ip:192.0.2.7}:api:hourly");
+    EXPECT_EQ(seen->limits[1].decision.remaining, 2);
+    EXPECT_EQ(seen->decision.remaining, 1);
+  }
+  EXPECT_EQ(l.metrics().decisions(0, Outcome::allowed), 1u);
+  EXPECT_EQ(log_lines.size(), logged);
+
+  ASSERT_TRUE(request()->allowed);
+  ASSERT_FALSE(request()->allowed);
+  auto done = reset("ip:192.0.2.7");
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->keys, (std::vector<std::string>{"ratelimit:{ip:192.0.2.7}:api:burst",
+                                                 "ratelimit:{ip:192.0.2.7}:api:hourly"}));
+  EXPECT_EQ(done->existed, 2);
+  auto after = request();
+  ASSERT_TRUE(after->allowed);
+  EXPECT_EQ(after->rules[0].limits[0].decision.remaining, 1);
+  EXPECT_EQ(after->rules[0].limits[1].decision.remaining, 2);
+
+  // An identity never seen: nothing held, nothing deleted; a bad one is refused.
+  auto fresh = reset("ip:198.51.100.1");
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->existed, 0);
+  EXPECT_EQ(inspect("ip:198.51.100.1")->limits[0].decision.remaining, 2);
+  auto bad = inspect("");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+}
+
 TEST_F(LimiterTest, MultiLimitPolicyUsesOneKeyPerLimitInOneHashTag) {
   Limiter l(config({ip_rule("api", {{"burst", bucket(2, 10)},
                                     {"hourly", *Limit::window(Algorithm::sliding_window_counter, 3,

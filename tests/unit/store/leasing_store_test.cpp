@@ -54,6 +54,9 @@ class CountingStore final : public Store {
     returned.fetch_add(units);
     memory.lease_return(item, units, at, reset_after, std::move(done));
   }
+  void reset(std::vector<std::string> keys, ResetCallback done) override {
+    memory.reset(std::move(keys), std::move(done));
+  }
   void release_one() {
     auto f = std::move(held.front());
     held.pop_front();
@@ -162,6 +165,31 @@ TEST(LeasingStore, AdmitsFromOneGrantWithoutStoreCalls) {
   EXPECT_EQ(a.leasing->stats().local_admissions, 200u);
   EXPECT_GE(a.leasing->stats().units_granted, 200u);  // every admission was granted
   EXPECT_EQ(counted(a.counting->memory, "k", item.limit), static_cast<std::int64_t>(a.leasing->stats().units_granted));
+}
+
+// A reset ends the key's lease without giving its unused units back (they were taken from the
+// state it deletes) and deletes the key in the store: the next admission takes a new grant,
+// counted from full limits.
+TEST(LeasingStore, AResetEndsTheLeaseWithoutReturningItsUnits) {
+  ManualClock clock(1'000'000'000);
+  Instance a(&clock);
+  const auto item = leased("k", window(1000, 60 * kSecond), 64, 10 * kSecond);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(admitted(*a.leasing, item));  // grants of 1, 2, 4: 3 units left
+  ASSERT_EQ(a.counting->grants, 3);
+  ASSERT_EQ(counted(a.counting->memory, "k", item.limit), 7);
+  std::optional<Result<std::int64_t>> out;
+  a.leasing->reset({"k"}, [&](Result<std::int64_t> r) { out = std::move(r); });
+  ASSERT_TRUE(out.has_value());
+  ASSERT_TRUE(*out) << (*out).error().message;
+  EXPECT_EQ(**out, 1);
+  EXPECT_EQ(counted(a.counting->memory, "k", item.limit), 0);
+  EXPECT_EQ(a.leasing->stats().leases, 0u);
+  // A lease record of its own, from the first size: a grant of 1, used up.
+  ASSERT_TRUE(admitted(*a.leasing, item));
+  EXPECT_EQ(a.counting->grants, 4);
+  a.leasing->shutdown();
+  EXPECT_EQ(a.counting->returns, 0);
+  EXPECT_EQ(counted(a.counting->memory, "k", item.limit), 1);
 }
 
 TEST(LeasingStore, LocalDecisionsShowTheGrantsRemainingPlusWhatIsLeftInTheLease) {

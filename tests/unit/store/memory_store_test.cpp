@@ -95,6 +95,24 @@ TEST(MemoryStore, APeekCreatesNoKey) {
   EXPECT_EQ(store.stats().keys, 0u);
 }
 
+// A reset erases the keys; only those live at the store's clock count as held.
+TEST(MemoryStore, AResetErasesTheKeysAndCountsTheLiveOnes) {
+  ManualClock clock(kT0);
+  MemoryStore store(MemoryStoreOptions{.clock = &clock});
+  const Limit limit = make_limit(Algorithm::token_bucket, 3, kMicrosPerSecond);
+  const Decision old = must_check(store, "old", limit, 1);
+  clock.advance(old.reset_after);  // "old" has expired, not yet reclaimed
+  ASSERT_TRUE(must_check(store, "a", limit, 3).allowed);
+  ASSERT_EQ(store.stats().keys, 2u);
+  std::optional<Result<std::int64_t>> out;
+  store.reset({"a", "old", "never"}, [&](Result<std::int64_t> r) { out = std::move(r); });
+  ASSERT_TRUE(out.has_value());
+  ASSERT_TRUE(*out);
+  EXPECT_EQ(**out, 1);
+  EXPECT_EQ(store.stats().keys, 0u);
+  EXPECT_EQ(must_check(store, "a", limit, 0).remaining, 3);
+}
+
 TEST(MemoryStore, AnExpiredKeyAnswersAsAbsentAndIsErasedWhenTouched) {
   ManualClock clock(kT0);
   MemoryStore store(MemoryStoreOptions{.clock = &clock});

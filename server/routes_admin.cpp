@@ -1,0 +1,76 @@
+// /admin/keys: one identity's keys under one rule, inspected (GET) or reset (DELETE).
+#include "routes.hpp"
+
+#include "ratekeeper/algorithms/limit.hpp"
+#include "ratekeeper/http/path.hpp"
+#include "ratekeeper/limiter/keys.hpp"
+
+namespace ratekeeper::server {
+
+namespace {
+
+json identity_json(const limiter::RuleOutcome& outcome, std::string_view rule) {
+  return json{{"rule", rule}, {"identity", outcome.identity}, {"tier", outcome.tier}};
+}
+
+}  // namespace
+
+void Api::Routes::keys(const Request& request, Responder respond) {
+  const std::string_view query = request.query();
+  const auto rule_name = query_param(query, "rule");
+  const auto identity = query_param(query, "identity");
+  if (!rule_name || rule_name->empty()) return respond(bad_request("`rule` must be given"));
+  if (!identity || identity->empty()) return respond(bad_request("`identity` must be given"));
+  const std::string tier = query_param(query, "tier").value_or("");
+  auto app = limiter_.application(*rule_name, *identity, 0, tier);
+  if (!app) return respond(bad_request(app.error().message));
+  // Per-endpoint rules count each path on keys of its own: the path as the rules see it.
+  if (app->rule->bucket == limiter::BucketScope::per_endpoint) {
+    const auto endpoint = query_param(query, "endpoint");
+    if (!endpoint || endpoint->empty()) {
+      return respond(bad_request(fmt::format("rule `{}` counts per endpoint: `endpoint` must be given", *rule_name)));
+    }
+    auto normal = http::normalize_path(*endpoint, middleware_.options().paths);
+    if (!normal) return respond(bad_request(fmt::format("`endpoint`: {}", normal.error().message)));
+    app->endpoint = std::move(*normal);
+  }
+  const std::string rule = *rule_name;
+
+  if (request.method == "GET") {
+    return limiter_.inspect(std::move(*app), [rule, respond = std::move(respond)](Result<limiter::RuleOutcome> r) {
+      if (!r) {
+        const int status = r.error().code == ErrorCode::invalid_argument ? 400 : 503;
+        return respond(error_response(status, r.error().message));
+      }
+      json limits = json::array();
+      for (const auto& l : r->limits) {
+        limits.push_back({{"policy", l.policy_name},
+                          {"key", l.key},
+                          {"algorithm", algorithms::to_string(l.limit.algorithm)},
+                          {"limit", l.limit.capacity},
+                          {"window_ms", to_ms(l.limit.horizon())},
+                          {"remaining", std::max<std::int64_t>(0, l.decision.remaining)},
+                          {"reset_after_ms", to_ms(l.decision.reset_after)}});
+      }
+      json body = identity_json(*r, rule);
+      body["limits"] = std::move(limits);
+      respond(json_response(200, json_text(body)));
+    });
+  }
+  const std::string peer = request.peer_address;
+  // As its keys spell it (control bytes escaped): the audit line cannot be split.
+  const std::string who = limiter::escape_identity(app->identity).value_or("(invalid identity)");
+  limiter_.reset(std::move(*app), [rule, who, peer, identity = *identity, respond = std::move(respond)](Result<limiter::Limiter::ResetOutcome> r) {
+    if (!r) {
+      spdlog::warn("admin: reset of {} under rule '{}' asked by {} failed: {}", who, rule, peer, r.error().message);
+      const int status = r.error().code == ErrorCode::invalid_argument ? 400 : 503;
+      return respond(error_response(status, r.error().message));
+    }
+    spdlog::info("admin: {} reset the keys of {} under rule '{}' ({} key(s), {} held state)", peer, who, rule,
+                 r->keys.size(), r->existed);
+    respond(json_response(200, json_text(json{{"rule", rule}, {"identity", identity}, {"keys", r->keys},
+                                              {"existed", r->existed}})));
+  });
+}
+
+}  // namespace ratekeeper::server
