@@ -1,6 +1,6 @@
 #pragma once
 // The server's routes (server/api.hpp) over a memory store, for the fuzz targets that drive
-// them (check_json_fuzz, http_request_fuzz): the rules below (every identity type, tiers,
+// them (check_json_fuzz, http_request_fuzz, admin_keys_fuzz): the rules below (every identity type, tiers,
 // trusted proxies, limits small enough to be exhausted by one input), a clock standing still
 // and fresh state for every input, so that an input always gets the same answers.
 // Every answer is checked: given exactly once and inline (a memory store answers at once),
@@ -82,9 +82,9 @@ class ApiFixture {
     return c;
   }
 
-  // The answer of the routes to `request` (its peer set to kPeer).
-  http::Response handle(http::Request request) {
-    request.peer_address = std::string(kPeer);
+  // The answer of the routes to `request`, sent from `peer`.
+  http::Response handle(http::Request request, std::string_view peer = kPeer) {
+    request.peer_address = std::string(peer);
     int answers = 0;
     http::Response out;
     api_.handle(std::move(request), [&](http::Response r) {

@@ -107,6 +107,34 @@ json described(std::string method, std::string path, json headers = json::object
   return {{"request", std::move(request)}};
 }
 
+// /admin/keys reads and deletes counts: from a loopback peer only (the socket's: forwarding
+// headers are not believed), as /admin/reload.
+TEST_F(DecisionApiTest, AdminKeysAnswerLoopbackPeersOnly) {
+  const auto inspect = [&](std::string peer) {
+    return send(http::Request{"GET", "/admin/keys?rule=quota&identity=user:1", {{"X-Forwarded-For", "127.0.0.1"}}, {},
+                              {}, 0},
+                std::move(peer));
+  };
+  const auto far = inspect("192.0.2.1");
+  EXPECT_EQ(far.status, 403);
+  EXPECT_NE(far.body.find("loopback"), std::string::npos) << far.body;
+  EXPECT_EQ(inspect("127.0.0.1").status, 200);
+  EXPECT_EQ(inspect("::1").status, 200);
+  const auto reset = send(http::Request{"DELETE", "/admin/keys?rule=quota&identity=user:1", {}, {}, {}, 0});
+  EXPECT_EQ(reset.status, 403);
+}
+
+// A tiered rule's keys are the tier's: given, or resolved as the decision API resolves it.
+TEST_F(DecisionApiTest, AdminKeysOfATieredRuleAreTheTiers) {
+  const auto r = send(http::Request{"GET", "/admin/keys?rule=search&identity=user:9&tier=pro", {}, {}, {}, 0},
+                      "127.0.0.1");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto body = json::parse(r.body);
+  EXPECT_EQ(body["tier"], "pro");
+  ASSERT_FALSE(body["limits"].empty());
+  EXPECT_TRUE(body["limits"][0]["policy"].get<std::string>().starts_with("search.pro")) << r.body;
+}
+
 TEST_F(DecisionApiTest, RequestShapeSharesTheMiddlewaresBucketsForTheGivenClient) {
   auto first = check(described("GET", "/api/data?x=1"));
   ASSERT_EQ(first.status, 200) << first.body;
@@ -327,6 +355,17 @@ TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
   const auto verdict = json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
   EXPECT_EQ(keys(verdict), required("Verdict"));
   EXPECT_EQ(keys(json::parse(check({{"checks", 1}}).body)), required("BadRequest"));
+  const auto admin = [&](std::string method) {
+    return json::parse(
+        send(http::Request{std::move(method), "/admin/keys?rule=orders&identity=user:e", {}, {}, {}, 0}, "127.0.0.1")
+            .body);
+  };
+  const auto inspection = admin("GET");
+  EXPECT_EQ(keys(inspection), required("KeysInspection"));
+  EXPECT_EQ(keys(inspection.at("limits").at(0)), required("KeyState"));
+  EXPECT_EQ(keys(admin("DELETE")), required("KeysReset"));
+  EXPECT_EQ(keys(json::parse(send(http::Request{"GET", "/admin/keys?rule=orders", {}, {}, {}, 0}, "127.0.0.1").body)),
+            required("BadRequest"));
 }
 
 // A rule with on_limit: delay, decided by the routes over a memory store whose clock stands

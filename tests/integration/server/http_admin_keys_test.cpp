@@ -1,0 +1,178 @@
+// End to end: /admin/keys on `ratekeeper serve` over a real redis-server. GET shows one
+// identity's keys under a rule and what each has left, consuming nothing; DELETE resets them:
+// the identity is admitted again at once (the denial the server cached included), and an
+// audit line names who asked. Missing or bad parameters are 400s with their reason, other
+// methods 405; a per-endpoint rule's keys are named by the endpoint's normal path, however
+// the path is spelled.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/doc_blocks.hpp"
+#include "support/http_client.hpp"
+#include "support/redis_server.hpp"
+
+namespace ratekeeper::testing {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kRules = R"(rules:
+  - name: api
+    limits: [{capacity: 2, refill_rate: 0.001}]
+  - name: pages
+    match: {path_prefix: /pages/}
+    bucket: per_endpoint
+    identity: {type: ip}
+    limits: [{capacity: 5, refill_rate: 0.001}]
+)";
+
+HttpResponse check(HttpClient& client, std::string_view rule, std::string_view identity) {
+  return client.post("/v1/check", json{{"rule", rule}, {"identity", identity}}.dump());
+}
+
+HttpResponse keys(HttpClient& client, std::string method, std::string query) {
+  return client.request(HttpRequest{std::move(method), "/admin/keys?" + query, {}, {}});
+}
+
+TEST(AdminKeys, InspectionShowsWhatIsLeftAndAResetAdmitsAgain) {
+  RedisServer redis;
+  const auto process = serve(std::string(kRules), redis.url());
+  ServerProcess& server = *process;
+  HttpClient client(server.port());
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(check(client, "api", "user:42").status, 200);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(check(client, "api", "user:42").status, 429);  // the second: cached
+
+  for (int i = 0; i < 2; ++i) {  // twice: the first consumed nothing
+    const auto seen = keys(client, "GET", "rule=api&identity=user%3A42");
+    ASSERT_EQ(seen.status, 200) << seen.body;
+    const auto body = json::parse(seen.body);
+    EXPECT_EQ(body["rule"], "api");
+    EXPECT_EQ(body["identity"], "user:42");
+    ASSERT_EQ(body["limits"].size(), 1u);
+    EXPECT_EQ(body["limits"][0]["key"], "ratelimit:{user:42}:api");
+    EXPECT_EQ(body["limits"][0]["policy"], "api");
+    EXPECT_EQ(body["limits"][0]["algorithm"], "token_bucket");
+    EXPECT_EQ(body["limits"][0]["limit"], 2);
+    EXPECT_EQ(body["limits"][0]["remaining"], 0);
+    EXPECT_GT(body["limits"][0]["reset_after_ms"].get<std::int64_t>(), 1'000'000);
+  }
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{user:42}:api"}), "1");
+
+  const auto reset = keys(client, "DELETE", "rule=api&identity=user:42");
+  ASSERT_EQ(reset.status, 200) << reset.body;
+  const auto body = json::parse(reset.body);
+  EXPECT_EQ(body["keys"], json::array({"ratelimit:{user:42}:api"}));
+  EXPECT_EQ(body["existed"], 1);
+  EXPECT_EQ(redis.command({"EXISTS", "ratelimit:{user:42}:api"}), "0");
+  EXPECT_EQ(check(client, "api", "user:42").status, 200);
+  EXPECT_EQ(json::parse(keys(client, "GET", "rule=api&identity=user:42").body)["limits"][0]["remaining"], 1);
+  EXPECT_NE(server.log().find("admin: 127.0.0.1 reset the keys of user:42 under rule 'api' (1 key(s), 1 held state)"),
+            std::string::npos)
+      << server.log();
+
+  // Nothing held: nothing deleted, and said so.
+  const auto again = keys(client, "DELETE", "rule=api&identity=user:7");
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::parse(again.body)["existed"], 0);
+}
+
+TEST(AdminKeys, APerEndpointRulesKeysAreNamedByTheNormalPath) {
+  RedisServer redis;
+  const auto process = serve(std::string(kRules), redis.url());
+  ServerProcess& server = *process;
+  HttpClient client(server.port());
+  const auto counted = client.post(
+      "/v1/check", json{{"request", {{"method", "GET"}, {"path", "/pages/a"}, {"client_ip", "192.0.2.9"}}}}.dump());
+  ASSERT_EQ(counted.status, 200) << counted.body;
+  const auto missing = keys(client, "GET", "rule=pages&identity=ip:192.0.2.9");
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(missing.body.find("endpoint"), std::string::npos) << missing.body;
+  // Another spelling of /pages/a: the same key the request was counted on.
+  const auto seen = keys(client, "GET", "rule=pages&identity=ip:192.0.2.9&endpoint=/pages/x/../%61");
+  ASSERT_EQ(seen.status, 200) << seen.body;
+  const auto body = json::parse(seen.body);
+  EXPECT_EQ(body["limits"][0]["key"], "ratelimit:{ip:192.0.2.9}:pages:/pages/a");
+  EXPECT_EQ(body["limits"][0]["remaining"], 4);
+  const auto reset = keys(client, "DELETE", "rule=pages&identity=ip:192.0.2.9&endpoint=/pages/a");
+  ASSERT_EQ(reset.status, 200) << reset.body;
+  EXPECT_EQ(json::parse(reset.body)["existed"], 1);
+}
+
+TEST(AdminKeys, BadRequestsAreRefusedWithTheirReason) {
+  RedisServer redis;
+  const auto process = serve(std::string(kRules), redis.url());
+  ServerProcess& server = *process;
+  HttpClient client(server.port());
+  for (const auto& [query, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"identity=user:1", "`rule` must be given"},
+           {"rule=api", "`identity` must be given"},
+           {"rule=nope&identity=user:1", "unknown rule"},
+           {"rule=api&identity=" + std::string(300, 'x'), "identity"},
+           {"rule=pages&identity=ip:192.0.2.9&endpoint=/a%00b", "endpoint"}}) {
+    const auto r = keys(client, "GET", query);
+    EXPECT_EQ(r.status, 400) << query;
+    EXPECT_NE(r.body.find(reason), std::string::npos) << query << ": " << r.body;
+  }
+  const auto post = keys(client, "POST", "rule=api&identity=user:1");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.header("Allow"), "GET, DELETE");
+}
+
+// A documented answer and an actual one, each limit's reset_after_ms (when the key is full
+// again: it depends on when the session runs) checked to lie within its window and set aside.
+json comparable(json answer) {
+  if (answer.contains("limits")) {
+    for (auto& limit : answer["limits"]) {
+      const auto reset = limit.at("reset_after_ms").get<std::int64_t>();
+      EXPECT_GE(reset, 0);
+      EXPECT_LE(reset, limit.at("window_ms").get<std::int64_t>());
+      limit.erase("reset_after_ms");
+    }
+  }
+  return answer;
+}
+
+// The documented session (docs/configuration.md), run against its documented configuration on
+// a real redis-server after the two requests it speaks of: each `$ curl` line's request, and
+// the answer written under it.
+TEST(AdminKeys, TheDocumentedSessionAnswersAsWritten) {
+  std::string config, session;
+  for (const auto& block : fenced_blocks(std::filesystem::path(RATEKEEPER_SOURCE_DIR) / "docs/configuration.md")) {
+    if (block.marker == "admin-keys-config") config = block.text;
+    if (block.marker == "admin-keys-session") session = block.text;
+  }
+  ASSERT_FALSE(config.empty());
+  ASSERT_FALSE(session.empty());
+  RedisServer redis;
+  const auto process = serve(config, redis.url());
+  ServerProcess& server = *process;
+  HttpClient client(server.port());
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(check(client, "api", "user:42").status, 200);
+
+  std::istringstream lines(session);
+  std::string command, documented;
+  int asked = 0;
+  while (std::getline(lines, command) && std::getline(lines, documented)) {
+    ASSERT_TRUE(command.starts_with("$ curl -s ")) << command;
+    const std::string method = command.find("-X DELETE") != std::string::npos ? "DELETE" : "GET";
+    const std::string origin = "http://127.0.0.1:8080";
+    const auto from = command.find(origin);
+    ASSERT_NE(from, std::string::npos) << command;
+    const std::string target = command.substr(from + origin.size(), command.rfind('\'') - from - origin.size());
+    const auto answer = client.request(HttpRequest{method, target, {}, {}});
+    ASSERT_EQ(answer.status, 200) << command << ": " << answer.body;
+    EXPECT_EQ(comparable(json::parse(answer.body)), comparable(json::parse(documented, nullptr, false)))
+        << command << "\nanswered:   " << answer.body << "\ndocumented: " << documented;
+    ++asked;
+  }
+  EXPECT_EQ(asked, 3);
+}
+
+}  // namespace
+}  // namespace ratekeeper::testing
