@@ -1,10 +1,12 @@
-// Fuzz target: the query string of /admin/keys (rule, identity, tier, endpoint), sent from a
-// loopback peer through the server's routes (server/api.hpp) over a memory store
-// (fuzz/api_fixture.hpp): GET, DELETE, GET again. Each answer is 200 or 400 (the reason as
-// JSON); a 200 names the rule asked for and its keys, each in the rule's one hash tag; the
-// inspection consumes nothing (the second GET sees what the first saw), and a reset deletes no
-// more keys than it names.
+// Fuzz target: the query string of the admin endpoints, sent from a loopback peer through the
+// server's routes (server/api.hpp) over a memory store (fuzz/api_fixture.hpp). /admin/keys
+// (rule, identity, tier, endpoint): GET, DELETE, GET again, each 200 or 400 (the reason as
+// JSON); a 200 names a configured rule and its keys, each in one hash tag; the inspection
+// consumes nothing (the second GET sees what the first saw, every limit full), and the reset
+// names the keys inspected, none of which held state. /admin/top (rule, minutes, n): 200 or
+// 400; a 200 reports no denial (nothing was checked).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -42,6 +44,12 @@ void require_keys(const json& keys, const std::string& rule) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string query(reinterpret_cast<const char*>(data), size);
   fuzz::ApiFixture api;
+  const auto top = api.handle(http::Request{"GET", "/admin/top?" + query, {}, {}, {}, 0}, "127.0.0.1");
+  fuzz::require(top.status == 200 || top.status == 400);
+  if (top.status == 200) {
+    const json report = json::parse(top.body);
+    fuzz::require(report.at("denials") == 0 && report.at("identities").empty());
+  }
   const auto first = ask(api, "GET", query);
   fuzz::require(first.status == 200 || first.status == 400);
   const auto reset = ask(api, "DELETE", query);

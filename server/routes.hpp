@@ -3,7 +3,8 @@
 // dispatches (and serves /healthz, /metrics, /admin/reload), routes_demo.cpp the demo API,
 // routes_decision.cpp the decision API (/v1/check), routes_auth.cpp nginx's auth_request
 // (/v1/auth), routes_health.cpp readiness and the HTTP server's metrics, routes_admin.cpp
-// the inspection and reset of keys (/admin/keys); the helpers they share are in
+// the inspection and reset of keys (/admin/keys) and the most denied identities (/admin/top);
+// the helpers they share are in
 // routes_support.cpp. Internal to the program.
 
 #include <fmt/format.h>
@@ -121,6 +122,9 @@ class Api::Routes {
   // rule (each limit's key and what is left, read without consuming), DELETE resets them
   // (their next request starts from full limits; an audit line is logged). Loopback only.
   void keys(const Request& request, Responder respond);
+  // /admin/top?rule=[&minutes=5][&n=10]: the identities the rule denied most over the last
+  // minutes, in this process (limiter/top_denied.hpp). Loopback only.
+  Response top_denied(const Request& request) const;
 
   limiter::Limiter& limiter_;
   http::Middleware& middleware_;

@@ -1,5 +1,9 @@
 // /admin/keys: one identity's keys under one rule, inspected (GET) or reset (DELETE).
+// /admin/top: the identities a rule denied most over the last minutes, in this process.
 #include "routes.hpp"
+
+#include <charconv>
+#include <expected>
 
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/http/path.hpp"
@@ -8,6 +12,19 @@
 namespace ratekeeper::server {
 
 namespace {
+
+// A query parameter that must be a whole number in [low, high] when given.
+std::expected<int, std::string> bounded_param(std::string_view query, std::string_view name, int fallback, int low,
+                                              int high) {
+  const auto text = query_param(query, name);
+  if (!text) return fallback;
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc{} || end != text->data() + text->size() || value < low || value > high) {
+    return std::unexpected(fmt::format("`{}` must be a whole number from {} to {}", name, low, high));
+  }
+  return value;
+}
 
 json identity_json(const limiter::RuleOutcome& outcome, std::string_view rule) {
   return json{{"rule", rule}, {"identity", outcome.identity}, {"tier", outcome.tier}};
@@ -71,6 +88,26 @@ void Api::Routes::keys(const Request& request, Responder respond) {
     respond(json_response(200, json_text(json{{"rule", rule}, {"identity", identity}, {"keys", r->keys},
                                               {"existed", r->existed}})));
   });
+}
+
+Response Api::Routes::top_denied(const Request& request) const {
+  const std::string_view query = request.query();
+  const auto rule_name = query_param(query, "rule");
+  if (!rule_name || rule_name->empty()) return bad_request("`rule` must be given");
+  const limiter::Rule* rule = limiter_.find_rule(*rule_name);
+  if (rule == nullptr) return bad_request(fmt::format("unknown rule `{}`", rule_name->substr(0, 64)));
+  const auto minutes = bounded_param(query, "minutes", 5, 1, limiter::TopDenied::kMinutes);
+  if (!minutes) return bad_request(minutes.error());
+  const auto n = bounded_param(query, "n", 10, 1, 1000);
+  if (!n) return bad_request(n.error());
+  const auto report = limiter_.top_denied().top(limiter_.rule_index(rule), *minutes,
+                                                static_cast<std::size_t>(*n), limiter_.steady_now());
+  json top = json::array();
+  for (const auto& e : report.top) {
+    top.push_back({{"identity", e.identity}, {"denied_at_least", e.at_least}, {"denied_at_most", e.at_most}});
+  }
+  return json_response(200, json_text(json{{"rule", rule->name}, {"minutes", *minutes}, {"denials", report.denials},
+                                           {"identities", std::move(top)}}));
 }
 
 }  // namespace ratekeeper::server

@@ -48,6 +48,7 @@ Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
     rule_names.push_back(rule.name);
     any_local = any_local || rule.on_store_error == FailureMode::local;
   }
+  top_denied_ = std::make_unique<TopDenied>(rule_names.size());
   metrics_ = std::make_unique<Metrics>(std::move(rule_names));
   if (config_.decision_log.clock == nullptr) config_.decision_log.clock = clock;
   log_ = std::make_unique<DecisionLog>(config_.decision_log);
@@ -229,6 +230,7 @@ void Limiter::account(const RuleOutcome& outcome, Micros latency) {
     o = Outcome::shadow_denied;
   }
   metrics_->record_decision(index, o);
+  if (o == Outcome::denied) top_denied_->record(index, outcome.identity, steady_clock_->steady());
   if (d.allowed && d.limit > 0 && d.remaining * 10 < d.limit) metrics_->record_near_limit(index);
   if (d.allowed && d.delay > 0) metrics_->record_delayed(index, d.delay);
 

@@ -29,6 +29,7 @@
 #include "ratekeeper/limiter/failure_policy.hpp"
 #include "ratekeeper/limiter/metrics.hpp"
 #include "ratekeeper/limiter/rule.hpp"
+#include "ratekeeper/limiter/top_denied.hpp"
 #include "ratekeeper/store/store.hpp"
 
 namespace ratekeeper {
@@ -186,6 +187,11 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // name count on from where they were. Call before the first check: not thread-safe.
   void continue_metrics(const Limiter& previous);
   const Metrics& metrics() const noexcept { return *metrics_; }
+  // The identities each rule denied most over the last minutes (rule index as for metrics()),
+  // in this process; read with steady_now(). A reloaded configuration starts a new report.
+  const TopDenied& top_denied() const noexcept { return *top_denied_; }
+  Micros steady_now() const { return steady_clock_->steady(); }
+  std::size_t rule_index(const Rule* rule) const noexcept;
   DecisionLog& decision_log() noexcept { return *log_; }
   store::Store& store() noexcept { return *store_; }
   // Its metrics (with the store's health and kind), then the store stack's.
@@ -205,13 +211,13 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   Result<std::vector<algorithms::Decision>> fall_back(const Prepared& prepared, const Error& error);
   std::optional<Micros> now() const;
   void account(const RuleOutcome& outcome, Micros latency);
-  std::size_t rule_index(const Rule* rule) const noexcept;
 
   LimiterConfig config_;
   store::Store* store_;
   const Clock* clock_;         // nullptr: the store's time for `now`
   const Clock* steady_clock_;  // latency measurement: clock_ or the system clock
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<TopDenied> top_denied_;
   std::unique_ptr<DecisionLog> log_;
   std::unique_ptr<store::MemoryStore> local_;  // failure policy `local`: one for every rule
   FailurePolicy policy_;

@@ -124,6 +124,44 @@ TEST(AdminKeys, BadRequestsAreRefusedWithTheirReason) {
   EXPECT_EQ(post.header("Allow"), "GET, DELETE");
 }
 
+// /admin/top: the identities a rule denied most, this instance's count, the denials its denial
+// cache answered included, as docs/configuration.md shows it; bad parameters are 400s.
+TEST(AdminTop, TheIdentitiesARuleDeniedMostComeFirst) {
+  RedisServer redis;
+  const auto process = serve(std::string(kRules), redis.url());
+  ServerProcess& server = *process;
+  HttpClient client(server.port());
+  for (int i = 0; i < 6; ++i) check(client, "api", "user:1");
+  for (int i = 0; i < 3; ++i) check(client, "api", "user:2");
+  check(client, "api", "user:3");
+  const auto r = client.get("/admin/top?rule=api");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto body = json::parse(r.body);
+  EXPECT_EQ(body["rule"], "api");
+  EXPECT_EQ(body["minutes"], 5);
+  EXPECT_EQ(body["denials"], 5);
+  ASSERT_EQ(body["identities"].size(), 2u);
+  EXPECT_EQ(body["identities"][0], json({{"identity", "user:1"}, {"denied_at_least", 4}, {"denied_at_most", 4}}));
+  EXPECT_EQ(body["identities"][1], json({{"identity", "user:2"}, {"denied_at_least", 1}, {"denied_at_most", 1}}));
+  std::string documented;
+  for (const auto& block : fenced_blocks(std::filesystem::path(RATEKEEPER_SOURCE_DIR) / "docs/configuration.md")) {
+    if (block.marker == "admin-top-answer") documented = block.text;
+  }
+  EXPECT_EQ(body, json::parse(documented, nullptr, false)) << documented;
+  EXPECT_EQ(json::parse(client.get("/admin/top?rule=api&n=1&minutes=1").body)["identities"].size(), 1u);
+  for (const auto& [query, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"", "`rule` must be given"},
+           {"rule=nope", "unknown rule"},
+           {"rule=api&minutes=0", "`minutes` must be a whole number from 1 to 15"},
+           {"rule=api&minutes=16", "`minutes`"},
+           {"rule=api&n=ten", "`n` must be a whole number from 1 to 1000"},
+           {"rule=api&n=5x", "`n`"}}) {
+    const auto bad = client.get("/admin/top?" + query);
+    EXPECT_EQ(bad.status, 400) << query;
+    EXPECT_NE(bad.body.find(reason), std::string::npos) << query << ": " << bad.body;
+  }
+}
+
 // A documented answer and an actual one, each limit's reset_after_ms (when the key is full
 // again: it depends on when the session runs) checked to lie within its window and set aside.
 json comparable(json answer) {

@@ -122,6 +122,8 @@ TEST_F(DecisionApiTest, AdminKeysAnswerLoopbackPeersOnly) {
   EXPECT_EQ(inspect("::1").status, 200);
   const auto reset = send(http::Request{"DELETE", "/admin/keys?rule=quota&identity=user:1", {}, {}, {}, 0});
   EXPECT_EQ(reset.status, 403);
+  EXPECT_EQ(send(http::Request{"GET", "/admin/top?rule=quota", {}, {}, {}, 0}).status, 403);
+  EXPECT_EQ(send(http::Request{"GET", "/admin/top?rule=quota", {}, {}, {}, 0}, "127.0.0.1").status, 200);
 }
 
 // A tiered rule's keys are the tier's: given, or resolved as the decision API resolves it.
@@ -364,6 +366,12 @@ TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
   EXPECT_EQ(keys(inspection), required("KeysInspection"));
   EXPECT_EQ(keys(inspection.at("limits").at(0)), required("KeyState"));
   EXPECT_EQ(keys(admin("DELETE")), required("KeysReset"));
+  for (int i = 0; i < 5; ++i) check({{"rule", "quota"}, {"identity", "user:e"}});
+  const auto top =
+      json::parse(send(http::Request{"GET", "/admin/top?rule=quota", {}, {}, {}, 0}, "127.0.0.1").body);
+  EXPECT_EQ(keys(top), required("TopDenied"));
+  ASSERT_FALSE(top.at("identities").empty());
+  EXPECT_EQ(keys(top.at("identities").at(0)), required("DeniedIdentity"));
   EXPECT_EQ(keys(json::parse(send(http::Request{"GET", "/admin/keys?rule=orders", {}, {}, {}, 0}, "127.0.0.1").body)),
             required("BadRequest"));
 }
