@@ -180,10 +180,14 @@ json comparable(json answer) {
 // a real redis-server after the two requests it speaks of: each `$ curl` line's request, and
 // the answer written under it.
 TEST(AdminKeys, TheDocumentedSessionAnswersAsWritten) {
-  std::string config, session;
+  // The session's configuration: the YAML block right before it.
+  std::string config, session, last_yaml;
   for (const auto& block : fenced_blocks(std::filesystem::path(RATEKEEPER_SOURCE_DIR) / "docs/configuration.md")) {
-    if (block.marker == "admin-keys-config") config = block.text;
-    if (block.marker == "admin-keys-session") session = block.text;
+    if (block.language == "yaml") last_yaml = block.text;
+    if (block.marker == "admin-keys-session") {
+      config = last_yaml;
+      session = block.text;
+    }
   }
   ASSERT_FALSE(config.empty());
   ASSERT_FALSE(session.empty());
