@@ -40,6 +40,16 @@ HttpResponse keys(HttpClient& client, std::string method, std::string query) {
   return client.request(HttpRequest{std::move(method), "/admin/keys?" + query, {}, {}});
 }
 
+// Each query of `cases` sent to GET `path`: a 400 whose body says the reason given with it.
+void expect_refused(HttpClient& client, std::string_view path,
+                    const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [query, reason] : cases) {
+    const auto r = client.get(std::string(path) + "?" + query);
+    EXPECT_EQ(r.status, 400) << query;
+    EXPECT_NE(r.body.find(reason), std::string::npos) << query << ": " << r.body;
+  }
+}
+
 TEST(AdminKeys, InspectionShowsWhatIsLeftAndAResetAdmitsAgain) {
   RedisServer redis;
   const auto process = serve(std::string(kRules), redis.url());
@@ -109,16 +119,12 @@ TEST(AdminKeys, BadRequestsAreRefusedWithTheirReason) {
   const auto process = serve(std::string(kRules), redis.url());
   ServerProcess& server = *process;
   HttpClient client(server.port());
-  for (const auto& [query, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"identity=user:1", "`rule` must be given"},
-           {"rule=api", "`identity` must be given"},
-           {"rule=nope&identity=user:1", "unknown rule"},
-           {"rule=api&identity=" + std::string(300, 'x'), "identity"},
-           {"rule=pages&identity=ip:192.0.2.9&endpoint=/a%00b", "endpoint"}}) {
-    const auto r = keys(client, "GET", query);
-    EXPECT_EQ(r.status, 400) << query;
-    EXPECT_NE(r.body.find(reason), std::string::npos) << query << ": " << r.body;
-  }
+  expect_refused(client, "/admin/keys",
+                 {{"identity=user:1", "`rule` must be given"},
+                  {"rule=api", "`identity` must be given"},
+                  {"rule=nope&identity=user:1", "unknown rule"},
+                  {"rule=api&identity=" + std::string(300, 'x'), "identity"},
+                  {"rule=pages&identity=ip:127.0.0.1&endpoint=/a%00b", "endpoint"}});
   const auto post = keys(client, "POST", "rule=api&identity=user:1");
   EXPECT_EQ(post.status, 405);
   EXPECT_EQ(post.header("Allow"), "GET, DELETE");
@@ -149,17 +155,13 @@ TEST(AdminTop, TheIdentitiesARuleDeniedMostComeFirst) {
   }
   EXPECT_EQ(body, json::parse(documented, nullptr, false)) << documented;
   EXPECT_EQ(json::parse(client.get("/admin/top?rule=api&n=1&minutes=1").body)["identities"].size(), 1u);
-  for (const auto& [query, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"", "`rule` must be given"},
-           {"rule=nope", "unknown rule"},
-           {"rule=api&minutes=0", "`minutes` must be a whole number from 1 to 15"},
-           {"rule=api&minutes=16", "`minutes`"},
-           {"rule=api&n=ten", "`n` must be a whole number from 1 to 1000"},
-           {"rule=api&n=5x", "`n`"}}) {
-    const auto bad = client.get("/admin/top?" + query);
-    EXPECT_EQ(bad.status, 400) << query;
-    EXPECT_NE(bad.body.find(reason), std::string::npos) << query << ": " << bad.body;
-  }
+  expect_refused(client, "/admin/top",
+                 {{"", "`rule` must be given"},
+                  {"rule=nope", "unknown rule"},
+                  {"rule=api&minutes=0", "`minutes` must be a whole number from 1 to 15"},
+                  {"rule=api&minutes=16", "`minutes`"},
+                  {"rule=api&n=ten", "`n` must be a whole number from 1 to 1000"},
+                  {"rule=api&n=5x", "`n`"}});
 }
 
 // A documented answer and an actual one, each limit's reset_after_ms (when the key is full
