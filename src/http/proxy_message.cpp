@@ -102,6 +102,13 @@ bool safe(std::string_view s) noexcept {
   return true;
 }
 
+// Copies `s` to `at` (an empty view may have no address: nothing is copied then); returns
+// the end of the copy.
+char* put(char* at, std::string_view s) noexcept {
+  if (!s.empty()) std::memcpy(at, s.data(), s.size());
+  return at + s.size();
+}
+
 void append_field(std::string& out, std::string_view n, std::string_view v) {
   if (n.empty() || !safe(n) || !safe(v) || n.find(':') != std::string_view::npos) return;
   // One growth and four copies rather than four appends. Offsets from the old size, and that
@@ -110,12 +117,10 @@ void append_field(std::string& out, std::string_view n, std::string_view v) {
   const std::size_t from = out.size();
   const std::size_t size = from + n.size() + v.size() + 4;
   out.resize_and_overwrite(size, [&](char* p, std::size_t) {
-    char* at = p + from;
-    std::memcpy(at, n.data(), n.size());
-    at += n.size();
-    std::memcpy(at, ": ", 2);
-    std::memcpy(at + 2, v.data(), v.size());
-    std::memcpy(p + size - 2, "\r\n", 2);
+    char* at = put(p + from, n);
+    at = put(at, ": ");
+    at = put(at, v);
+    put(at, "\r\n");
     return size;
   });
 }
