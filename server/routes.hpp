@@ -4,8 +4,7 @@
 // routes_decision.cpp the decision API (/v1/check), routes_auth.cpp nginx's auth_request
 // (/v1/auth), routes_health.cpp readiness and the HTTP server's metrics, routes_admin.cpp
 // the inspection and reset of keys (/admin/keys) and the most denied identities (/admin/top);
-// the helpers they share are in
-// routes_support.cpp. Internal to the program.
+// the helpers they share are in routes_support.cpp. Internal to the program.
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -6,6 +6,7 @@
 #include <expected>
 
 #include "ratekeeper/algorithms/limit.hpp"
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/path.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 
@@ -24,6 +25,18 @@ std::expected<int, std::string> bounded_param(std::string_view query, std::strin
     return std::unexpected(fmt::format("`{}` must be a whole number from {} to {}", name, low, high));
   }
   return value;
+}
+
+// A store failure of an admin call (answered 503, or 400 for a refused argument): logged, a
+// burst then a line a second, so that a script polling against a dead store cannot flood the
+// log.
+void log_failure(std::string_view what, std::string_view identity, std::string_view rule, std::string_view peer,
+                 const Error& error) {
+  static LogLimit limit;
+  std::uint64_t suppressed = 0;
+  if (!limit.admit(suppressed)) return;
+  spdlog::warn("admin: {} of {} under rule '{}' asked by {} failed: {}{}", what, identity, rule, peer, error.message,
+               suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
 }
 
 json identity_json(const limiter::RuleOutcome& outcome, std::string_view rule) {
@@ -53,9 +66,13 @@ void Api::Routes::keys(const Request& request, Responder respond) {
   }
   const std::string rule = *rule_name;
 
+  const std::string peer = request.peer_address;
+  // As its keys spell it (control bytes escaped): a log line cannot be split.
+  const std::string who = limiter::escape_identity(app->identity).value_or("(invalid identity)");
   if (request.method == "GET") {
-    return limiter_.inspect(std::move(*app), [rule, respond = std::move(respond)](Result<limiter::RuleOutcome> r) {
+    return limiter_.inspect(std::move(*app), [rule, who, peer, respond = std::move(respond)](Result<limiter::RuleOutcome> r) {
       if (!r) {
+        log_failure("inspection", who, rule, peer, r.error());
         const int status = r.error().code == ErrorCode::invalid_argument ? 400 : 503;
         return respond(error_response(status, r.error().message));
       }
@@ -74,12 +91,9 @@ void Api::Routes::keys(const Request& request, Responder respond) {
       respond(json_response(200, json_text(body)));
     });
   }
-  const std::string peer = request.peer_address;
-  // As its keys spell it (control bytes escaped): the audit line cannot be split.
-  const std::string who = limiter::escape_identity(app->identity).value_or("(invalid identity)");
   limiter_.reset(std::move(*app), [rule, who, peer, identity = *identity, respond = std::move(respond)](Result<limiter::Limiter::ResetOutcome> r) {
     if (!r) {
-      spdlog::warn("admin: reset of {} under rule '{}' asked by {} failed: {}", who, rule, peer, r.error().message);
+      log_failure("reset", who, rule, peer, r.error());
       const int status = r.error().code == ErrorCode::invalid_argument ? 400 : 503;
       return respond(error_response(status, r.error().message));
     }

@@ -158,11 +158,9 @@ void LeasingStore::reset(std::vector<std::string> keys, ResetCallback done) {
     const auto it = shard.leases.find(key);
     if (it == shard.leases.end()) continue;
     Lease& lease = it->second;
-    // A new generation: units taken from the old lease and put back later go nowhere.
-    lease.left = 0;
-    lease.granted = 0;
-    lease.expires = 0;
-    lease.generation = next_generation();
+    // Ended, its unused units not given back; under a new generation, units taken from it and
+    // put back later go nowhere.
+    lease.retire(clock_->steady());
     lease.denied_until = 0;
     if (!lease.in_flight && lease.waiting.empty()) shard.leases.erase(it);
   }

@@ -162,19 +162,19 @@ RedisStore::Lane& RedisStore::lane() {
   return *lanes_[index];
 }
 
-std::uint16_t RedisStore::slot_of(const CheckItem& item) const {
-  return cross_slot_ ? redis::key_slot(item.key) : 0;
+std::uint16_t RedisStore::slot_of(std::string_view key) const {
+  return cross_slot_ ? redis::key_slot(key) : 0;
 }
 
 void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   if (detail::answered_locally(items, now, done)) return;
   const Micros deadline = clock_->steady() + command_timeout_;
   Lane& here = lane();
-  const std::uint16_t first = slot_of(items[0]);
+  const std::uint16_t first = slot_of(items[0].key);
   if (cross_slot_) {
     std::vector<std::uint16_t> slots;
     slots.reserve(items.size());
-    for (const auto& item : items) slots.push_back(slot_of(item));
+    for (const auto& item : items) slots.push_back(slot_of(item.key));
     const auto other = std::find_if(slots.begin(), slots.end(), [&](std::uint16_t s) { return s != first; });
     if (other != slots.end()) {
       if (options_.reject_cross_slot) {
@@ -197,21 +197,20 @@ void RedisStore::check(std::vector<CheckItem> items, std::optional<Micros> now, 
 
 void RedisStore::lease_grant(const CheckItem& item, std::int64_t want, LeaseCallback done) {
   const Micros deadline = clock_->steady() + command_timeout_;
-  detail::run_lease_grant(*lane().client, slot_of(item), item, want, std::nullopt, deadline, std::move(done));
+  detail::run_lease_grant(*lane().client, slot_of(item.key), item, want, std::nullopt, deadline, std::move(done));
 }
 
 void RedisStore::lease_return(const CheckItem& item, std::int64_t units, Micros at, Micros reset_after,
                               LeaseReturnCallback done) {
   const Micros deadline = clock_->steady() + command_timeout_;
-  detail::run_lease_return(*lane().client, slot_of(item), item, units, at, reset_after, deadline,
+  detail::run_lease_return(*lane().client, slot_of(item.key), item, units, at, reset_after, deadline,
                            std::move(done));
 }
 
 void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
   if (keys.empty()) return done(make_error(ErrorCode::invalid_argument, "no key to reset"));
-  const auto slot = [this](const std::string& key) -> std::uint16_t { return cross_slot_ ? redis::key_slot(key) : 0; };
   for (const auto& key : keys) {
-    if (slot(key) != slot(keys[0])) {
+    if (slot_of(key) != slot_of(keys[0])) {
       return done(make_error(ErrorCode::invalid_argument,
                              fmt::format("keys span slots: '{}' and '{}' have different hash tags", keys[0], key)));
     }
@@ -227,7 +226,7 @@ void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
   owned->done = std::move(done);
   owned->call.argv.call("reset", owned->keys, {});
   owned->call.deadline = clock_->steady() + command_timeout_;
-  owned->call.slot = slot(owned->keys[0]);
+  owned->call.slot = slot_of(owned->keys[0]);
   owned->call.done = [owned](Result<redis::Reply> reply) mutable {
     auto done = std::move(owned->done);
     owned.reset();

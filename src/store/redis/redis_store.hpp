@@ -113,7 +113,7 @@ class RedisStore final : public Store {
  private:
   struct Lane;
   Lane& lane();
-  std::uint16_t slot_of(const CheckItem& item) const;
+  std::uint16_t slot_of(std::string_view key) const;  // 0 outside a cluster
 
   RedisStoreOptions options_;
   const Clock* clock_;

@@ -92,6 +92,25 @@ TEST(AdminKeys, InspectionShowsWhatIsLeftAndAResetAdmitsAgain) {
   EXPECT_EQ(json::parse(again.body)["existed"], 0);
 }
 
+// A store that cannot answer: 503 with the reason, and a log line naming the call.
+TEST(AdminKeys, AStoreFailureIsA503AndALogLine) {
+  RedisServer redis;
+  const auto process = serve(std::string(kRules), redis.url());
+  ServerProcess& server = *process;
+  HttpClient client(server.port());
+  ASSERT_EQ(keys(client, "GET", "rule=api&identity=user:42").status, 200);
+  redis.stop();
+  const auto seen = keys(client, "GET", "rule=api&identity=user:42");
+  EXPECT_EQ(seen.status, 503) << seen.body;
+  const auto reset = keys(client, "DELETE", "rule=api&identity=user:42");
+  EXPECT_EQ(reset.status, 503) << reset.body;
+  EXPECT_NE(server.log().find("admin: inspection of user:42 under rule 'api' asked by 127.0.0.1 failed"),
+            std::string::npos)
+      << server.log();
+  EXPECT_NE(server.log().find("admin: reset of user:42 under rule 'api' asked by 127.0.0.1 failed"), std::string::npos)
+      << server.log();
+}
+
 TEST(AdminKeys, APerEndpointRulesKeysAreNamedByTheNormalPath) {
   RedisServer redis;
   const auto process = serve(std::string(kRules), redis.url());
