@@ -60,6 +60,7 @@ struct BenchOptions {
   std::int64_t lease_max = 0;      // > 0: the limit is leased (store::LeasingStore), at most this many units
   std::int64_t lease_ttl_ms = 1000;
   double pace = 0;  // > 0: decisions issued at most this many per second
+  std::int64_t settle_cost = -1;  // >= 0: each decision reserves `cost`, then settles to this
   bool json = false;
 
   // Whether each limit option was given on the command line.
@@ -85,7 +86,7 @@ constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::redirect
 class Run {
  public:
   Run(store::Store& store, std::vector<std::string> keys, std::vector<std::uint32_t> key_of_request,
-      Limit limit, std::int64_t cost, store::LeasePolicy lease, double pace)
+      Limit limit, std::int64_t cost, store::LeasePolicy lease, double pace, std::int64_t settle_cost)
       : store_(store),
         keys_(std::move(keys)),
         key_of_request_(std::move(key_of_request)),
@@ -93,6 +94,7 @@ class Run {
         cost_(cost),
         lease_(lease),
         pace_ns_(pace > 0 ? 1e9 / pace : 0),
+        settle_cost_(settle_cost),
         requests_(static_cast<std::int64_t>(key_of_request_.size())),
         latency_ns_(key_of_request_.size()),
         outcome_(key_of_request_.size()) {}
@@ -167,8 +169,32 @@ class Run {
     if (i >= requests_) return;
     wait_turn(i);
     latency_ns_[i] = steady_ns();
+    if (settle_cost_ >= 0) return reserve_and_settle(i);
     // Two words of capture: std::function keeps it inline, no allocation.
     store_.check(items_of(i), std::nullopt, [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
+  }
+
+  // --settle-cost: the decision reserves `cost` under a record of its own (in its key's slot),
+  // and an admitted one is settled to settle_cost_ before it completes.
+  std::string record_of(std::int64_t i) const {
+    return fmt::format("{}:reservation:{}", keys_[key_of_request_[i]], i);
+  }
+
+  void reserve_and_settle(std::int64_t i) {
+    store_.reserve(record_of(i), 60 * kMicrosPerSecond, items_of(i), std::nullopt,
+                   [this, i](Result<store::CheckOutcome> r) {
+                     if (!r || !r->decision.allowed) return complete(i, std::move(r));
+                     auto items = items_of(i);
+                     items[0].cost = settle_cost_;
+                     store_.settle(record_of(i), std::move(items), std::nullopt,
+                                   [this, i, admitted = std::move(*r)](Result<bool> settled) mutable {
+                                     if (!settled) return complete(i, std::unexpected(std::move(settled.error())));
+                                     if (!*settled) {
+                                       return complete(i, make_error(ErrorCode::protocol, "a reservation was not found"));
+                                     }
+                                     complete(i, std::move(admitted));
+                                   });
+                   });
   }
 
  public:
@@ -223,6 +249,7 @@ class Run {
   const std::int64_t cost_;
   const store::LeasePolicy lease_;
   const double pace_ns_;
+  const std::int64_t settle_cost_;
   std::int64_t start_ns_ = 0;
   const std::int64_t requests_;
   std::vector<std::int64_t> latency_ns_;  // start time while in flight, then the latency
@@ -366,8 +393,17 @@ int run_bench(const BenchOptions& o) {
     store = std::move(leased);
   }
   if (o.pace < 0) return fail(fmt::format("--pace must be >= 0, got {}", o.pace));
+  if (o.settle_cost >= 0) {
+    if (!store->supports_reservations()) {
+      return fail(fmt::format("--settle-cost: store {} does not hold reservations", kind));
+    }
+    if (!algorithms::reservable(limit->algorithm) || leasing != nullptr) {
+      return fail("--settle-cost: only token_bucket and fixed_window limits, unleased, can be reserved");
+    }
+  }
 
-  auto run = std::make_unique<Run>(*store, std::move(keys), std::move(key_of_request), *limit, o.cost, lease, o.pace);
+  auto run = std::make_unique<Run>(*store, std::move(keys), std::move(key_of_request), *limit, o.cost, lease, o.pace,
+                                   o.settle_cost);
   const std::int64_t chains = std::min(o.concurrency, o.requests);
   run->set_start();
   const auto t0 = SteadyClock::now();
@@ -432,6 +468,7 @@ int run_bench(const BenchOptions& o) {
     j["capacity"] = limit->capacity;
     j["period_us"] = limit->period;
     j["cost"] = o.cost;
+    if (o.settle_cost >= 0) j["settle_cost"] = o.settle_cost;
     j["keys"] = o.keys;
     j["concurrency"] = o.concurrency;
     j["threads"] = o.threads;
@@ -539,6 +576,11 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--lease-ttl-ms", o->lease_ttl_ms, "How long a lease is held (ms)")->capture_default_str();
   sub->add_option("--pace", o->pace, "Issue at most this many decisions per second (0: as fast as they complete)")
+      ->capture_default_str();
+  sub->add_option("--settle-cost", o->settle_cost,
+                  "Each decision reserves --cost, and one admitted is settled to this actual cost (two store calls; "
+                  "-1: a plain check)")
+      ->check(CLI::Range(std::int64_t{-1}, algorithms::kMaxCharged))
       ->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON line instead of text");
   sub->callback([o] {

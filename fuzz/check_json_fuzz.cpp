@@ -6,6 +6,8 @@
 // state, as nginx's auth subrequest (GET /v1/auth, the request in X-Original-Method,
 // X-Original-URI, X-Real-IP and its headers): it must be decided as /v1/check decided it
 // (200 ⇔ 200; 403 with X-RateLimit-Status 429 ⇔ 429; 403 with 400 ⇔ a refused identity).
+// The same body is also a settlement (POST /v1/settle): 200 with `settled`, or 400; and a
+// reservation a check answered settles once with the body's fields: true, then false.
 
 #include <cstddef>
 #include <cstdint>
@@ -78,12 +80,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   request.headers = {{"Content-Type", "application/json"}};
   request.body.assign(reinterpret_cast<const char*>(data), size);
   std::vector<int> statuses;
+  std::vector<std::string> reservations;
   for (int i = 0; i < 3; ++i) {
     const auto response = api.handle(request);
     statuses.push_back(response.status);
     fuzz::require(response.status == 200 || response.status == 400 || response.status == 429);
     if (response.status != 400) {
       const auto body = json::parse(response.body);
+      if (body.contains("reservation")) {
+        fuzz::require(response.status == 200);
+        reservations.push_back(body.at("reservation").get<std::string>());
+      }
       fuzz::require(body.at("allowed").get<bool>() == (response.status == 200));
       if (body.contains("status")) {  // the caller-shaped answer
         fuzz::require(body.at("status").get<int>() == response.status);
@@ -94,6 +101,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   const json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  http::Request settlement = request;
+  settlement.target = "/v1/settle";
+  const auto settled = api.handle(settlement);
+  fuzz::require(settled.status == 200 || settled.status == 400);
+  if (settled.status == 200) fuzz::require(json::parse(settled.body).at("settled").is_boolean());
+  for (const auto& id : reservations) {
+    json settle{{"rule", body.at("rule")}, {"identity", body.at("identity")}, {"reservation", id}, {"cost", 0}};
+    if (body.contains("tier")) settle["tier"] = body.at("tier");
+    settlement.body = settle.dump();
+    for (const bool first : {true, false}) {
+      const auto answer = api.handle(settlement);
+      fuzz::require(answer.status == 200);
+      fuzz::require(json::parse(answer.body).at("settled").get<bool>() == first);
+    }
+  }
   const auto subrequest = auth_subrequest(body);
   if (!subrequest) return 0;
   fuzz::ApiFixture nginx_side;

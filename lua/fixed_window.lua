@@ -24,7 +24,7 @@ local function fixed_window(key, limit, window, cost, now)
   else
     retry_after = window_end - now
   end
-  local remaining = limit - current
+  local remaining = math.max(0, limit - current)
   local reset_after = current > 0 and window_end - now or 0
   local expires_at = current > 0 and window_end or 0
 

@@ -89,6 +89,8 @@ class Api::Routes {
   // POST /v1/check: `request` (an HTTP request described by the caller), `checks` (explicit
   // checks, all-or-nothing) or `rule` + `identity` (one check, the original shape).
   void check(const Request& request, Responder respond);
+  // POST /v1/settle: a reservation made by a check with `reserve` settled to the actual cost.
+  void settle(const Request& request, Responder respond);
   // `request`: the method, path (and query), headers and client address of a request the
   // caller received, evaluated as the middleware evaluates one (the same rules, identities
   // and tiers). Without `client_ip`, the caller's own address stands for the client's.

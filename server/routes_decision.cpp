@@ -48,6 +48,26 @@ Parsed<std::string> tier_of(const json& object, std::string_view field) {
   return it->get<std::string>();
 }
 
+// A reservation's time to live when the check does not give one, and the longest it may give.
+constexpr Micros kDefaultReservationTtl = 300 * kMicrosPerSecond;
+constexpr std::int64_t kMaxReservationTtlMs = 86'400'000;
+
+// The optional `reserve` of a check: its time to live in µs when true, nullopt when absent or
+// false; `reservation_ttl_ms` (1 .. a day) only with it.
+Parsed<std::optional<Micros>> reservation_of(const json& object) {
+  const auto it = object.find("reserve");
+  const auto ttl = object.find("reservation_ttl_ms");
+  if (it != object.end() && !it->is_boolean()) return Invalid("`reserve` must be true or false");
+  const bool reserve = it != object.end() && it->get<bool>();
+  if (ttl == object.end()) return reserve ? std::optional<Micros>(kDefaultReservationTtl) : std::nullopt;
+  if (!reserve) return Invalid("`reservation_ttl_ms` needs `reserve`: true");
+  if (!ttl->is_number_integer() || ttl->get<std::int64_t>() < 1 || ttl->get<std::int64_t>() > kMaxReservationTtlMs ||
+      (ttl->is_number_unsigned() && ttl->get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxReservationTtlMs))) {
+    return Invalid(fmt::format("`reservation_ttl_ms` must be an integer from 1 to {}", kMaxReservationTtlMs));
+  }
+  return ttl->get<std::int64_t>() * kMicrosPerMilli;
+}
+
 // The first member of `object` not in `known`, if any.
 std::optional<std::string> unknown_member(const json& object,
                                           std::initializer_list<std::string_view> known) {
@@ -134,6 +154,8 @@ void Api::Routes::check(const Request& request, Responder respond) {
   if (!cost) return respond(bad_request(cost.error()));
   auto tier = tier_of(parsed, "tier");
   if (!tier) return respond(bad_request(tier.error()));
+  const auto reservation = reservation_of(parsed);
+  if (!reservation) return respond(bad_request(reservation.error()));
   const auto& rule_name = rule_it->get_ref<const std::string&>();
   const limiter::Rule* rule = limiter_.find_rule(rule_name);
   if (!rule) {
@@ -141,9 +163,7 @@ void Api::Routes::check(const Request& request, Responder respond) {
         json_response(400, http::bad_request_body(fmt::format("unknown rule `{}`", rule_name))));
   }
   const limiter::FailureMode policy = rule->on_store_error;
-  limiter_.check(
-      rule_name, identity_it->get_ref<const std::string&>(), cost->value_or(1),
-      [this, policy, respond = std::move(respond)](Result<limiter::Verdict> verdict) mutable {
+  auto answered = [this, policy, respond = std::move(respond)](Result<limiter::Verdict> verdict) mutable {
         if (!verdict) {
           if (verdict.error().code == ErrorCode::invalid_argument) {
             return respond(json_response(400, http::bad_request_body(verdict.error().message)));
@@ -158,8 +178,43 @@ void Api::Routes::check(const Request& request, Responder respond) {
               std::to_string(http::retry_after_seconds(verdict->decision.retry_after)));
         }
         answer(allowed ? verdict->decision.delay : 0, respond, std::move(r));
-      },
-      *tier);
+  };
+  const auto& identity = identity_it->get_ref<const std::string&>();
+  if (*reservation) {
+    return limiter_.reserve(rule_name, identity, cost->value_or(1), **reservation, std::move(answered), *tier);
+  }
+  limiter_.check(rule_name, identity, cost->value_or(1), std::move(answered), *tier);
+}
+
+// POST /v1/settle: `rule`, `identity` (and `tier`) as the check that reserved gave them,
+// `reservation` its id, `cost` the actual cost.
+void Api::Routes::settle(const Request& request, Responder respond) {
+  json parsed = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return respond(bad_request("body is not valid JSON"));
+  if (!parsed.is_object()) return respond(bad_request("body must be a JSON object"));
+  if (auto key = unknown_member(parsed, {"rule", "identity", "tier", "reservation", "cost"})) {
+    return respond(bad_request(fmt::format("unknown member `{}`", *key)));
+  }
+  auto rule = required_string(parsed, "rule", "rule");
+  if (!rule) return respond(bad_request(rule.error()));
+  auto identity = required_string(parsed, "identity", "identity");
+  if (!identity) return respond(bad_request(identity.error()));
+  auto id = required_string(parsed, "reservation", "reservation");
+  if (!id) return respond(bad_request(id.error()));
+  const auto tier = tier_of(parsed, "tier");
+  if (!tier) return respond(bad_request(tier.error()));
+  const auto cost = cost_of(parsed, "cost");
+  if (!cost) return respond(bad_request(cost.error()));
+  if (!*cost) return respond(bad_request("`cost` (the actual cost) is required"));
+  auto app = limiter_.application(*rule, *identity, 0, *tier);
+  if (!app) return respond(bad_request(app.error().message));
+  limiter_.settle(std::move(*app), *id, **cost, [respond = std::move(respond)](Result<bool> settled) mutable {
+    if (!settled) {
+      if (settled.error().code == ErrorCode::invalid_argument) return respond(bad_request(settled.error().message));
+      return respond(error_response(503, "Store unavailable: " + settled.error().message));
+    }
+    respond(json_response(200, json_text(json{{"settled", *settled}})));
+  });
 }
 
 // `request`: the method, path (and query), headers and client address of a request the

@@ -1,5 +1,7 @@
 #include "ratekeeper/algorithms/fixed_window.hpp"
 
+#include <algorithm>
+
 namespace ratekeeper::algorithms::fixed_window {
 
 // Windows are aligned at multiples of the window length. A clock that goes backwards
@@ -21,7 +23,8 @@ Step step(const Limit& limit, State state, Micros now, std::int64_t cost) {
   } else {
     out.decision.retry_after = end - now;
   }
-  out.decision.remaining = limit.capacity - state.current;
+  // A settled reservation may have charged the window beyond its limit (algorithms::charge).
+  out.decision.remaining = std::max<std::int64_t>(0, limit.capacity - state.current);
   out.decision.reset_after = state.current > 0 ? end - now : 0;
   out.expires_at = state.current > 0 ? end : 0;
   if (state.current == 0) state = State{};

@@ -40,4 +40,37 @@ Step lease_return(const Limit& limit, State state, Micros now, std::int64_t unit
   return out;
 }
 
+// lua/reservation.lua's charge functions mirror this line by line.
+Step charge(const Limit& limit, State state, Micros now, std::int64_t units) {
+  Step out;
+  out.decision.limit = limit.capacity;
+  if (limit.algorithm == Algorithm::fixed_window) {
+    const Micros window = limit.period;
+    const Micros aligned = now / window * window;
+    if (state.t < aligned) {
+      state.t = aligned;
+      state.current = 0;
+    }
+    state.current = std::min(state.current + std::min(units, kMaxCharged), kMaxCharged);
+    out.expires_at = state.current > 0 ? state.t + window : 0;
+    if (out.expires_at == 0) state = State{};
+  } else {
+    const Micros from = std::max(state.t, now);
+    // units·T, without overflow: at most kMaxHorizon past now.
+    const Micros room = now + kMaxHorizon - from;
+    const Micros debt = units > room / limit.period ? room : units * limit.period;
+    state.t = from + std::max<Micros>(0, debt);
+    out.expires_at = state.t > now ? state.t : 0;
+    if (out.expires_at == 0) state = State{};
+  }
+  out.state = std::move(state);
+  return out;
+}
+
+Step settle(const Limit& limit, State state, Micros now, std::int64_t estimate, std::int64_t actual, Micros at,
+            Micros reset_after) {
+  if (actual < estimate) return lease_return(limit, std::move(state), now, estimate - actual, at, reset_after);
+  return charge(limit, std::move(state), now, actual - estimate);
+}
+
 }  // namespace ratekeeper::algorithms

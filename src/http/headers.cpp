@@ -124,6 +124,7 @@ std::string verdict_json(const limiter::Verdict& v, limiter::FailureMode failure
       {"by_failure_policy", v.by_failure_policy},
       {"failure_policy", limiter::to_string(failure_policy)},
   };
+  if (!v.reservation.empty()) j["reservation"] = v.reservation;
   return j.dump();
 }
 

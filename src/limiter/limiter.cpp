@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <random>
 #include <span>
 #include <stdexcept>
 
 #include "algorithms/step.hpp"
+#include "ratekeeper/algorithms/lease.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 
 namespace ratekeeper::limiter {
@@ -26,6 +28,9 @@ struct Limiter::Prepared {
   std::vector<RuleOutcome> shadow;
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
   std::size_t item_count = 0;           // items.size() before they were handed to the store
+  std::string reservation;              // the enforcing application's reservation id, if any
+  std::string reservation_record;       // its record's key
+  Micros reservation_ttl = 0;
   Limiter* limiter = nullptr;
   std::shared_ptr<Limiter> keep_alive;  // when shared: the limiter, until the store answers
   Micros started = 0;  // Clock::steady
@@ -167,6 +172,31 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       }
       lo.limit = named.limit;
       lo.key = std::move(*key);
+    }
+    if (!app.reservation.empty()) {
+      if (rule->shadow) {
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("rule '{}' is a shadow rule: it reserves nothing", rule->name));
+      }
+      if (!prepared->reservation.empty()) {
+        return make_error(ErrorCode::invalid_argument, "one evaluation holds at most one reservation");
+      }
+      if (!valid_reservation_id(app.reservation)) {
+        return make_error(ErrorCode::invalid_argument, "a reservation id is 32 lowercase hex digits");
+      }
+      for (const auto& lo : out.limits) {
+        if (!algorithms::reservable(lo.limit.algorithm)) {
+          return make_error(ErrorCode::invalid_argument,
+                            fmt::format("rule '{}': {} limits cannot be reserved (token bucket and fixed "
+                                        "window can)",
+                                        rule->name, algorithms::to_string(lo.limit.algorithm)));
+        }
+      }
+      auto record = reservation_record(out.identity, rule->name, app.reservation);
+      if (!record) return std::unexpected(std::move(record.error()));
+      prepared->reservation = std::move(app.reservation);
+      prepared->reservation_record = std::move(*record);
+      prepared->reservation_ttl = app.reservation_ttl;
     }
     if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
@@ -331,6 +361,11 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
   }
   ev.decision = algorithms::combine(decisions);
   ev.allowed = ev.decision.allowed;
+  if (ev.allowed && !ev.by_failure_policy && !prepared.reservation.empty()) {
+    ev.reservation = std::move(prepared.reservation);
+    const auto& reserved = prepared.enforcing.front();
+    metrics_->record_reservation(rule_index(reserved.rule), Reservation::reserved, reserved.cost);
+  }
   for (const auto& rule : prepared.enforcing) account(rule, latency);
   ev.rules = std::move(prepared.enforcing);
   return ev;
@@ -377,13 +412,26 @@ void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done
   p->done = std::move(done);
   p->item_count = p->items.size();
   auto items = std::move(p->items);
-  store_->check(std::move(items), now(), [p = std::move(p)](Result<store::CheckOutcome> r) {
+  auto answer = [p](Result<store::CheckOutcome> r) {
     Limiter& self = *p->limiter;
     const Micros latency = self.steady_clock_->steady() - p->started;
     self.metrics_->record_store_latency(latency);
     auto done = std::move(p->done);
     done(self.finish(*p, std::move(r), latency));
-  });
+  };
+  if (!p->reservation.empty()) {
+    if (p->enforcing.size() != 1) {
+      return answer(make_error(ErrorCode::invalid_argument, "a reservation is one rule's, checked alone"));
+    }
+    // Reserved items are neither delayed nor leased: the record holds what the store took.
+    for (auto& item : items) {
+      item.max_delay = 0;
+      item.lease = {};
+    }
+    store_->reserve(p->reservation_record, p->reservation_ttl, std::move(items), now(), std::move(answer));
+    return;
+  }
+  store_->check(std::move(items), now(), std::move(answer));
 }
 
 void Limiter::evaluate(std::vector<AppliedRule> rules, EvaluationCallback done,
@@ -499,6 +547,77 @@ void Limiter::check(std::string_view rule_name, std::string_view identity, std::
     }
     done(static_cast<Verdict&&>(*r));  // the Evaluation's Verdict part
   });
+}
+
+std::string new_reservation_id() {
+  thread_local std::mt19937_64 random = [] {
+    std::random_device device;
+    std::seed_seq seed{device(), device(), device(), device(), device(), device(), device(), device()};
+    return std::mt19937_64(seed);
+  }();
+  return fmt::format("{:016x}{:016x}", random(), random());
+}
+
+bool valid_reservation_id(std::string_view id) noexcept {
+  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+Result<std::string> Limiter::reservation_record(std::string_view identity, std::string_view rule,
+                                                std::string_view id) const {
+  return make_key(config_.prefix, identity, rule, fmt::format("reservation:{}", id));
+}
+
+void Limiter::reserve(std::string_view rule_name, std::string_view identity, std::int64_t estimate, Micros ttl,
+                      VerdictCallback done, std::string_view tier) {
+  auto app = application(rule_name, identity, estimate, tier);
+  if (!app) return done(std::unexpected(app.error()));
+  app->reservation = new_reservation_id();
+  app->reservation_ttl = ttl;
+  std::vector<AppliedRule> apps;
+  apps.push_back(std::move(*app));
+  evaluate(std::move(apps), [done = std::move(done)](Result<Evaluation> r) {
+    if (!r) return done(std::unexpected(r.error()));
+    done(static_cast<Verdict&&>(*r));
+  });
+}
+
+void Limiter::settle(AppliedRule application, std::string_view id, std::int64_t actual,
+                     std::function<void(Result<bool>)> done) {
+  if (!valid_reservation_id(id)) {
+    return done(make_error(ErrorCode::invalid_argument, "a reservation id is 32 lowercase hex digits"));
+  }
+  if (actual < 0 || actual > algorithms::kMaxCharged) {
+    return done(make_error(ErrorCode::invalid_argument,
+                           fmt::format("the actual cost must be between 0 and 2^41, got {}", actual)));
+  }
+  auto outcome = keys_of(std::move(application));
+  if (!outcome) return done(std::unexpected(std::move(outcome.error())));
+  auto record = reservation_record(outcome->identity, outcome->rule->name, id);
+  if (!record) return done(std::unexpected(std::move(record.error())));
+  std::vector<store::CheckItem> items;
+  items.reserve(outcome->limits.size());
+  for (const auto& lo : outcome->limits) items.push_back(store::CheckItem{lo.key, lo.limit, actual});
+  store_->settle(std::move(*record), std::move(items), now(),
+                 [this, keep_alive = weak_from_this().lock(), rule = outcome->rule->name,
+                  index = rule_index(outcome->rule), actual, identity = std::move(outcome->identity),
+                  done = std::move(done)](Result<bool> r) {
+                   if (r) {
+                     metrics_->record_reservation(index, *r ? Reservation::settled : Reservation::unknown, actual);
+                   } else if (r.error().code != ErrorCode::invalid_argument) {
+                     metrics_->record_reservation(index, Reservation::failed);
+                     if (std::uint64_t suppressed = 0; settle_log_.admit(suppressed)) {
+                       spdlog::warn("reservation of {} under rule '{}' not settled ({}): its estimate stays "
+                                    "charged{}",
+                                    escape_identity(identity).value_or("(invalid identity)"), rule,
+                                    r.error().message,
+                                    suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed)
+                                                   : std::string());
+                     }
+                   }
+                   done(std::move(r));
+                 });
 }
 
 Result<Verdict> Limiter::check_sync(std::string_view rule_name, std::string_view identity,

@@ -28,6 +28,9 @@ struct Metrics::RuleRow {
   std::atomic<std::uint64_t> near_limit{0};
   std::atomic<std::uint64_t> delayed{0};
   std::atomic<std::int64_t> delay_us{0};  // sum of the waits of `delayed`
+  std::array<std::atomic<std::uint64_t>, kReservationCount> reservations{};
+  std::atomic<std::uint64_t> reserved_cost{0};  // sum of the estimates reserved
+  std::atomic<std::uint64_t> settled_cost{0};   // sum of the actual costs settled
 };
 
 struct Metrics::Totals {
@@ -82,6 +85,30 @@ void Metrics::record_delayed(std::size_t rule, Micros delay) noexcept {
   if (rule >= rule_names_.size()) return;
   rows_[rule]->delayed.fetch_add(1, kRelaxed);
   rows_[rule]->delay_us.fetch_add(delay, kRelaxed);
+}
+
+std::string_view to_string(Reservation r) noexcept {
+  switch (r) {
+    case Reservation::reserved: return "reserved";
+    case Reservation::settled: return "settled";
+    case Reservation::unknown: return "unknown";
+    case Reservation::failed: return "failed";
+  }
+  return "unknown";
+}
+
+void Metrics::record_reservation(std::size_t rule, Reservation what, std::int64_t cost) noexcept {
+  if (rule >= rule_names_.size()) return;
+  RuleRow& row = *rows_[rule];
+  row.reservations[static_cast<std::size_t>(what)].fetch_add(1, kRelaxed);
+  const auto units = static_cast<std::uint64_t>(std::max<std::int64_t>(0, cost));
+  if (what == Reservation::reserved) row.reserved_cost.fetch_add(units, kRelaxed);
+  if (what == Reservation::settled) row.settled_cost.fetch_add(units, kRelaxed);
+}
+
+std::uint64_t Metrics::reservations(std::size_t rule, Reservation what) const noexcept {
+  if (rule >= rule_names_.size()) return 0;
+  return rows_[rule]->reservations[static_cast<std::size_t>(what)].load(kRelaxed);
 }
 
 void Metrics::record_store_latency(Micros latency) noexcept {
@@ -147,6 +174,23 @@ void Metrics::write(MetricsWriter& out, const store::StoreHealth& health, std::s
   for (std::size_t r = 0; r < rule_names_.size(); ++r) {
     out.sample("ratekeeper_delay_seconds_total",
                static_cast<double>(rows_[r]->delay_us.load(kRelaxed)) / kMicrosPerSecond, {{"rule", rule_names_[r]}});
+  }
+
+  out.family("ratekeeper_reservations_total", "counter",
+             "Reservations (a cost estimated at admission, settled to the actual cost) by rule and result.");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    for (std::size_t i = 0; i < kReservationCount; ++i) {
+      out.sample("ratekeeper_reservations_total", rows_[r]->reservations[i].load(kRelaxed),
+                 {{"rule", rule_names_[r]}, {"result", to_string(static_cast<Reservation>(i))}});
+    }
+  }
+  out.family("ratekeeper_reserved_cost_total", "counter", "Sum of the estimates reserved.");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    out.sample("ratekeeper_reserved_cost_total", rows_[r]->reserved_cost.load(kRelaxed), {{"rule", rule_names_[r]}});
+  }
+  out.family("ratekeeper_settled_cost_total", "counter", "Sum of the actual costs settled.");
+  for (std::size_t r = 0; r < rule_names_.size(); ++r) {
+    out.sample("ratekeeper_settled_cost_total", rows_[r]->settled_cost.load(kRelaxed), {{"rule", rule_names_[r]}});
   }
 
   out.family("ratekeeper_store_latency_seconds", "histogram", "Round trip of store checks.");

@@ -132,6 +132,28 @@ void DenialCache::reset(std::vector<std::string> keys, ResetCallback done) {
   inner_->reset(std::move(keys), std::move(done));
 }
 
+void DenialCache::reserve(std::string record_key, Micros ttl, std::vector<CheckItem> items,
+                          std::optional<Micros> now, CheckCallback done) {
+  if (now) return inner_->reserve(std::move(record_key), ttl, std::move(items), now, std::move(done));
+  const Micros sent_at = clock_->steady();
+  std::vector<CheckItem> copy = items;
+  inner_->reserve(std::move(record_key), ttl, std::move(items), now,
+                  [this, copy = std::move(copy), sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
+                    if (outcome && !outcome->decision.allowed) record(copy, *outcome, sent_at);
+                    done(std::move(outcome));
+                  });
+}
+
+void DenialCache::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
+                         SettleCallback done) {
+  for (const auto& item : items) {
+    auto& shard = shard_for(std::hash<std::string>{}(item.key));
+    std::lock_guard lock(shard.mu);
+    if (shard.denials.erase(item.key) > 0) held_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  inner_->settle(std::move(record), std::move(items), now, std::move(done));
+}
+
 DenialCache::Stats DenialCache::stats() const {
   Stats s;
   s.hits = hits_.load(std::memory_order_relaxed);

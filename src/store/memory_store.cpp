@@ -152,11 +152,29 @@ struct alignas(64) MemoryStore::Shard {
   }
 };
 
+// A reservation's record: the instant it was decided at, and per key its estimate and the
+// reset_after of its admitted decision (what a settlement gives back needs them).
+struct MemoryStore::Reservations {
+  struct Held {
+    std::string key;
+    std::int64_t estimate = 0;
+    Micros reset_after = 0;
+  };
+  struct Record {
+    Micros expires_at = 0;
+    Micros at = 0;
+    std::vector<Held> keys;
+  };
+  std::mutex mu;  // taken before any shard's lock
+  std::unordered_map<std::string, Record> records;
+};
+
 MemoryStore::MemoryStore(MemoryStoreOptions options)
     : options_(options),
       shard_mask_(shard_count(options) - 1),
       max_per_shard_(std::max<std::size_t>(1, (options.max_keys + shard_mask_) / (shard_mask_ + 1))),
-      shards_(std::make_unique<Shard[]>(shard_mask_ + 1)) {
+      shards_(std::make_unique<Shard[]>(shard_mask_ + 1)),
+      reservations_(std::make_unique<Reservations>()) {
   if (options_.clock == nullptr) options_.clock = &SystemClock::instance();
 }
 
@@ -390,6 +408,55 @@ void MemoryStore::reset(std::vector<std::string> keys, ResetCallback done) {
     shard.map.erase(it);
   }
   done(live);
+}
+
+void MemoryStore::reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now_opt,
+                          CheckCallback done) {
+  if (auto ok = validate_reservation(record, ttl, items, false); !ok) return done(std::unexpected(ok.error()));
+  const Micros now = now_opt ? *now_opt : options_.clock->now();
+  Reservations& r = *reservations_;
+  std::lock_guard lock(r.mu);
+  r.records.erase(record);
+  if (r.records.size() >= options_.max_keys) {
+    std::erase_if(r.records, [now](const auto& kv) { return kv.second.expires_at <= now; });
+    if (r.records.size() >= options_.max_keys) {
+      rejected_full_.fetch_add(1, std::memory_order_relaxed);
+      return done(make_error(ErrorCode::store_full,
+                             fmt::format("memory store is full ({} reservations)", options_.max_keys)));
+    }
+  }
+  auto outcome = check_batch(items, now);
+  if (outcome && outcome->decision.allowed) {
+    Reservations::Record held{now + ttl, now, {}};
+    held.keys.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      held.keys.push_back({std::move(items[i].key), items[i].cost, outcome->items[i].reset_after});
+    }
+    r.records.insert_or_assign(std::move(record), std::move(held));
+  }
+  done(std::move(outcome));
+}
+
+void MemoryStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now_opt,
+                         SettleCallback done) {
+  if (auto ok = validate_reservation(record, 0, items, true); !ok) return done(std::unexpected(ok.error()));
+  const Micros now = now_opt ? *now_opt : options_.clock->now();
+  Reservations& r = *reservations_;
+  std::lock_guard lock(r.mu);
+  const auto it = r.records.find(record);
+  if (it == r.records.end()) return done(false);
+  const Reservations::Record held = std::move(it->second);
+  r.records.erase(it);
+  if (held.expires_at <= now) return done(false);
+  for (const CheckItem& item : items) {
+    const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
+    if (h == held.keys.end()) continue;
+    auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+      return algorithms::settle(item.limit, std::move(state), now, h->estimate, item.cost, held.at, h->reset_after);
+    });
+    if (!step) return done(std::unexpected(step.error()));
+  }
+  done(true);
 }
 
 MemoryStore::Stats MemoryStore::stats() const {

@@ -35,4 +35,26 @@ LeaseStep lease_grant(const Limit& limit, State state, Micros now, std::int64_t 
 // been taken. Returns the state to store and its expiry (0: forget the key).
 Step lease_return(const Limit& limit, State state, Micros now, std::int64_t units, Micros at, Micros reset_after);
 
+// Reservations (store::Store::reserve, settle): a check admitted at a cost estimated in
+// advance, settled when the actual cost is known. Token buckets and fixed windows only, as
+// leases: what settles below the estimate goes back as lease_return gives back units, so the
+// bucket is never fuller than had the actual cost been taken at first.
+constexpr bool reservable(Algorithm algorithm) noexcept { return leasable(algorithm); }
+
+// The largest count a fixed window holds once charged (algorithms::charge): far above any
+// limit (kMaxWindowLimit), exact in Lua's doubles.
+inline constexpr std::int64_t kMaxCharged = 2 * kMaxWindowLimit;
+
+// Takes `units` more at `now` whatever is left, the debt of a cost that settled above its
+// estimate: a token bucket's tat moves max(tat, now) + units·T on (at most kMaxHorizon past
+// now), so it admits again once the debt has refilled; a fixed window counts them in the
+// window of `now` (at most kMaxCharged), which denies until it ends. `units` >= 0.
+Step charge(const Limit& limit, State state, Micros now, std::int64_t units);
+
+// Settles a reservation of `estimate` units admitted at `at` with `reset_after` to the
+// `actual` cost: gives back estimate − actual (lease_return) or charges actual − estimate
+// (charge). Preconditions: reservable(limit.algorithm), estimate, actual >= 0.
+Step settle(const Limit& limit, State state, Micros now, std::int64_t estimate, std::int64_t actual, Micros at,
+            Micros reset_after);
+
 }  // namespace ratekeeper::algorithms

@@ -71,7 +71,17 @@ struct AppliedRule {
   // given with the request, or some of the rule's own limits (counted on the keys the rule's
   // own limits of the same names have); read during evaluate() only. Null: the rule's.
   const Policy* limits = nullptr;
+  // Reserve (Store::reserve): when the request is admitted, its cost, an estimate, is recorded
+  // under this id for `reservation_ttl` µs, to be settled to the actual cost by
+  // Limiter::settle. Only for the one enforcing application of an evaluation, whose limits
+  // are token buckets or fixed windows. Empty: a plain check.
+  std::string reservation;
+  Micros reservation_ttl = 0;
 };
+
+// A reservation's id: 32 lowercase hex digits (128 random bits).
+std::string new_reservation_id();
+bool valid_reservation_id(std::string_view id) noexcept;
 
 // One limit's decision within a rule.
 struct LimitOutcome {
@@ -99,6 +109,10 @@ struct Verdict {
   algorithms::Decision decision;
   bool by_failure_policy = false;    // the store failed and a failure policy answered
   std::optional<Error> store_error;  // the store failure the policies answered
+  // The id the check's cost is reserved under (AppliedRule::reservation), when the store
+  // recorded it: the request was admitted by the store, not by a failure policy. Empty
+  // otherwise: there is nothing to settle.
+  std::string reservation;
 };
 
 using VerdictCallback = std::function<void(Result<Verdict>)>;
@@ -164,6 +178,20 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   Result<Verdict> check_sync(std::string_view rule_name, std::string_view identity,
                              std::int64_t cost, std::string_view tier = {});
 
+  // check() that reserves (AppliedRule::reservation): `estimate` is taken now and recorded
+  // under a new id for `ttl` µs; Verdict::reservation is that id when the store recorded it.
+  // A shadow rule, or a rule with other limits than token buckets and fixed windows, is an
+  // invalid_argument.
+  void reserve(std::string_view rule_name, std::string_view identity, std::int64_t estimate, Micros ttl,
+               VerdictCallback done, std::string_view tier = {});
+  // Settles reservation `id` of one application to its `actual` cost, 0 .. 2^41 (Store::settle:
+  // what is below the estimate given back, what is above charged as debt, once). Answers
+  // whether the reservation was found (false: unknown, settled already, or expired, its
+  // estimate charged). A store failure is logged (rate-bounded) and answered as an error; the
+  // estimate then stays charged. `done` as for evaluate().
+  void settle(AppliedRule application, std::string_view id, std::int64_t actual,
+              std::function<void(Result<bool>)> done);
+
   // One application's keys as the store holds them now (the admin's inspection): each limit's
   // key and decision read as a peek (cost 0: nothing consumed, nothing written), the combined
   // decision, and nothing counted (no metrics, no decision log). `done` as for evaluate().
@@ -203,6 +231,10 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   Result<std::shared_ptr<Prepared>> prepare(std::vector<AppliedRule> rules) const;
   // One application, prepared: its rule, identity, tier, and each limit's key (cost 0).
   Result<RuleOutcome> keys_of(AppliedRule application) const;
+  // The key of reservation `id`'s record: <prefix>:{<identity>}:<rule>:reservation:<id>, in
+  // the identity's slot.
+  Result<std::string> reservation_record(std::string_view identity, std::string_view rule,
+                                         std::string_view id) const;
   void run_enforcing(std::shared_ptr<Prepared> prepared, EvaluationCallback done);
   void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                   std::function<void(const RuleOutcome&)> then);
@@ -222,6 +254,7 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   std::unique_ptr<store::MemoryStore> local_;  // failure policy `local`: one for every rule
   FailurePolicy policy_;
   LogLimit policy_log_;  // the lines of checks answered by the failure policy
+  LogLimit settle_log_;  // the lines of settlements the store failed
 };
 
 }  // namespace ratekeeper::limiter

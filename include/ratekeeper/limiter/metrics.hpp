@@ -31,6 +31,16 @@ std::string_view to_string(Outcome outcome) noexcept;
 
 inline constexpr std::size_t kErrorCodeCount = 9;  // ErrorCode values
 
+// What became of reservations (Limiter::reserve, settle).
+enum class Reservation : std::uint8_t {
+  reserved,  // admitted and recorded, the estimate taken
+  settled,   // settled to its actual cost
+  unknown,   // a settlement that found nothing: settled already, never made, or expired
+  failed,    // a settlement the store failed: the estimate stays
+};
+inline constexpr std::size_t kReservationCount = 4;
+std::string_view to_string(Reservation r) noexcept;
+
 class Metrics {
  public:
   // Upper bounds of the store latency histogram, in microseconds.
@@ -51,6 +61,8 @@ class Metrics {
   void record_near_limit(std::size_t rule) noexcept;
   // An allowed decision that waits `delay` > 0 before the request is passed on (on_limit: delay).
   void record_delayed(std::size_t rule, Micros delay) noexcept;
+  // A reservation event; `cost`: the estimate reserved, or the actual cost settled.
+  void record_reservation(std::size_t rule, Reservation what, std::int64_t cost = 0) noexcept;
   void record_store_latency(Micros latency) noexcept;
   void record_store_error(ErrorCode code) noexcept;
   void record_log_suppressed(std::uint64_t lines) noexcept;
@@ -58,6 +70,7 @@ class Metrics {
   std::uint64_t decisions(std::size_t rule, Outcome outcome) const noexcept;
   std::uint64_t near_limit(std::size_t rule) const noexcept;
   std::uint64_t delayed(std::size_t rule) const noexcept;
+  std::uint64_t reservations(std::size_t rule, Reservation what) const noexcept;
   std::uint64_t store_errors(ErrorCode code) const noexcept;
   std::uint64_t store_latency_count() const noexcept;
 

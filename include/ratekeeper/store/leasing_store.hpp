@@ -58,6 +58,16 @@ class LeasingStore final : public Store {
   // Ends the keys' leases without giving their unused units back (they were taken from the
   // state being deleted) and forgets their refused grants, then resets them in the inner store.
   void reset(std::vector<std::string> keys, ResetCallback done) override;
+  // Reservations pass through to the inner store, unleased.
+  bool supports_reservations() const noexcept override { return inner_->supports_reservations(); }
+  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+               CheckCallback done) override {
+    inner_->reserve(std::move(record), ttl, std::move(items), now, std::move(done));
+  }
+  void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
+              SettleCallback done) override {
+    inner_->settle(std::move(record), std::move(items), now, std::move(done));
+  }
   Store& inner() noexcept { return *inner_; }
 
   // Returns the unused units of every lease expired by now (steady reading) to the inner

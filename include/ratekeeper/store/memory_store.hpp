@@ -44,6 +44,15 @@ class MemoryStore final : public Store {
   // Erases the keys; counts those live at the store's clock. `done` runs before it returns.
   void reset(std::vector<std::string> keys, ResetCallback done) override;
 
+  // Reservations, as the Redis scripts hold them (lua/reservation.lua): records in a map of
+  // their own, at most max_keys of them (expired ones swept when it is full; then a new one is
+  // refused with store_full before anything is consumed). `done` runs before the call returns.
+  bool supports_reservations() const noexcept override { return true; }
+  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+               CheckCallback done) override;
+  void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
+              SettleCallback done) override;
+
   // Synchronous forms. Thread-safe. check_one allocates nothing for a key already present.
   Result<Decision> check_one(std::string_view key, const Limit& limit, std::int64_t cost,
                              std::optional<Micros> now = {});
@@ -58,6 +67,7 @@ class MemoryStore final : public Store {
 
  private:
   struct Shard;
+  struct Reservations;
   Shard& shard_for(std::string_view key, std::size_t* index = nullptr) const;
   // Steps one key under its shard's lock: `fn(live state) -> Step` and stores what it leaves.
   template <class F>
@@ -67,6 +77,7 @@ class MemoryStore final : public Store {
   std::size_t shard_mask_;
   std::size_t max_per_shard_;
   std::unique_ptr<Shard[]> shards_;
+  std::unique_ptr<Reservations> reservations_;
   mutable std::atomic<std::uint64_t> reclaimed_{0};
   mutable std::atomic<std::uint64_t> rejected_full_{0};
 };

@@ -65,6 +65,14 @@ using LeaseCallback = std::function<void(Result<LeaseGrant>)>;
 using LeaseReturnCallback = std::function<void(Result<void>)>;
 // How many of the keys a reset deleted existed (held live state).
 using ResetCallback = std::function<void(Result<std::int64_t>)>;
+// Whether a settlement found its reservation (false: unknown, settled already, or expired:
+// the estimate stays charged).
+using SettleCallback = std::function<void(Result<bool>)>;
+
+// The arguments of Store::reserve (settling: false) or Store::settle (true, each item's cost
+// the actual cost, 0 .. algorithms::kMaxCharged) as every store checks them.
+Result<void> validate_reservation(std::string_view record, Micros ttl, std::span<const CheckItem> items,
+                                  bool settling);
 
 struct StoreHealth {
   bool ready = true;
@@ -109,6 +117,21 @@ class Store {
   // full limits; one atomic call on Redis. Answers how many of them held live state.
   // Thread-safe; `done` as for check(). The default answers invalid_argument.
   virtual void reset(std::vector<std::string> keys, ResetCallback done);
+
+  // Reservations: a cost known only after the request (a response's usage). reserve() is
+  // check() at the items' costs (the estimate) that, when it admits, also records each key's
+  // estimate under the key `record` (in the items' cluster slot) for `ttl` µs, in the same
+  // atomic step; settle() applies the actual cost of each item to the keys the record holds
+  // (algorithms::settle: the difference given back, or charged as debt) and deletes the
+  // record, in one atomic step: a reservation settles once, and one never settled keeps its
+  // estimate. Token bucket and fixed window limits only (algorithms::reservable); the
+  // record's and the items' keys must differ. Thread-safe; `done` as for check(). The
+  // defaults answer invalid_argument.
+  virtual bool supports_reservations() const noexcept { return false; }
+  virtual void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+                       CheckCallback done);
+  virtual void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
+                      SettleCallback done);
 
   // The store's own metrics (a decorator: its own, then its inner store's). Thread-safe.
   virtual void write_metrics(MetricsWriter&) const {}

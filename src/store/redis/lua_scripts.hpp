@@ -13,7 +13,8 @@
 // gives back what a "multi_at" decided at `at_us` consumed (lua/refund.lua); reply per key:
 // refunded 1/0, then a peek's 5 integers. "batch": see lua/batch.lua. "lease": a block of
 // units of one key consumed at once (lua/lease.lua). "reset": KEYS = one identity's keys,
-// deleted; reply: how many existed (lua/reset.lua).
+// deleted; reply: how many existed (lua/reset.lua). "reserve" and "settle": a check admitted
+// at an estimated cost, recorded, and settled to the actual cost (lua/reservation.lua).
 //
 // This is the one registry of the scripts: each one's name, source, and the SHA1 Redis knows
 // it by (EVALSHA), computed at build time; and the same scripts as one library of Redis

@@ -16,6 +16,7 @@
 #include "lease_script.hpp"
 #include "script_client.hpp"
 #include "script_health.hpp"
+#include "script_reply.hpp"
 
 namespace ratekeeper::store {
 namespace {
@@ -209,12 +210,8 @@ void RedisStore::lease_return(const CheckItem& item, std::int64_t units, Micros 
 
 void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
   if (keys.empty()) return done(make_error(ErrorCode::invalid_argument, "no key to reset"));
-  for (const auto& key : keys) {
-    if (slot_of(key) != slot_of(keys[0])) {
-      return done(make_error(ErrorCode::invalid_argument,
-                             fmt::format("keys span slots: '{}' and '{}' have different hash tags", keys[0], key)));
-    }
-  }
+  const auto slot = one_slot(keys);
+  if (!slot) return done(std::unexpected(slot.error()));
   // The call and the strings its argument vector points into, alive until answered.
   struct ResetCall {
     std::vector<std::string> keys;
@@ -226,7 +223,7 @@ void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
   owned->done = std::move(done);
   owned->call.argv.call("reset", owned->keys, {});
   owned->call.deadline = clock_->steady() + command_timeout_;
-  owned->call.slot = slot_of(owned->keys[0]);
+  owned->call.slot = *slot;
   owned->call.done = [owned](Result<redis::Reply> reply) mutable {
     auto done = std::move(owned->done);
     owned.reset();
@@ -237,6 +234,98 @@ void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
                                                               reply->to_string())));
     }
     done(reply->integer);
+  };
+  lane().client->send(owned->call);
+}
+
+namespace {
+
+// A reservation's or a settlement's call and the strings its argument vector points into,
+// alive until answered.
+template <class Callback>
+struct ReservationCall {
+  std::vector<std::string> keys;  // the record, then the items' keys
+  std::vector<std::string> args;
+  std::size_t items = 0;
+  detail::ScriptCall call;
+  Callback done;
+};
+
+// KEYS = record, k1..kN; ARGV = now, [ttl,] then algorithm, capacity, period, cost per item.
+template <class Callback>
+std::shared_ptr<ReservationCall<Callback>> reservation_call(std::string record, std::optional<Micros> ttl,
+                                                            std::vector<CheckItem> items, std::optional<Micros> now,
+                                                            Callback done) {
+  auto owned = std::make_shared<ReservationCall<Callback>>();
+  owned->items = items.size();
+  owned->keys.reserve(items.size() + 1);
+  owned->keys.push_back(std::move(record));
+  owned->args.reserve(2 + 4 * items.size());
+  owned->args.push_back(std::to_string(now ? *now : -1));
+  if (ttl) owned->args.push_back(std::to_string(*ttl));
+  for (auto& item : items) {
+    owned->keys.push_back(std::move(item.key));
+    owned->args.push_back(std::to_string(static_cast<int>(item.limit.algorithm)));
+    owned->args.push_back(std::to_string(item.limit.capacity));
+    owned->args.push_back(std::to_string(item.limit.period));
+    owned->args.push_back(std::to_string(item.cost));
+  }
+  owned->done = std::move(done);
+  return owned;
+}
+
+}  // namespace
+
+Result<std::uint16_t> RedisStore::one_slot(std::span<const std::string> keys) const {
+  for (const auto& key : keys) {
+    if (slot_of(key) != slot_of(keys[0])) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("keys span slots: '{}' and '{}' have different hash tags", keys[0], key));
+    }
+  }
+  return slot_of(keys[0]);
+}
+
+void RedisStore::reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+                         CheckCallback done) {
+  if (auto ok = validate_reservation(record, ttl, items, false); !ok) return done(std::unexpected(ok.error()));
+  auto owned = reservation_call(std::move(record), ttl, std::move(items), now, std::move(done));
+  auto slot = one_slot(owned->keys);
+  if (!slot) return owned->done(std::unexpected(slot.error()));
+  owned->call.argv.call("reserve", owned->keys, owned->args, /*now_arg=*/0);
+  owned->call.deadline = clock_->steady() + command_timeout_;
+  owned->call.slot = *slot;
+  owned->call.done = [owned](Result<redis::Reply> reply) mutable {
+    auto done = std::move(owned->done);
+    const std::size_t items = owned->items;
+    owned.reset();
+    if (!reply) return done(std::unexpected(std::move(reply.error())));
+    auto timed = detail::parse_timed_outcome(*reply, items);
+    if (!timed) return done(std::unexpected(std::move(timed.error())));
+    done(std::move(timed->outcome));
+  };
+  lane().client->send(owned->call);
+}
+
+void RedisStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
+                        SettleCallback done) {
+  if (auto ok = validate_reservation(record, 0, items, true); !ok) return done(std::unexpected(ok.error()));
+  auto owned = reservation_call(std::move(record), std::nullopt, std::move(items), now, std::move(done));
+  auto slot = one_slot(owned->keys);
+  if (!slot) return owned->done(std::unexpected(slot.error()));
+  owned->call.argv.call("settle", owned->keys, owned->args);
+  owned->call.deadline = clock_->steady() + command_timeout_;
+  owned->call.slot = *slot;
+  owned->call.done = [owned](Result<redis::Reply> reply) mutable {
+    auto done = std::move(owned->done);
+    owned.reset();
+    if (!reply) return done(std::unexpected(std::move(reply.error())));
+    if (reply->is_error()) return done(make_error(ErrorCode::reply, reply->str));
+    if (!reply->is_integer()) {
+      return done(make_error(ErrorCode::protocol, fmt::format("settle reply: expected an integer, got {}",
+                                                              reply->to_string())));
+    }
+    done(reply->integer == 1);
   };
   lane().client->send(owned->call);
 }

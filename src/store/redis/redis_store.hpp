@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -87,6 +88,14 @@ class RedisStore final : public Store {
                     LeaseReturnCallback done) override;
   // One call of lua/reset.lua; the keys must share a cluster slot (one identity's keys do).
   void reset(std::vector<std::string> keys, ResetCallback done) override;
+  // One call of lua/reservation.lua each; the record and the keys must share a cluster slot
+  // (one identity's keys do). A reservation is bounded by its deadline as a check is; a
+  // settlement is not (one that runs late still settles).
+  bool supports_reservations() const noexcept override { return true; }
+  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+               CheckCallback done) override;
+  void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
+              SettleCallback done) override;
   void write_metrics(MetricsWriter& out) const override;
 
   struct Stats {
@@ -114,6 +123,8 @@ class RedisStore final : public Store {
   struct Lane;
   Lane& lane();
   std::uint16_t slot_of(std::string_view key) const;  // 0 outside a cluster
+  // The one slot of `keys` (non-empty); invalid_argument when they span several.
+  Result<std::uint16_t> one_slot(std::span<const std::string> keys) const;
 
   RedisStoreOptions options_;
   const Clock* clock_;

@@ -520,7 +520,8 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   }
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
                                           "sliding_window_counter", "fixed_window", "multi", "batch", "multi_at",
-                                          "multi_delay", "refund", "lease", "reset"}));
+                                          "multi_delay", "refund", "lease", "reset", "reserve",
+                                          "settle"}));
 }
 
 // The reset script deletes the keys it is given, whatever they hold, and answers how many

@@ -172,6 +172,25 @@ TEST_F(BenchCliRedis, RedisOneSlidingWindowLogKeyAllowsExactlyItsLimit) {
   EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
 }
 
+// --settle-cost: each decision reserves --cost and is settled to the actual cost, so a bucket
+// that refills nothing admits what its capacity holds at the settled cost: 10 reservations
+// of 10 fill 100 only while they are open; settled to 1 each, one key admits 91 of them (the
+// 91st needs 10 with 90 settled).
+TEST_F(BenchCliRedis, SettledReservationsAreChargedTheirActualCost) {
+  auto j = run_bench_json({"--store", server_->url(), "--keys", "1", "--requests", "300", "--concurrency", "1",
+                           "--capacity", "100", "--rate", "0.000001", "--cost", "10", "--settle-cost", "1"});
+  expect_counts_add_up(j, 300);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 91);
+  EXPECT_EQ(j["settle_cost"].get<std::int64_t>(), 1);
+  EXPECT_EQ(server_->command({"EVAL", "return #redis.call('KEYS', 'ratelimit:{bench:*}:bench:reservation:*')", "0"}),
+            "0");
+  const auto refused = run_cli({"bench", "--store", server_->url(), "--algorithm", "sliding_window_log", "--limit",
+                                "10", "--window-ms", "1000", "--settle-cost", "1"});
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("--settle-cost"), std::string::npos) << refused.output;
+}
+
 TEST(BenchCli, UnixSocketRunAllowsExactlyCapacity) {
   const auto socket = std::filesystem::temp_directory_path() /
                       ("ratekeeper-bench-" + std::to_string(::getpid()) + ".sock");

@@ -441,6 +441,248 @@ TEST_P(StoreSuite, AResetDeletesOneIdentitysKeysAndTheDenialCachedForThem) {
   }
 }
 
+Result<CheckOutcome> reserve_sync(Store& store, std::string record, Micros ttl, std::vector<CheckItem> items) {
+  std::promise<Result<CheckOutcome>> promise;
+  auto future = promise.get_future();
+  store.reserve(std::move(record), ttl, std::move(items), std::nullopt,
+                [&promise](Result<CheckOutcome> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+Result<bool> settle_sync(Store& store, std::string record, std::vector<CheckItem> items) {
+  std::promise<Result<bool>> promise;
+  auto future = promise.get_future();
+  store.settle(std::move(record), std::move(items), std::nullopt,
+               [&promise](Result<bool> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+// Reservations on every topology, through a denial cache as the server stacks it, at the
+// server's clock with limits that do not refill meanwhile: a settlement below the estimate
+// gives the difference back, one above charges it (a token bucket into debt, a fixed window
+// beyond its limit: both deny until it is paid), a reservation settles once, a denied one
+// records nothing, one never settled keeps its estimate, and on a cluster the record must
+// share the keys' slot.
+TEST_P(StoreSuite, AReservationSettlesOnceGivingBackOrChargingTheDifference) {
+  const Limit bucket = *Limit::make(Algorithm::token_bucket, 100, 600 * kMicrosPerSecond);
+  const Limit window = *Limit::make(Algorithm::fixed_window, 100, algorithms::kMaxWindow);
+  const std::string b = key("reserve", "r:bucket");
+  const std::string w = key("reserve", "r:window");
+  auto record = [&](std::string_view id) { return key("reserve", fmt::format("r:reservation:{}", id)); };
+  StoreOptions o;
+  o.url = url_of(GetParam());
+  o.command_timeout = 2 * kMicrosPerSecond;
+  auto inner = open_store(o);
+  ASSERT_TRUE(inner) << inner.error().message;
+  DenialCache store(std::move(*inner));
+  ASSERT_TRUE(store.supports_reservations());
+  auto remaining = [&](const std::string& k, const Limit& limit) {
+    auto peek = store.check_sync({{k, limit, 0}});
+    EXPECT_TRUE(peek) << peek.error().message;
+    return peek ? peek->decision.remaining : -1;
+  };
+  constexpr Micros kTtl = 60 * kMicrosPerSecond;
+
+  auto first = reserve_sync(store, record("1"), kTtl, {{b, bucket, 10}});
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  EXPECT_EQ(first->decision.remaining, 90);
+  auto settled = settle_sync(store, record("1"), {{b, bucket, 4}});
+  ASSERT_TRUE(settled) << settled.error().message;
+  EXPECT_TRUE(*settled);
+  EXPECT_EQ(remaining(b, bucket), 96);
+  auto twice = settle_sync(store, record("1"), {{b, bucket, 0}});
+  ASSERT_TRUE(twice) << twice.error().message;
+  EXPECT_FALSE(*twice);
+  EXPECT_EQ(remaining(b, bucket), 96);
+
+  // Above the estimate: charged, beyond what is left, so the bucket owes and denies.
+  ASSERT_TRUE(reserve_sync(store, record("2"), kTtl, {{b, bucket, 10}}));
+  auto charged = settle_sync(store, record("2"), {{b, bucket, 150}});
+  ASSERT_TRUE(charged) << charged.error().message;
+  EXPECT_TRUE(*charged);
+  auto owes = store.check_sync({{b, bucket, 1}});
+  ASSERT_TRUE(owes) << owes.error().message;
+  EXPECT_FALSE(owes->decision.allowed);
+  EXPECT_EQ(owes->decision.remaining, 0);
+  // 96 − 150 = −54 tokens: 55 refills of 600 s until one is there.
+  EXPECT_GT(owes->decision.retry_after, 54 * 600 * kMicrosPerSecond);
+  EXPECT_LE(owes->decision.retry_after, 55 * 600 * kMicrosPerSecond);
+  auto denied = reserve_sync(store, record("3"), kTtl, {{b, bucket, 1}});
+  ASSERT_TRUE(denied) << denied.error().message;
+  EXPECT_FALSE(denied->decision.allowed);
+  auto nothing = settle_sync(store, record("3"), {{b, bucket, 0}});
+  ASSERT_TRUE(nothing) << nothing.error().message;
+  EXPECT_FALSE(*nothing);
+
+  // A fixed window: what is given back admits at once (the denial cached before is
+  // forgotten); what is charged beyond its limit denies until it ends.
+  ASSERT_TRUE(reserve_sync(store, record("4"), kTtl, {{w, window, 60}}));
+  ASSERT_TRUE(reserve_sync(store, record("5"), kTtl, {{w, window, 40}}));
+  auto full = store.check_sync({{w, window, 1}});
+  ASSERT_TRUE(full);
+  EXPECT_FALSE(full->decision.allowed);
+  auto under = settle_sync(store, record("5"), {{w, window, 0}});
+  ASSERT_TRUE(under && *under);
+  auto room = store.check_sync({{w, window, 1}});
+  ASSERT_TRUE(room);
+  EXPECT_TRUE(room->decision.allowed);
+  EXPECT_EQ(room->decision.remaining, 39);
+  auto over = settle_sync(store, record("4"), {{w, window, 130}});
+  ASSERT_TRUE(over && *over);
+  EXPECT_EQ(remaining(w, window), 0);  // 131 counted
+  auto beyond = store.check_sync({{w, window, 1}});
+  ASSERT_TRUE(beyond);
+  EXPECT_FALSE(beyond->decision.allowed);
+
+  // Never settled: the record expires and the estimate stays.
+  const std::string lapsed = key("reserve", "r:lapsed");
+  ASSERT_TRUE(reserve_sync(store, record("6"), 1000, {{lapsed, bucket, 30}}));
+  std::this_thread::sleep_for(50ms);
+  auto late = settle_sync(store, record("6"), {{lapsed, bucket, 0}});
+  ASSERT_TRUE(late) << late.error().message;
+  EXPECT_FALSE(*late);
+  EXPECT_EQ(remaining(lapsed, bucket), 70);
+
+  // Sliding windows are refused, as is a record among the keys.
+  const Limit log = *Limit::make(Algorithm::sliding_window_log, 10, kMicrosPerSecond);
+  auto refused = reserve_sync(store, record("7"), kTtl, {{key("reserve", "r:log"), log, 1}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument);
+  auto itself = reserve_sync(store, b, kTtl, {{b, bucket, 1}});
+  ASSERT_FALSE(itself);
+  EXPECT_EQ(itself.error().code, ErrorCode::invalid_argument);
+  if (GetParam() == Topology::cluster) {
+    std::string other = key("another-identity");
+    for (int i = 0; redis::key_slot(other) == redis::key_slot(b); ++i) other = key(fmt::format("another-{}", i));
+    auto spanning = reserve_sync(store, other, kTtl, {{b, bucket, 1}});
+    ASSERT_FALSE(spanning);
+    EXPECT_EQ(spanning.error().code, ErrorCode::invalid_argument);
+  }
+}
+
+Result<CheckOutcome> reserve_at(Store& store, std::string record, std::vector<CheckItem> items, Micros now) {
+  std::promise<Result<CheckOutcome>> promise;
+  auto future = promise.get_future();
+  store.reserve(std::move(record), 3600 * kMicrosPerSecond, std::move(items), now,
+                [&promise](Result<CheckOutcome> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+Result<bool> settle_at(Store& store, std::string record, std::vector<CheckItem> items, Micros now) {
+  std::promise<Result<bool>> promise;
+  auto future = promise.get_future();
+  store.settle(std::move(record), std::move(items), now, [&promise](Result<bool> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+// lua/reservation.lua and algorithms::settle (through MemoryStore) on one time sequence:
+// random reservations, settlements below, at and far above the estimate (debt), settlements
+// repeated, and checks, of a token bucket and a fixed window; every decision is the same.
+TEST_P(StoreSuite, ReservationsMatchTheMemoryStoreOnOneTimeSequence) {
+  const Limit bucket = *Limit::make(Algorithm::token_bucket, 50, 20'000);
+  const Limit window = *Limit::make(Algorithm::fixed_window, 50, 500'000);
+  MemoryStore memory;
+  std::uint64_t x = 0x2545f4914f6cdd1dull;
+  auto next = [&x](std::uint64_t n) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<std::int64_t>(x % n);
+  };
+  for (const Limit& limit : {bucket, window}) {
+    const std::string k = key("mirror", fmt::format("r:{}", algorithms::to_string(limit.algorithm)));
+    Micros now = kT0;
+    std::vector<std::pair<std::string, std::int64_t>> open;
+    for (int i = 0; i < 300; ++i) {
+      now += next(40'000);
+      const auto what = next(3);
+      SCOPED_TRACE(fmt::format("{} step {} at {}", algorithms::to_string(limit.algorithm), i, now));
+      if (what == 0 || open.empty()) {
+        const std::string rec = key("mirror", fmt::format("r:reservation:{}", i));
+        const std::int64_t estimate = next(limit.capacity + 1);
+        auto r = reserve_at(*store_, rec, {{k, limit, estimate}}, now);
+        auto m = reserve_at(memory, rec, {{k, limit, estimate}}, now);
+        ASSERT_TRUE(r && m);
+        EXPECT_EQ(r->items, m->items);
+        if (r->decision.allowed) open.emplace_back(rec, estimate);
+      } else if (what == 1) {
+        const auto at = static_cast<std::size_t>(next(static_cast<std::uint64_t>(open.size())));
+        const std::int64_t actual = next(3 * limit.capacity);
+        auto r = settle_at(*store_, open[at].first, {{k, limit, actual}}, now);
+        auto m = settle_at(memory, open[at].first, {{k, limit, actual}}, now);
+        ASSERT_TRUE(r && m);
+        EXPECT_EQ(*r, *m);
+        if (next(4) != 0) open.erase(open.begin() + static_cast<std::ptrdiff_t>(at));  // sometimes settled again
+      } else {
+        const std::int64_t cost = next(3);
+        auto r = store_->check_sync({{k, limit, cost}}, now);
+        auto m = memory.check_sync({{k, limit, cost}}, now);
+        ASSERT_TRUE(r && m);
+        EXPECT_EQ(r->items, m->items);
+      }
+    }
+  }
+}
+
+// The overshoot bound, with several instances (stores) reserving one fixed window at once:
+// a reservation is admitted only while what is counted (settled costs, and estimates not yet
+// settled) leaves room for its estimate, so the window ends holding exactly the sum of the
+// actual costs of the admitted requests, and that sum exceeds the limit by at most what
+// settled above its estimate.
+TEST_P(StoreSuite, ReservationsOfSeveralInstancesOvershootAtMostWhatSettledAboveItsEstimate) {
+  constexpr std::int64_t kLimit = 200;
+  constexpr std::int64_t kEstimate = 10;
+  const Limit limit = *Limit::make(Algorithm::fixed_window, kLimit, algorithms::kMaxWindow);
+  const std::string counted = key("overshoot", "r");
+  std::vector<std::unique_ptr<Store>> instances;
+  for (int i = 0; i < 3; ++i) {
+    StoreOptions o;
+    o.url = url_of(GetParam());
+    o.command_timeout = 5 * kMicrosPerSecond;
+    auto opened = open_store(o);
+    ASSERT_TRUE(opened) << opened.error().message;
+    instances.push_back(std::move(*opened));
+  }
+  std::atomic<std::int64_t> actual_sum{0}, above{0}, admitted{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      Store& store = *instances[static_cast<std::size_t>(t) % instances.size()];
+      std::uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(t + 1);
+      for (int i = 0; i < 40; ++i) {
+        const std::string rec = key("overshoot", fmt::format("r:reservation:{}-{}", t, i));
+        auto r = reserve_sync(store, rec, 60 * kMicrosPerSecond, {{counted, limit, kEstimate}});
+        if (!r) {
+          ++errors;
+          continue;
+        }
+        if (!r->decision.allowed) continue;
+        ++admitted;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const auto actual = static_cast<std::int64_t>(x % 26);  // 0 .. 25, around the estimate
+        auto s = settle_sync(store, rec, {{counted, limit, actual}});
+        if (!s || !*s) {
+          ++errors;
+          continue;
+        }
+        actual_sum += actual;
+        above += std::max<std::int64_t>(0, actual - kEstimate);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(admitted.load(), kLimit / kEstimate / 2);
+  auto peek = instances[0]->check_sync({{counted, limit, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  // The window holds every admitted request's actual cost, no more, no less.
+  EXPECT_EQ(peek->decision.remaining, std::max<std::int64_t>(0, kLimit - actual_sum.load()));
+  EXPECT_LE(actual_sum.load(), kLimit + above.load());
+}
+
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,
                          ::testing::Values(Topology::standalone, Topology::cluster, Topology::sentinel),
                          [](const ::testing::TestParamInfo<Topology>& info) {

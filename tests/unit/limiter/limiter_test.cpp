@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ratekeeper/algorithms/lease.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/store/memory_store.hpp"
 
@@ -34,6 +35,11 @@ class FailingStore final : public store::Store {
  public:
   void check(std::vector<store::CheckItem>, std::optional<Micros>,
              store::CheckCallback done) override {
+    ++calls;
+    done(make_error(ErrorCode::unavailable, "connection refused"));
+  }
+  void reserve(std::string, Micros, std::vector<store::CheckItem>, std::optional<Micros>,
+               store::CheckCallback done) override {
     ++calls;
     done(make_error(ErrorCode::unavailable, "connection refused"));
   }
@@ -149,6 +155,100 @@ TEST_F(LimiterTest, InspectionConsumesNothingAndAResetStartsFromFullLimits) {
   auto bad = inspect("");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+}
+
+// A reserved check takes the estimate from every limit of the rule and answers the id its
+// record is under; a settlement brings each limit to the actual cost, once.
+TEST_F(LimiterTest, AReservationIsSettledToTheActualCostOnce) {
+  const auto hourly = *Limit::window(Algorithm::fixed_window, 100, 3600 * kMicrosPerSecond);
+  Limiter l(config({ip_rule("api", {{"burst", bucket(10, 0.001)}, {"hourly", hourly}})}), store, &clock);
+  auto reserve = [&](std::int64_t estimate) {
+    Result<Verdict> out = make_error(ErrorCode::unavailable, "not answered");
+    l.reserve("api", "ip:192.0.2.7", estimate, 60 * kMicrosPerSecond, [&](Result<Verdict> r) { out = std::move(r); });
+    return out;
+  };
+  auto settle = [&](const std::string& id, std::int64_t actual) {
+    Result<bool> out = make_error(ErrorCode::unavailable, "not answered");
+    l.settle(app(l, "api", "ip:192.0.2.7"), id, actual, [&](Result<bool> r) { out = std::move(r); });
+    return out;
+  };
+  const auto burst = *make_key("ratelimit", "ip:192.0.2.7", "api", "burst");
+  const auto hour = *make_key("ratelimit", "ip:192.0.2.7", "api", "hourly");
+
+  auto first = reserve(6);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  EXPECT_TRUE(valid_reservation_id(first->reservation)) << first->reservation;
+  EXPECT_EQ(remaining(burst, bucket(10, 0.001)), 4);
+  EXPECT_EQ(remaining(hour, hourly), 94);
+  auto settled = settle(first->reservation, 2);
+  ASSERT_TRUE(settled) << settled.error().message;
+  EXPECT_TRUE(*settled);
+  EXPECT_EQ(remaining(burst, bucket(10, 0.001)), 8);
+  EXPECT_EQ(remaining(hour, hourly), 98);
+  EXPECT_FALSE(*settle(first->reservation, 0));
+  EXPECT_EQ(remaining(burst, bucket(10, 0.001)), 8);
+
+  // Above the estimate, beyond what is left: the bucket owes, the next checks wait.
+  auto second = reserve(1);
+  ASSERT_TRUE(second && second->decision.allowed);
+  EXPECT_NE(second->reservation, first->reservation);
+  EXPECT_TRUE(*settle(second->reservation, 20));
+  auto owes = l.evaluate_sync({app(l, "api", "ip:192.0.2.7")});
+  ASSERT_TRUE(owes);
+  EXPECT_FALSE(owes->allowed);
+  auto denied = reserve(1);
+  ASSERT_TRUE(denied);
+  EXPECT_FALSE(denied->decision.allowed);
+  EXPECT_TRUE(denied->reservation.empty());
+
+  // Never settled: its record expires with its ttl, the estimate stays.
+  clock.advance(30'000 * kMicrosPerSecond);  // the debt is paid and the bucket full again
+  auto lapsed = reserve(3);
+  ASSERT_TRUE(lapsed && lapsed->decision.allowed);
+  clock.advance(61 * kMicrosPerSecond);
+  EXPECT_FALSE(*settle(lapsed->reservation, 0));
+  EXPECT_EQ(remaining(burst, bucket(10, 0.001)), 7);
+  EXPECT_EQ(l.metrics().reservations(0, Reservation::reserved), 3u);
+  EXPECT_EQ(l.metrics().reservations(0, Reservation::settled), 2u);
+  EXPECT_EQ(l.metrics().reservations(0, Reservation::unknown), 2u);
+  EXPECT_NE(l.metrics_text().find("ratekeeper_reserved_cost_total{rule=\"api\"} 10\n"), std::string::npos);
+  EXPECT_NE(l.metrics_text().find("ratekeeper_settled_cost_total{rule=\"api\"} 22\n"), std::string::npos);
+}
+
+TEST_F(LimiterTest, ReservationsAreRefusedWhereTheyCannotBeSettled) {
+  Rule shadow = ip_rule("shadow", {{"", bucket(10, 1)}});
+  shadow.shadow = true;
+  const auto log = *Limit::window(Algorithm::sliding_window_log, 5, kMicrosPerSecond);
+  Limiter l(config({ip_rule("api", {{"", bucket(10, 1)}}), shadow, ip_rule("log", {{"", log}})}), store, &clock);
+  auto reserve = [&](std::string_view rule) {
+    Result<Verdict> out = make_error(ErrorCode::unavailable, "not answered");
+    l.reserve(rule, "ip:192.0.2.7", 1, kMicrosPerSecond, [&](Result<Verdict> r) { out = std::move(r); });
+    return out;
+  };
+  for (const auto* rule : {"shadow", "log"}) {
+    auto r = reserve(rule);
+    ASSERT_FALSE(r) << rule;
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << rule;
+  }
+  EXPECT_NE(reserve("log").error().message.find("cannot be reserved"), std::string::npos);
+  // Two applications of one evaluation cannot both reserve, nor one beside another rule.
+  auto a = app(l, "api", "ip:192.0.2.7");
+  a.reservation = new_reservation_id();
+  a.reservation_ttl = kMicrosPerSecond;
+  auto b = app(l, "api", "ip:192.0.2.8");
+  auto two = l.evaluate_sync({a, b});
+  ASSERT_FALSE(two);
+  EXPECT_EQ(two.error().code, ErrorCode::invalid_argument);
+  // A settlement needs a well-formed id and a cost within bounds.
+  for (const auto& [id, actual] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"not-an-id", 1}, {std::string(32, 'A'), 1}, {std::string(32, 'a'), -1},
+           {std::string(32, 'a'), algorithms::kMaxCharged + 1}}) {
+    Result<bool> out = true;
+    l.settle(app(l, "api", "ip:192.0.2.7"), id, actual, [&](Result<bool> r) { out = std::move(r); });
+    ASSERT_FALSE(out) << id << " " << actual;
+    EXPECT_EQ(out.error().code, ErrorCode::invalid_argument);
+  }
 }
 
 TEST_F(LimiterTest, MultiLimitPolicyUsesOneKeyPerLimitInOneHashTag) {
@@ -557,6 +657,18 @@ TEST_F(FailurePolicyTest, AllowRuleFailsOpenAndIsCounted) {
   EXPECT_EQ(ev->store_error->code, ErrorCode::unavailable);
   EXPECT_EQ(l.metrics().decisions(0, Outcome::failure_policy), 1u);
   EXPECT_EQ(l.metrics().store_errors(ErrorCode::unavailable), 1u);
+}
+
+// A reservation the failure policy answered was never recorded: there is nothing to settle.
+TEST_F(FailurePolicyTest, AReservationAnsweredByTheFailurePolicyHoldsNoId) {
+  Limiter l(config({rule("open", FailureMode::allow, bucket(5, 1))}), failing, &clock);
+  Result<Verdict> out = make_error(ErrorCode::unavailable, "not answered");
+  l.reserve("open", "ip:1.2.3.4", 1, kMicrosPerSecond, [&](Result<Verdict> r) { out = std::move(r); });
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_TRUE(out->decision.allowed);
+  EXPECT_TRUE(out->by_failure_policy);
+  EXPECT_TRUE(out->reservation.empty());
+  EXPECT_EQ(failing.calls, 1);
 }
 
 TEST_F(FailurePolicyTest, DenyRuleFailsClosedWithRetryAfter) {

@@ -40,7 +40,18 @@ TEST(MetricsTest, RenderedCountersMatchRecordedValues) {
   m.record_delayed(1, 1'500'000);
   m.record_store_error(ErrorCode::timeout);
   m.record_store_error(ErrorCode::timeout);
+  m.record_reservation(0, Reservation::reserved, 100);
+  m.record_reservation(0, Reservation::reserved, 50);
+  m.record_reservation(0, Reservation::settled, 70);
+  m.record_reservation(0, Reservation::unknown, 9);
+  m.record_reservation(1, Reservation::failed);
   const auto text = m.render({true, "ok"}, "memory");
+  EXPECT_EQ(sample(text, R"(ratekeeper_reservations_total{rule="api",result="reserved"})"), 2);
+  EXPECT_EQ(sample(text, R"(ratekeeper_reservations_total{rule="api",result="settled"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_reservations_total{rule="api",result="unknown"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_reservations_total{rule="login",result="failed"})"), 1);
+  EXPECT_EQ(sample(text, R"(ratekeeper_reserved_cost_total{rule="api"})"), 150);
+  EXPECT_EQ(sample(text, R"(ratekeeper_settled_cost_total{rule="api"})"), 70);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="allowed"})"), 2);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="api",outcome="denied"})"), 0);
   EXPECT_EQ(sample(text, R"(ratekeeper_decisions_total{rule="login",outcome="denied"})"), 1);

@@ -335,6 +335,81 @@ TEST_F(DecisionApiTest, AuthRefusesWhatIsNotARequestDescription) {
   EXPECT_EQ(header(bad, "X-RateLimit-Status"), "400");
 }
 
+// A check with `reserve` takes its cost as an estimate and answers a reservation id; POST
+// /v1/settle brings it to the actual cost once: the difference given back, or charged as
+// debt that later checks wait for.
+TEST_F(DecisionApiTest, AReservedCheckIsSettledToTheActualCostOnce) {
+  auto settle = [&](const json& body) {
+    return send(http::Request{"POST", "/v1/settle", {{"Content-Type", "application/json"}}, body.dump(), {}, 0});
+  };
+  const auto reserved = check({{"rule", "orders"}, {"identity", "user:r"}, {"cost", 2}, {"reserve", true}});
+  ASSERT_EQ(reserved.status, 200) << reserved.body;
+  const auto verdict = json::parse(reserved.body);
+  EXPECT_EQ(verdict.at("remaining"), 1);
+  const std::string id = verdict.at("reservation");
+  EXPECT_TRUE(limiter::valid_reservation_id(id)) << id;
+
+  const json given_back{{"rule", "orders"}, {"identity", "user:r"}, {"reservation", id}, {"cost", 0}};
+  const auto settled = settle(given_back);
+  ASSERT_EQ(settled.status, 200) << settled.body;
+  EXPECT_EQ(json::parse(settled.body), (json{{"settled", true}}));
+  const auto peek = check({{"rule", "orders"}, {"identity", "user:r"}, {"cost", 0}});
+  EXPECT_EQ(json::parse(peek.body).at("remaining"), 3);
+  const auto again = settle(given_back);
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::parse(again.body), (json{{"settled", false}}));
+  EXPECT_EQ(json::parse(check({{"rule", "orders"}, {"identity", "user:r"}, {"cost", 0}}).body).at("remaining"), 3);
+
+  // Above the estimate: the burst bucket (3) owes two tokens.
+  const auto second = json::parse(
+      check({{"rule", "orders"}, {"identity", "user:r"}, {"cost", 1}, {"reserve", true}, {"reservation_ttl_ms", 5000}})
+          .body);
+  const auto charged =
+      settle({{"rule", "orders"}, {"identity", "user:r"}, {"reservation", second.at("reservation")}, {"cost", 5}});
+  EXPECT_EQ(json::parse(charged.body), (json{{"settled", true}}));
+  const auto owes = check({{"rule", "orders"}, {"identity", "user:r"}});
+  EXPECT_EQ(owes.status, 429) << owes.body;
+
+  // A denied reservation answers no id; a check without `reserve` neither.
+  const auto denied = check({{"rule", "orders"}, {"identity", "user:r"}, {"reserve", true}});
+  EXPECT_EQ(denied.status, 429);
+  EXPECT_FALSE(json::parse(denied.body).contains("reservation"));
+  EXPECT_FALSE(json::parse(check({{"rule", "quota"}, {"identity", "user:r"}}).body).contains("reservation"));
+}
+
+TEST_F(DecisionApiTest, BadReservationsAndSettlementsAre400sNamingTheField) {
+  const std::string id(32, 'a');
+  const std::vector<std::pair<json, std::string>> checks = {
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reserve", "yes"}}, "`reserve`"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reservation_ttl_ms", 10}}, "`reservation_ttl_ms` needs"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reserve", true}, {"reservation_ttl_ms", 0}}, "`reservation_ttl_ms`"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reserve", true}, {"reservation_ttl_ms", 86'400'001}},
+       "`reservation_ttl_ms`"},
+  };
+  for (const auto& [body, reason] : checks) {
+    const auto r = check(body);
+    EXPECT_EQ(r.status, 400) << body.dump();
+    EXPECT_NE(r.body.find(reason), std::string::npos) << r.body;
+  }
+  const std::vector<std::pair<json, std::string>> settlements = {
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reservation", id}}, "`cost`"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reservation", id}, {"cost", -1}}, "`cost`"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reservation", "A1"}, {"cost", 1}}, "32 lowercase hex"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"cost", 1}}, "`reservation`"},
+      {{{"rule", "quota"}, {"reservation", id}, {"cost", 1}}, "`identity`"},
+      {{{"rule", "nope"}, {"identity", "user:x"}, {"reservation", id}, {"cost", 1}}, "unknown rule"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reservation", id}, {"cost", 1}, {"extra", 1}}, "`extra`"},
+      {{{"rule", "quota"}, {"identity", "user:x"}, {"reservation", id}, {"cost", std::int64_t{1} << 42}}, "2^41"},
+      {json::array(), "object"},
+  };
+  for (const auto& [body, reason] : settlements) {
+    const auto r = send(http::Request{"POST", "/v1/settle", {}, body.dump(), {}, 0});
+    EXPECT_EQ(r.status, 400) << body.dump();
+    EXPECT_NE(r.body.find(reason), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(send(http::Request{"GET", "/v1/settle", {}, {}, {}, 0}).status, 405);
+}
+
 // docs/openapi.yaml lists the fields of the answers: every required field is there, and
 // nothing else.
 TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
@@ -356,6 +431,17 @@ TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
   EXPECT_EQ(keys(decision.at("limits").at(0)), required("Limit"));
   const auto verdict = json::parse(check({{"rule", "quota"}, {"identity", "user:e"}}).body);
   EXPECT_EQ(keys(verdict), required("Verdict"));
+  auto reserved = json::parse(check({{"rule", "quota"}, {"identity", "user:e"}, {"reserve", true}}).body);
+  ASSERT_TRUE(reserved.contains("reservation"));
+  const std::string id = reserved.at("reservation");
+  reserved.erase("reservation");  // optional: only when reserved
+  EXPECT_EQ(keys(reserved), required("Verdict"));
+  EXPECT_TRUE(schemas["Verdict"]["properties"]["reservation"]);
+  const auto settled = json::parse(
+      send(http::Request{"POST", "/v1/settle", {},
+                         json{{"rule", "quota"}, {"identity", "user:e"}, {"reservation", id}, {"cost", 1}}.dump(), {}, 0})
+          .body);
+  EXPECT_EQ(keys(settled), required("Settlement"));
   EXPECT_EQ(keys(json::parse(check({{"checks", 1}}).body)), required("BadRequest"));
   const auto admin = [&](std::string method) {
     return json::parse(

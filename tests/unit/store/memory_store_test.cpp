@@ -96,6 +96,29 @@ TEST(MemoryStore, APeekCreatesNoKey) {
 }
 
 // A reset erases the keys; only those live at the store's clock count as held.
+// Reservation records are bounded by max_keys: a full store sweeps the expired ones, then
+// refuses a new reservation before consuming anything (the failure policy decides).
+TEST(MemoryStore, ReservationRecordsAreBoundedAndARefusedOneConsumesNothing) {
+  ManualClock clock(kT0);
+  MemoryStore store(MemoryStoreOptions{.max_keys = 2, .clock = &clock});
+  const Limit limit = make_limit(Algorithm::token_bucket, 10, kMicrosPerSecond * 1000);
+  auto reserve = [&](std::string record, Micros ttl) {
+    Result<CheckOutcome> out = make_error(ErrorCode::unavailable, "not answered");
+    store.reserve(std::move(record), ttl, {{"k", limit, 1}}, std::nullopt,
+                  [&](Result<CheckOutcome> r) { out = std::move(r); });
+    return out;
+  };
+  ASSERT_TRUE(reserve("r1", kMicrosPerSecond));
+  ASSERT_TRUE(reserve("r2", 10 * kMicrosPerSecond));
+  auto full = reserve("r3", kMicrosPerSecond);
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().code, ErrorCode::store_full);
+  EXPECT_EQ(must_check(store, "k", limit, 0).remaining, 8);
+  clock.advance(kMicrosPerSecond);  // r1 expired: its room is taken again
+  ASSERT_TRUE(reserve("r3", kMicrosPerSecond));
+  EXPECT_EQ(must_check(store, "k", limit, 0).remaining, 7);
+}
+
 TEST(MemoryStore, AResetErasesTheKeysAndCountsTheLiveOnes) {
   ManualClock clock(kT0);
   MemoryStore store(MemoryStoreOptions{.clock = &clock});

@@ -1,0 +1,145 @@
+-- Entries of the reservation scripts (Store::reserve, Store::settle): a check admitted at an
+-- estimated cost, settled later to the actual cost, one atomic call each way. Token bucket
+-- (0) and fixed window (3) limits only, as algorithms::reservable.
+--
+-- "reserve": KEYS = {record, k1..kN}; ARGV = {now_us, ttl_us, then per key: algorithm,
+-- capacity, period_us, cost}. "multi" over k1..kN at the estimated costs; when it admits, the
+-- record (a hash: "at" the instant decided at, and per key "<cost>:<reset_after_us>") is
+-- written to expire ttl_us later. Reply: "multi"'s, then the instant decided at.
+--
+-- "settle": KEYS = {record, k1..kN}; ARGV = {now_us, then per key: algorithm, capacity,
+-- period_us, actual cost}. When the record exists, each key it holds is settled from its
+-- estimate to the actual cost (algorithms::settle: what is below the estimate goes back as
+-- a refund, what is above is charged as debt) and the record is deleted, so a second settle
+-- of the same reservation does nothing; a record expired or never written leaves the
+-- estimate charged. Reply: 1 when settled, 0 when there was no record.
+
+local RESERVABLE = {[0] = token_bucket, [3] = fixed_window}
+local MAX_CHARGED = 2 * MAX_WINDOW_LIMIT  -- algorithms::kMaxCharged
+
+-- As algorithms::charge: `units` taken at `now` whatever is left.
+local function charge_token_bucket(key, interval, units, now)
+  local tat = tat_value(read_string(key))
+  local from = math.max(tat, now)
+  local room = now + MAX_HORIZON - from
+  local debt = units * interval > room and room or units * interval
+  local t = from + math.max(0, debt)
+  if t > now then
+    write_string(key, str(t), expiry(t))
+  else
+    delete_string(key)
+  end
+end
+
+local function charge_fixed_window(key, window, units, now)
+  local value = read_string(key)
+  local t, current = 0, 0
+  if value then
+    local a, b = string.match(value, '^(%d+):(%d+)$')
+    if a then t, current = tonumber(a), tonumber(b) end
+  end
+  local aligned = cdiv(now, window) * window
+  if t < aligned then
+    t = aligned
+    current = 0
+  end
+  current = math.min(current + math.min(units, MAX_CHARGED), MAX_CHARGED)
+  if current > 0 then
+    write_string(key, str(t) .. ':' .. str(current), expiry(t + window))
+  else
+    delete_string(key)
+  end
+end
+
+
+local function check_record_key(n)
+  if n < 1 then fail('expected the record and at least 1 key') end
+  for i = 2, n + 1 do
+    if KEYS[i] == KEYS[1] then fail("the record '" .. KEYS[1] .. "' is one of the keys") end
+  end
+end
+
+local function run_reserve()
+  local n = #KEYS - 1
+  if #ARGV ~= 2 + 4 * n then
+    fail('expected now_us, ttl_us, then algorithm, capacity, period_us, cost per key')
+  end
+  check_record_key(n)
+  local ttl = integer_arg(ARGV[2], 'ttl')
+  if ttl < 1 or ttl > MAX_HORIZON then fail('ttl must be between 1 and 2^51 us, got ' .. str(ttl)) end
+  local limits = parse_limits(2, n, 3)
+  for i = 1, n do
+    if limits[i].step ~= token_bucket and limits[i].step ~= fixed_window then
+      fail('only token bucket (0) and fixed window (3) limits can be reserved')
+    end
+  end
+  local now = resolve_now(ARGV[1])
+  local out = check_all(limits, now)
+  if out[1] == 1 then
+    local fields = {'at', str(now)}
+    for i = 1, n do
+      fields[#fields + 1] = limits[i].key
+      fields[#fields + 1] = str(limits[i].cost) .. ':' .. str(out[5 * i + 5])
+    end
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], unpack(fields))
+    redis.call('PEXPIRE', KEYS[1], str(math.ceil(ttl / 1000)))
+  end
+  out[#out + 1] = now
+  return out
+end
+
+local function run_settle()
+  local n = #KEYS - 1
+  if #ARGV ~= 1 + 4 * n then
+    fail('expected now_us, then algorithm, capacity, period_us, actual cost per key')
+  end
+  check_record_key(n)
+  local limits = {}
+  for i = 1, n do
+    local base = 2 + 4 * (i - 1)
+    local algorithm = tonumber(ARGV[base])
+    if RESERVABLE[algorithm] == nil then
+      fail('only token bucket (0) and fixed window (3) limits can be reserved, got ' .. tostring(ARGV[base]))
+    end
+    local capacity, period = limit_args(algorithm, ARGV[base + 1], ARGV[base + 2], '0')
+    local actual = integer_arg(ARGV[base + 3], 'actual cost')
+    if actual < 0 or actual > MAX_CHARGED then
+      fail('the actual cost must be between 0 and 2^41, got ' .. str(actual))
+    end
+    limits[i] = {key = KEYS[i + 1], algorithm = algorithm, capacity = capacity, period = period, actual = actual}
+  end
+  local now = resolve_now(ARGV[1])
+  -- Anything but a reservation's hash (another type, a malformed record) is no reservation.
+  local record = redis.pcall('HGETALL', KEYS[1])
+  if type(record) ~= 'table' or record.err or #record == 0 then return 0 end
+  local entries = {}
+  for i = 1, #record, 2 do entries[record[i]] = record[i + 1] end
+  local at = entries.at and string.match(entries.at, '^%d+$') and tonumber(entries.at)
+  if not at then return 0 end
+  for i = 1, n do
+    local l = limits[i]
+    local entry = entries[l.key]
+    local c, r
+    if entry then c, r = string.match(entry, '^(%d+):(%d+)$') end
+    if c then
+      local estimate, reset_after = tonumber(c), tonumber(r)
+      if l.actual < estimate then
+        local units = estimate - l.actual
+        if l.algorithm == TOKEN_BUCKET then
+          refund_token_bucket(l.key, l.capacity, l.period, units, at, now, at + reset_after)
+        else
+          refund_fixed_window(l.key, l.capacity, l.period, units, at, now, at + reset_after)
+        end
+      elseif l.actual > estimate then
+        if l.algorithm == TOKEN_BUCKET then
+          charge_token_bucket(l.key, l.period, l.actual - estimate, now)
+        else
+          charge_fixed_window(l.key, l.period, l.actual - estimate, now)
+        end
+      end
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
