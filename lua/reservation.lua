@@ -4,8 +4,9 @@
 --
 -- "reserve": KEYS = {record, k1..kN}; ARGV = {now_us, ttl_us, then per key: algorithm,
 -- capacity, period_us, cost}. "multi" over k1..kN at the estimated costs; when it admits, the
--- record (a hash: "at" the instant decided at, and per key "<cost>:<reset_after_us>") is
--- written to expire ttl_us later. Reply: "multi"'s, then the instant decided at.
+-- record is written, one string that expires ttl_us later: "R1;<at>" (the instant decided
+-- at), then per key ";<length of the key>:<key>:<cost>:<reset_after_us>". Reply: "multi"'s,
+-- then the instant decided at.
 --
 -- "settle": KEYS = {record, k1..kN}; ARGV = {now_us, then per key: algorithm, capacity,
 -- period_us, actual cost}. When the record exists, each key it holds is settled from its
@@ -52,6 +53,25 @@ local function charge_fixed_window(key, window, units, now)
 end
 
 
+-- A record's instant and, by key, {estimate, reset_after}; nil when `value` is not a record
+-- (absent, another type, another format: nothing to settle, and nothing is deleted).
+local function parse_record(value)
+  if type(value) ~= 'string' or string.sub(value, 1, 3) ~= 'R1;' then return nil end
+  local at, pos = string.match(value, '^(%d+)()', 4)
+  if not at then return nil end
+  local entries = {}
+  while pos <= #value do
+    local length, first = string.match(value, '^;(%d+):()', pos)
+    if not length then return nil end
+    local last = first + tonumber(length) - 1
+    local cost, reset_after, after = string.match(value, '^:(%d+):(%d+)()', last + 1)
+    if not cost then return nil end
+    entries[string.sub(value, first, last)] = {tonumber(cost), tonumber(reset_after)}
+    pos = after
+  end
+  return tonumber(at), entries
+end
+
 local function check_record_key(n)
   if n < 1 then fail('expected the record and at least 1 key') end
   for i = 2, n + 1 do
@@ -76,14 +96,12 @@ local function run_reserve()
   local now = resolve_now(ARGV[1])
   local out = check_all(limits, now)
   if out[1] == 1 then
-    local fields = {'at', str(now)}
+    local parts = {'R1;' .. str(now)}
     for i = 1, n do
-      fields[#fields + 1] = limits[i].key
-      fields[#fields + 1] = str(limits[i].cost) .. ':' .. str(out[5 * i + 5])
+      local key = limits[i].key
+      parts[#parts + 1] = str(#key) .. ':' .. key .. ':' .. str(limits[i].cost) .. ':' .. str(out[5 * i + 5])
     end
-    redis.call('DEL', KEYS[1])
-    redis.call('HSET', KEYS[1], unpack(fields))
-    redis.call('PEXPIRE', KEYS[1], str(math.ceil(ttl / 1000)))
+    redis.call('SET', KEYS[1], table.concat(parts, ';'), 'PX', str(math.ceil(ttl / 1000)))
   end
   out[#out + 1] = now
   return out
@@ -110,20 +128,13 @@ local function run_settle()
     limits[i] = {key = KEYS[i + 1], algorithm = algorithm, capacity = capacity, period = period, actual = actual}
   end
   local now = resolve_now(ARGV[1])
-  -- Anything but a reservation's hash (another type, a malformed record) is no reservation.
-  local record = redis.pcall('HGETALL', KEYS[1])
-  if type(record) ~= 'table' or record.err or #record == 0 then return 0 end
-  local entries = {}
-  for i = 1, #record, 2 do entries[record[i]] = record[i + 1] end
-  local at = entries.at and string.match(entries.at, '^%d+$') and tonumber(entries.at)
+  local at, entries = parse_record(redis.pcall('GET', KEYS[1]))
   if not at then return 0 end
   for i = 1, n do
     local l = limits[i]
     local entry = entries[l.key]
-    local c, r
-    if entry then c, r = string.match(entry, '^(%d+):(%d+)$') end
-    if c then
-      local estimate, reset_after = tonumber(c), tonumber(r)
+    if entry then
+      local estimate, reset_after = entry[1], entry[2]
       if l.actual < estimate then
         local units = estimate - l.actual
         if l.algorithm == TOKEN_BUCKET then

@@ -524,6 +524,45 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
                                           "settle"}));
 }
 
+// A settlement reads its record only when it is one: a key of another type or another
+// format (a counter, a truncated record) is no reservation, and is left as it is.
+TEST(LuaScripts, ASettlementOfWhatIsNotARecordChangesNothing) {
+  const auto* reserve = store::find_lua_script("reserve");
+  const auto* settle = store::find_lua_script("settle");
+  ASSERT_NE(reserve, nullptr);
+  ASSERT_NE(settle, nullptr);
+  const std::string record = "lua:{settle}:r:reservation:x", key = "lua:{settle}:r";
+  connection().command({"DEL", record, key});
+  auto settle_call = [&](std::string actual) {
+    return connection().command({"EVAL", std::string(settle->source), "2", record, key, "1000000000000", "0", "10",
+                                 "1000000", std::move(actual)});
+  };
+  const std::vector<std::string> not_records = {"12", "R1;", "R1;5;3:ab", "R1;5;99:lua:{settle}:r:1:2",
+                                                "R1;5;13:lua:{settle}:r:1"};
+  for (const auto& value : not_records) {
+    connection().command({"SET", record, value});
+    const RedisReply r = settle_call("0");
+    ASSERT_EQ(r.type, RedisReply::Type::integer) << value << ": " << r.text;
+    EXPECT_EQ(r.integer, 0) << value;
+    EXPECT_EQ(connection().command({"GET", record}).text, value);
+  }
+  connection().command({"DEL", record});
+  connection().command({"HSET", record, "at", "1"});
+  EXPECT_EQ(settle_call("0").integer, 0);
+  EXPECT_EQ(connection().integer({"EXISTS", record}), 1);
+  connection().command({"DEL", record});
+
+  // A record written by "reserve" at an explicit time: settled once, then gone.
+  const RedisReply reserved = connection().command(
+      {"EVAL", std::string(reserve->source), "2", record, key, "1000000000000", "60000000", "0", "10", "1000000", "4"});
+  ASSERT_EQ(reserved.type, RedisReply::Type::array) << reserved.text;
+  EXPECT_EQ(connection().command({"GET", record}).text, "R1;1000000000000;14:lua:{settle}:r:4:4000000");
+  EXPECT_EQ(settle_call("1").integer, 1);
+  EXPECT_EQ(connection().integer({"EXISTS", record}), 0);
+  EXPECT_EQ(connection().command({"GET", key}).text, "1000001000000");  // one token taken, not four
+  EXPECT_EQ(settle_call("1").integer, 0);
+}
+
 // The reset script deletes the keys it is given, whatever they hold, and answers how many
 // existed; it asks for at least one key and no argument.
 TEST(LuaScripts, ResetDeletesItsKeysAndCountsThoseThatExisted) {
