@@ -181,7 +181,7 @@ class Run {
   }
 
   void reserve_and_settle(std::int64_t i) {
-    store_.reserve(record_of(i), 60 * kMicrosPerSecond, items_of(i), std::nullopt,
+    store_.reserve(store::ReservationRecord{record_of(i), 60 * kMicrosPerSecond}, items_of(i), std::nullopt,
                    [this, i](Result<store::CheckOutcome> r) {
                      if (!r || !r->decision.allowed) return complete(i, std::move(r));
                      auto items = items_of(i);

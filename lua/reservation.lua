@@ -2,11 +2,12 @@
 -- estimated cost, settled later to the actual cost, one atomic call each way. Token bucket
 -- (0) and fixed window (3) limits only, as algorithms::reservable.
 --
--- "reserve": KEYS = {record, k1..kN}; ARGV = {now_us, ttl_us, then per key: algorithm,
--- capacity, period_us, cost}. "multi" over k1..kN at the estimated costs; when it admits, the
--- record is written, one string that expires ttl_us later: "R1;<at>" (the instant decided
--- at), then per key ";<length of the key>:<key>:<cost>:<reset_after_us>". Reply: "multi"'s,
--- then the instant decided at.
+-- "reserve": KEYS = {record, k1..kN}; ARGV = {now_us, ttl_us, first, count, then per key:
+-- algorithm, capacity, period_us, cost}. "multi" over k1..kN at the estimated costs; when it
+-- admits, the record of keys k_first .. k_(first+count-1) (those of the rule that reserves)
+-- is written, one string that expires ttl_us later: "R1;<at>" (the instant decided at), then
+-- per key ";<length of the key>:<key>:<cost>:<reset_after_us>". Reply: "multi"'s, then the
+-- instant decided at.
 --
 -- "settle": KEYS = {record, k1..kN}; ARGV = {now_us, then per key: algorithm, capacity,
 -- period_us, actual cost}. When the record exists, each key it holds is settled from its
@@ -81,14 +82,17 @@ end
 
 local function run_reserve()
   local n = #KEYS - 1
-  if #ARGV ~= 2 + 4 * n then
-    fail('expected now_us, ttl_us, then algorithm, capacity, period_us, cost per key')
+  if #ARGV ~= 4 + 4 * n then
+    fail('expected now_us, ttl_us, first, count, then algorithm, capacity, period_us, cost per key')
   end
   check_record_key(n)
   local ttl = integer_arg(ARGV[2], 'ttl')
   if ttl < 1 or ttl > MAX_HORIZON then fail('ttl must be between 1 and 2^51 us, got ' .. str(ttl)) end
-  local limits = parse_limits(2, n, 3)
-  for i = 1, n do
+  local first = integer_arg(ARGV[3], 'first')
+  local last = first + integer_arg(ARGV[4], 'count') - 1
+  if first < 1 or last < first or last > n then fail('the recorded keys must be some of the keys') end
+  local limits = parse_limits(2, n, 5)
+  for i = first, last do
     if limits[i].step ~= token_bucket and limits[i].step ~= fixed_window then
       fail('only token bucket (0) and fixed window (3) limits can be reserved')
     end
@@ -97,7 +101,7 @@ local function run_reserve()
   local out = check_all(limits, now)
   if out[1] == 1 then
     local parts = {'R1;' .. str(now)}
-    for i = 1, n do
+    for i = first, last do
       local key = limits[i].key
       parts[#parts + 1] = str(#key) .. ':' .. key .. ':' .. str(limits[i].cost) .. ':' .. str(out[5 * i + 5])
     end

@@ -28,9 +28,8 @@ struct Limiter::Prepared {
   std::vector<RuleOutcome> shadow;
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
   std::size_t item_count = 0;           // items.size() before they were handed to the store
-  std::string reservation;              // the enforcing application's reservation id, if any
-  std::string reservation_record;       // its record's key
-  Micros reservation_ttl = 0;
+  std::string reservation;                 // the reserving application's id, if any
+  store::ReservationRecord reservation_record;  // its record: key, ttl, and the application's items
   Limiter* limiter = nullptr;
   std::shared_ptr<Limiter> keep_alive;  // when shared: the limiter, until the store answers
   Micros started = 0;  // Clock::steady
@@ -181,6 +180,10 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       if (!prepared->reservation.empty()) {
         return make_error(ErrorCode::invalid_argument, "one evaluation holds at most one reservation");
       }
+      if (rule->on_limit == OnLimit::delay) {
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("rule '{}' delays its requests: it reserves nothing", rule->name));
+      }
       if (!valid_reservation_id(app.reservation)) {
         return make_error(ErrorCode::invalid_argument, "a reservation id is 32 lowercase hex digits");
       }
@@ -195,8 +198,8 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       auto record = reservation_record(out.identity, rule->name, app.reservation);
       if (!record) return std::unexpected(std::move(record.error()));
       prepared->reservation = std::move(app.reservation);
-      prepared->reservation_record = std::move(*record);
-      prepared->reservation_ttl = app.reservation_ttl;
+      prepared->reservation_record = {std::move(*record), app.reservation_ttl, prepared->items.size(),
+                                      out.limits.size()};
     }
     if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
@@ -326,7 +329,9 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
   Evaluation ev;
   ev.latency = latency;
   std::vector<Decision> decisions;
+  bool recorded = false;
   if (outcome) {
+    recorded = outcome->recorded;
     decisions = std::move(outcome->items);
   } else {
     metrics_->record_store_error(outcome.error().code);
@@ -361,10 +366,17 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
   }
   ev.decision = algorithms::combine(decisions);
   ev.allowed = ev.decision.allowed;
-  if (ev.allowed && !ev.by_failure_policy && !prepared.reservation.empty()) {
+  if (recorded && ev.allowed && !prepared.reservation.empty()) {
     ev.reservation = std::move(prepared.reservation);
-    const auto& reserved = prepared.enforcing.front();
-    metrics_->record_reservation(rule_index(reserved.rule), Reservation::reserved, reserved.cost);
+    const std::size_t first = prepared.reservation_record.first;
+    std::size_t at = 0;
+    for (const auto& rule : prepared.enforcing) {
+      if (at == first) {
+        metrics_->record_reservation(rule_index(rule.rule), Reservation::reserved, rule.cost);
+        break;
+      }
+      at += rule.limits.size();
+    }
   }
   for (const auto& rule : prepared.enforcing) account(rule, latency);
   ev.rules = std::move(prepared.enforcing);
@@ -420,15 +432,12 @@ void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done
     done(self.finish(*p, std::move(r), latency));
   };
   if (!p->reservation.empty()) {
-    if (p->enforcing.size() != 1) {
-      return answer(make_error(ErrorCode::invalid_argument, "a reservation is one rule's, checked alone"));
-    }
-    // Reserved items are neither delayed nor leased: the record holds what the store took.
+    // A check that reserves is neither delayed nor leased: the record holds what the store took.
     for (auto& item : items) {
       item.max_delay = 0;
       item.lease = {};
     }
-    store_->reserve(p->reservation_record, p->reservation_ttl, std::move(items), now(), std::move(answer));
+    store_->reserve(p->reservation_record, std::move(items), now(), std::move(answer));
     return;
   }
   store_->check(std::move(items), now(), std::move(answer));

@@ -132,12 +132,12 @@ void DenialCache::reset(std::vector<std::string> keys, ResetCallback done) {
   inner_->reset(std::move(keys), std::move(done));
 }
 
-void DenialCache::reserve(std::string record_key, Micros ttl, std::vector<CheckItem> items,
-                          std::optional<Micros> now, CheckCallback done) {
-  if (now) return inner_->reserve(std::move(record_key), ttl, std::move(items), now, std::move(done));
+void DenialCache::reserve(ReservationRecord reservation, std::vector<CheckItem> items, std::optional<Micros> now,
+                          CheckCallback done) {
+  if (now) return inner_->reserve(std::move(reservation), std::move(items), now, std::move(done));
   const Micros sent_at = clock_->steady();
   std::vector<CheckItem> copy = items;
-  inner_->reserve(std::move(record_key), ttl, std::move(items), now,
+  inner_->reserve(std::move(reservation), std::move(items), now,
                   [this, copy = std::move(copy), sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
                     if (outcome && !outcome->decision.allowed) record(copy, *outcome, sent_at);
                     done(std::move(outcome));

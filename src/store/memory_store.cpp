@@ -410,13 +410,13 @@ void MemoryStore::reset(std::vector<std::string> keys, ResetCallback done) {
   done(live);
 }
 
-void MemoryStore::reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now_opt,
+void MemoryStore::reserve(ReservationRecord reservation, std::vector<CheckItem> items, std::optional<Micros> now_opt,
                           CheckCallback done) {
-  if (auto ok = validate_reservation(record, ttl, items, false); !ok) return done(std::unexpected(ok.error()));
+  if (auto ok = validate_reservation(reservation, items); !ok) return done(std::unexpected(ok.error()));
   const Micros now = now_opt ? *now_opt : options_.clock->now();
   Reservations& r = *reservations_;
   std::lock_guard lock(r.mu);
-  r.records.erase(record);
+  r.records.erase(reservation.key);
   if (r.records.size() >= options_.max_keys) {
     std::erase_if(r.records, [now](const auto& kv) { return kv.second.expires_at <= now; });
     if (r.records.size() >= options_.max_keys) {
@@ -427,19 +427,21 @@ void MemoryStore::reserve(std::string record, Micros ttl, std::vector<CheckItem>
   }
   auto outcome = check_batch(items, now);
   if (outcome && outcome->decision.allowed) {
-    Reservations::Record held{now + ttl, now, {}};
-    held.keys.reserve(items.size());
-    for (std::size_t i = 0; i < items.size(); ++i) {
+    Reservations::Record held{now + reservation.ttl, now, {}};
+    const std::size_t end = reservation.end(items.size());
+    held.keys.reserve(end - reservation.first);
+    for (std::size_t i = reservation.first; i < end; ++i) {
       held.keys.push_back({std::move(items[i].key), items[i].cost, outcome->items[i].reset_after});
     }
-    r.records.insert_or_assign(std::move(record), std::move(held));
+    r.records.insert_or_assign(std::move(reservation.key), std::move(held));
+    outcome->recorded = true;
   }
   done(std::move(outcome));
 }
 
 void MemoryStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now_opt,
                          SettleCallback done) {
-  if (auto ok = validate_reservation(record, 0, items, true); !ok) return done(std::unexpected(ok.error()));
+  if (auto ok = validate_settlement(record, items); !ok) return done(std::unexpected(ok.error()));
   const Micros now = now_opt ? *now_opt : options_.clock->now();
   Reservations& r = *reservations_;
   std::lock_guard lock(r.mu);

@@ -27,7 +27,7 @@ void Store::reset(std::vector<std::string>, ResetCallback done) {
   done(make_error(ErrorCode::invalid_argument, "this store cannot reset keys"));
 }
 
-void Store::reserve(std::string, Micros, std::vector<CheckItem>, std::optional<Micros>, CheckCallback done) {
+void Store::reserve(ReservationRecord, std::vector<CheckItem>, std::optional<Micros>, CheckCallback done) {
   done(make_error(ErrorCode::invalid_argument, "this store does not hold reservations"));
 }
 
@@ -35,37 +35,61 @@ void Store::settle(std::string, std::vector<CheckItem>, std::optional<Micros>, S
   done(make_error(ErrorCode::invalid_argument, "this store does not hold reservations"));
 }
 
-Result<void> validate_reservation(std::string_view record, Micros ttl, std::span<const CheckItem> items,
-                                  bool settling) {
+namespace {
+
+Result<void> distinct_keys(std::string_view record, std::span<const CheckItem> items) {
   if (record.empty() || items.empty()) {
     return make_error(ErrorCode::invalid_argument, "a reservation needs a record and at least one key");
   }
-  if (!settling && (ttl < 1 || ttl > algorithms::kMaxHorizon)) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("a reservation's ttl must be between 1 and "
-                                                               "2^51 us, got {}", ttl));
-  }
   for (std::size_t i = 0; i < items.size(); ++i) {
-    const CheckItem& item = items[i];
-    if (!algorithms::reservable(item.limit.algorithm)) {
-      return make_error(ErrorCode::invalid_argument,
-                        fmt::format("{} limits cannot be reserved (token bucket and fixed window can)",
-                                    algorithms::to_string(item.limit.algorithm)));
-    }
-    if (item.key == record) {
+    if (items[i].key == record) {
       return make_error(ErrorCode::invalid_argument, fmt::format("the record '{}' is one of the keys", record));
     }
     for (std::size_t j = 0; j < i; ++j) {
-      if (items[j].key == item.key) {
-        return make_error(ErrorCode::invalid_argument, fmt::format("key '{}' appears twice", item.key));
+      if (items[j].key == items[i].key) {
+        return make_error(ErrorCode::invalid_argument, fmt::format("key '{}' appears twice", items[i].key));
       }
     }
-    if (settling) {
-      if (item.cost < 0 || item.cost > algorithms::kMaxCharged) {
-        return make_error(ErrorCode::invalid_argument,
-                          fmt::format("the actual cost must be between 0 and 2^41, got {}", item.cost));
-      }
-    } else if (auto ok = algorithms::validate_cost(item.limit, item.cost); !ok) {
-      return std::unexpected(ok.error());
+  }
+  return {};
+}
+
+Result<void> reservable(const CheckItem& item) {
+  if (!algorithms::reservable(item.limit.algorithm)) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{} limits cannot be reserved (token bucket and fixed window can)",
+                                  algorithms::to_string(item.limit.algorithm)));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> validate_reservation(const ReservationRecord& record, std::span<const CheckItem> items) {
+  if (auto ok = distinct_keys(record.key, items); !ok) return ok;
+  if (record.ttl < 1 || record.ttl > algorithms::kMaxHorizon) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("a reservation's ttl must be between 1 and "
+                                                               "2^51 us, got {}", record.ttl));
+  }
+  if (record.first >= items.size() || record.count == 0) {
+    return make_error(ErrorCode::invalid_argument, "a reservation's record holds at least one of its items");
+  }
+  for (std::size_t i = record.first; i < record.end(items.size()); ++i) {
+    if (auto ok = reservable(items[i]); !ok) return ok;
+  }
+  for (const auto& item : items) {
+    if (auto ok = algorithms::validate_cost(item.limit, item.cost); !ok) return std::unexpected(ok.error());
+  }
+  return {};
+}
+
+Result<void> validate_settlement(std::string_view record, std::span<const CheckItem> items) {
+  if (auto ok = distinct_keys(record, items); !ok) return ok;
+  for (const auto& item : items) {
+    if (auto ok = reservable(item); !ok) return ok;
+    if (item.cost < 0 || item.cost > algorithms::kMaxCharged) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("the actual cost must be between 0 and 2^41, got {}", item.cost));
     }
   }
   return {};

@@ -73,8 +73,9 @@ struct AppliedRule {
   const Policy* limits = nullptr;
   // Reserve (Store::reserve): when the request is admitted, its cost, an estimate, is recorded
   // under this id for `reservation_ttl` µs, to be settled to the actual cost by
-  // Limiter::settle. Only for the one enforcing application of an evaluation, whose limits
-  // are token buckets or fixed windows. Empty: a plain check.
+  // Limiter::settle. At most one application of an evaluation, enforcing, not delaying, its
+  // limits token buckets or fixed windows; the other applications are checked with it,
+  // all-or-nothing, and none is delayed or leased. Empty: a plain check.
   std::string reservation;
   Micros reservation_ttl = 0;
 };

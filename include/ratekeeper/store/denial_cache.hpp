@@ -49,7 +49,7 @@ class DenialCache final : public Store {
   // Reservations go to the inner store; a reservation's denials are recorded as a check's,
   // and a settlement first forgets the keys' denials (it may give units back).
   bool supports_reservations() const noexcept override { return inner_->supports_reservations(); }
-  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+  void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                CheckCallback done) override;
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override;

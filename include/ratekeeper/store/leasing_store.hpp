@@ -60,9 +60,9 @@ class LeasingStore final : public Store {
   void reset(std::vector<std::string> keys, ResetCallback done) override;
   // Reservations pass through to the inner store, unleased.
   bool supports_reservations() const noexcept override { return inner_->supports_reservations(); }
-  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+  void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                CheckCallback done) override {
-    inner_->reserve(std::move(record), ttl, std::move(items), now, std::move(done));
+    inner_->reserve(std::move(record), std::move(items), now, std::move(done));
   }
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override {

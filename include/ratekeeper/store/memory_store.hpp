@@ -48,7 +48,7 @@ class MemoryStore final : public Store {
   // their own, at most max_keys of them (expired ones swept when it is full; then a new one is
   // refused with store_full before anything is consumed). `done` runs before the call returns.
   bool supports_reservations() const noexcept override { return true; }
-  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+  void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                CheckCallback done) override;
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override;

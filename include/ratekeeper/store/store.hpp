@@ -48,6 +48,19 @@ inline bool may_delay(std::span<const CheckItem> items) noexcept {
 struct CheckOutcome {
   Decision decision;            // combined (algorithms::combine); `delay`: the check's send delay
   std::vector<Decision> items;  // one per CheckItem, in order
+  bool recorded = false;        // Store::reserve: admitted, and the reservation's record written
+};
+
+// A reservation's record (Store::reserve): its key, how long it lives (µs), and which of the
+// check's items it holds: items[first, first + count), every item by default.
+struct ReservationRecord {
+  std::string key;
+  Micros ttl = 0;
+  std::size_t first = 0;
+  std::size_t count = static_cast<std::size_t>(-1);
+
+  // The index past the last item held, of a check of `items` items.
+  std::size_t end(std::size_t items) const noexcept { return count > items - first ? items : first + count; }
 };
 
 using CheckCallback = std::function<void(Result<CheckOutcome>)>;
@@ -69,10 +82,10 @@ using ResetCallback = std::function<void(Result<std::int64_t>)>;
 // the estimate stays charged).
 using SettleCallback = std::function<void(Result<bool>)>;
 
-// The arguments of Store::reserve (settling: false) or Store::settle (true, each item's cost
-// the actual cost, 0 .. algorithms::kMaxCharged) as every store checks them.
-Result<void> validate_reservation(std::string_view record, Micros ttl, std::span<const CheckItem> items,
-                                  bool settling);
+// The arguments of Store::reserve, and of Store::settle (each item's cost the actual cost,
+// 0 .. algorithms::kMaxCharged), as every store checks them.
+Result<void> validate_reservation(const ReservationRecord& record, std::span<const CheckItem> items);
+Result<void> validate_settlement(std::string_view record, std::span<const CheckItem> items);
 
 struct StoreHealth {
   bool ready = true;
@@ -119,16 +132,17 @@ class Store {
   virtual void reset(std::vector<std::string> keys, ResetCallback done);
 
   // Reservations: a cost known only after the request (a response's usage). reserve() is
-  // check() at the items' costs (the estimate) that, when it admits, also records each key's
-  // estimate under the key `record` (in the items' cluster slot) for `ttl` µs, in the same
-  // atomic step; settle() applies the actual cost of each item to the keys the record holds
-  // (algorithms::settle: the difference given back, or charged as debt) and deletes the
-  // record, in one atomic step: a reservation settles once, and one never settled keeps its
-  // estimate. Token bucket and fixed window limits only (algorithms::reservable); the
-  // record's and the items' keys must differ. Thread-safe; `done` as for check(). The
-  // defaults answer invalid_argument.
+  // check() at the items' costs (the estimate) that, when it admits, also records the
+  // estimate of each item `record` holds under the key record.key (in the items' cluster
+  // slot) for record.ttl µs, in the same atomic step (CheckOutcome::recorded); settle()
+  // applies the actual cost of each item to the keys the record holds (algorithms::settle:
+  // the difference given back, or charged as debt) and deletes the record, in one atomic step:
+  // a reservation settles once, and one never settled keeps its estimate. The items the record
+  // holds: token bucket and fixed window limits only (algorithms::reservable); the record's
+  // and the items' keys differ. Thread-safe; `done` as for check(). The defaults answer
+  // invalid_argument.
   virtual bool supports_reservations() const noexcept { return false; }
-  virtual void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+  virtual void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                        CheckCallback done);
   virtual void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
                       SettleCallback done);

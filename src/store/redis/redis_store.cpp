@@ -251,18 +251,23 @@ struct ReservationCall {
   Callback done;
 };
 
-// KEYS = record, k1..kN; ARGV = now, [ttl,] then algorithm, capacity, period, cost per item.
+// KEYS = record, k1..kN; ARGV = now, [ttl, first (from 1), count,] then algorithm, capacity,
+// period, cost per item.
 template <class Callback>
-std::shared_ptr<ReservationCall<Callback>> reservation_call(std::string record, std::optional<Micros> ttl,
+std::shared_ptr<ReservationCall<Callback>> reservation_call(std::string record, const ReservationRecord* recorded,
                                                             std::vector<CheckItem> items, std::optional<Micros> now,
                                                             Callback done) {
   auto owned = std::make_shared<ReservationCall<Callback>>();
   owned->items = items.size();
   owned->keys.reserve(items.size() + 1);
   owned->keys.push_back(std::move(record));
-  owned->args.reserve(2 + 4 * items.size());
+  owned->args.reserve(4 + 4 * items.size());
   owned->args.push_back(std::to_string(now ? *now : -1));
-  if (ttl) owned->args.push_back(std::to_string(*ttl));
+  if (recorded != nullptr) {
+    owned->args.push_back(std::to_string(recorded->ttl));
+    owned->args.push_back(std::to_string(recorded->first + 1));
+    owned->args.push_back(std::to_string(recorded->end(items.size()) - recorded->first));
+  }
   for (auto& item : items) {
     owned->keys.push_back(std::move(item.key));
     owned->args.push_back(std::to_string(static_cast<int>(item.limit.algorithm)));
@@ -286,10 +291,16 @@ Result<std::uint16_t> RedisStore::one_slot(std::span<const std::string> keys) co
   return slot_of(keys[0]);
 }
 
-void RedisStore::reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+void RedisStore::reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                          CheckCallback done) {
-  if (auto ok = validate_reservation(record, ttl, items, false); !ok) return done(std::unexpected(ok.error()));
-  auto owned = reservation_call(std::move(record), ttl, std::move(items), now, std::move(done));
+  if (auto ok = validate_reservation(record, items); !ok) return done(std::unexpected(ok.error()));
+  if (cross_slot_) {
+    const std::uint16_t slot = slot_of(record.key);
+    for (const auto& item : items) {
+      if (slot_of(item.key) != slot) return check(std::move(items), now, std::move(done));
+    }
+  }
+  auto owned = reservation_call(std::move(record.key), &record, std::move(items), now, std::move(done));
   auto slot = one_slot(owned->keys);
   if (!slot) return owned->done(std::unexpected(slot.error()));
   owned->call.argv.call("reserve", owned->keys, owned->args, /*now_arg=*/0);
@@ -302,6 +313,7 @@ void RedisStore::reserve(std::string record, Micros ttl, std::vector<CheckItem> 
     if (!reply) return done(std::unexpected(std::move(reply.error())));
     auto timed = detail::parse_timed_outcome(*reply, items);
     if (!timed) return done(std::unexpected(std::move(timed.error())));
+    timed->outcome.recorded = timed->outcome.decision.allowed;
     done(std::move(timed->outcome));
   };
   lane().client->send(owned->call);
@@ -309,8 +321,8 @@ void RedisStore::reserve(std::string record, Micros ttl, std::vector<CheckItem> 
 
 void RedisStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
                         SettleCallback done) {
-  if (auto ok = validate_reservation(record, 0, items, true); !ok) return done(std::unexpected(ok.error()));
-  auto owned = reservation_call(std::move(record), std::nullopt, std::move(items), now, std::move(done));
+  if (auto ok = validate_settlement(record, items); !ok) return done(std::unexpected(ok.error()));
+  auto owned = reservation_call(std::move(record), nullptr, std::move(items), now, std::move(done));
   auto slot = one_slot(owned->keys);
   if (!slot) return owned->done(std::unexpected(slot.error()));
   owned->call.argv.call("settle", owned->keys, owned->args);

@@ -88,11 +88,13 @@ class RedisStore final : public Store {
                     LeaseReturnCallback done) override;
   // One call of lua/reset.lua; the keys must share a cluster slot (one identity's keys do).
   void reset(std::vector<std::string> keys, ResetCallback done) override;
-  // One call of lua/reservation.lua each; the record and the keys must share a cluster slot
-  // (one identity's keys do). A reservation is bounded by its deadline as a check is; a
-  // settlement is not (one that runs late still settles).
+  // One call of lua/reservation.lua each, bounded by its deadline as a check is (a settlement
+  // is not: one that runs late still settles). On a cluster, a reservation whose keys span
+  // slots (the identities of several rules) is checked as check() checks it, and recorded
+  // nowhere (CheckOutcome::recorded false: its estimate stays); a settlement's keys must share
+  // the record's slot.
   bool supports_reservations() const noexcept override { return true; }
-  void reserve(std::string record, Micros ttl, std::vector<CheckItem> items, std::optional<Micros> now,
+  void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                CheckCallback done) override;
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override;

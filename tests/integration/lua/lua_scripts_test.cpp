@@ -554,13 +554,29 @@ TEST(LuaScripts, ASettlementOfWhatIsNotARecordChangesNothing) {
 
   // A record written by "reserve" at an explicit time: settled once, then gone.
   const RedisReply reserved = connection().command(
-      {"EVAL", std::string(reserve->source), "2", record, key, "1000000000000", "60000000", "0", "10", "1000000", "4"});
+      {"EVAL", std::string(reserve->source), "2", record, key, "1000000000000", "60000000", "1", "1", "0", "10", "1000000",
+       "4"});
   ASSERT_EQ(reserved.type, RedisReply::Type::array) << reserved.text;
   EXPECT_EQ(connection().command({"GET", record}).text, "R1;1000000000000;14:lua:{settle}:r:4:4000000");
   EXPECT_EQ(settle_call("1").integer, 1);
   EXPECT_EQ(connection().integer({"EXISTS", record}), 0);
   EXPECT_EQ(connection().command({"GET", key}).text, "1000001000000");  // one token taken, not four
   EXPECT_EQ(settle_call("1").integer, 0);
+
+  // The record holds the keys it is told to (here the second, after a sliding window log of
+  // another rule, which it need not and cannot hold).
+  const std::string log = "lua:{settle}:other";
+  connection().command({"DEL", log, key});
+  const RedisReply two = connection().command({"EVAL", std::string(reserve->source), "3", record, log, key,
+                                               "1000000000000", "60000000", "2", "1", "1", "5", "1000000", "1", "0",
+                                               "10", "1000000", "4"});
+  ASSERT_EQ(two.type, RedisReply::Type::array) << two.text;
+  EXPECT_EQ(connection().command({"GET", record}).text, "R1;1000000000000;14:lua:{settle}:r:4:4000000");
+  EXPECT_EQ(connection().integer({"ZCARD", log}), 1);
+  const RedisReply wrong = connection().command({"EVAL", std::string(reserve->source), "3", record, log, key,
+                                                 "1000000000000", "60000000", "1", "2", "1", "5", "1000000", "1",
+                                                 "0", "10", "1000000", "4"});
+  EXPECT_EQ(wrong.type, RedisReply::Type::error);  // a sliding window log cannot be recorded
 }
 
 // The reset script deletes the keys it is given, whatever they hold, and answers how many

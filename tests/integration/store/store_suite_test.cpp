@@ -444,7 +444,7 @@ TEST_P(StoreSuite, AResetDeletesOneIdentitysKeysAndTheDenialCachedForThem) {
 Result<CheckOutcome> reserve_sync(Store& store, std::string record, Micros ttl, std::vector<CheckItem> items) {
   std::promise<Result<CheckOutcome>> promise;
   auto future = promise.get_future();
-  store.reserve(std::move(record), ttl, std::move(items), std::nullopt,
+  store.reserve(ReservationRecord{std::move(record), ttl}, std::move(items), std::nullopt,
                 [&promise](Result<CheckOutcome> r) { promise.set_value(std::move(r)); });
   return future.get();
 }
@@ -486,6 +486,7 @@ TEST_P(StoreSuite, AReservationSettlesOnceGivingBackOrChargingTheDifference) {
   auto first = reserve_sync(store, record("1"), kTtl, {{b, bucket, 10}});
   ASSERT_TRUE(first) << first.error().message;
   EXPECT_TRUE(first->decision.allowed);
+  EXPECT_TRUE(first->recorded);
   EXPECT_EQ(first->decision.remaining, 90);
   auto settled = settle_sync(store, record("1"), {{b, bucket, 4}});
   ASSERT_TRUE(settled) << settled.error().message;
@@ -552,19 +553,29 @@ TEST_P(StoreSuite, AReservationSettlesOnceGivingBackOrChargingTheDifference) {
   auto itself = reserve_sync(store, b, kTtl, {{b, bucket, 1}});
   ASSERT_FALSE(itself);
   EXPECT_EQ(itself.error().code, ErrorCode::invalid_argument);
-  if (GetParam() == Topology::cluster) {
-    std::string other = key("another-identity");
-    for (int i = 0; redis::key_slot(other) == redis::key_slot(b); ++i) other = key(fmt::format("another-{}", i));
-    auto spanning = reserve_sync(store, other, kTtl, {{b, bucket, 1}});
-    ASSERT_FALSE(spanning);
-    EXPECT_EQ(spanning.error().code, ErrorCode::invalid_argument);
+  // Keys that span slots (on a cluster: several identities' keys) are checked, all-or-nothing
+  // as any check, but recorded nowhere: the estimate stays. One slot elsewhere: recorded.
+  const std::string fresh = key("reserve-fresh", "r");
+  std::string other = key("another-identity", "r");
+  for (int i = 0; GetParam() == Topology::cluster && redis::key_slot(other) == redis::key_slot(fresh); ++i) {
+    other = key(fmt::format("another-{}", i), "r");
   }
+  const std::string fresh_record = key("reserve-fresh", "r:reservation:8");
+  auto spanning = reserve_sync(store, fresh_record, kTtl, {{fresh, bucket, 5}, {other, bucket, 5}});
+  ASSERT_TRUE(spanning) << spanning.error().message;
+  EXPECT_TRUE(spanning->decision.allowed);
+  EXPECT_EQ(spanning->recorded, GetParam() != Topology::cluster);
+  auto spanned = settle_sync(store, fresh_record, {{fresh, bucket, 0}});
+  ASSERT_TRUE(spanned) << spanned.error().message;
+  EXPECT_EQ(*spanned, GetParam() != Topology::cluster);
+  EXPECT_EQ(remaining(fresh, bucket), GetParam() == Topology::cluster ? 95 : 100);
+  EXPECT_EQ(remaining(other, bucket), 95);
 }
 
 Result<CheckOutcome> reserve_at(Store& store, std::string record, std::vector<CheckItem> items, Micros now) {
   std::promise<Result<CheckOutcome>> promise;
   auto future = promise.get_future();
-  store.reserve(std::move(record), 3600 * kMicrosPerSecond, std::move(items), now,
+  store.reserve(ReservationRecord{std::move(record), 3600 * kMicrosPerSecond}, std::move(items), now,
                 [&promise](Result<CheckOutcome> r) { promise.set_value(std::move(r)); });
   return future.get();
 }

@@ -38,7 +38,7 @@ class FailingStore final : public store::Store {
     ++calls;
     done(make_error(ErrorCode::unavailable, "connection refused"));
   }
-  void reserve(std::string, Micros, std::vector<store::CheckItem>, std::optional<Micros>,
+  void reserve(store::ReservationRecord, std::vector<store::CheckItem>, std::optional<Micros>,
                store::CheckCallback done) override {
     ++calls;
     done(make_error(ErrorCode::unavailable, "connection refused"));
@@ -232,11 +232,23 @@ TEST_F(LimiterTest, ReservationsAreRefusedWhereTheyCannotBeSettled) {
     EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << rule;
   }
   EXPECT_NE(reserve("log").error().message.find("cannot be reserved"), std::string::npos);
-  // Two applications of one evaluation cannot both reserve, nor one beside another rule.
+  // One application reserves beside others, checked with them all-or-nothing (a sliding
+  // window log included); two cannot both reserve.
   auto a = app(l, "api", "ip:192.0.2.7");
   a.reservation = new_reservation_id();
   a.reservation_ttl = kMicrosPerSecond;
+  auto with_others = l.evaluate_sync({app(l, "log", "ip:192.0.2.7"), a, app(l, "api", "ip:192.0.2.8")});
+  ASSERT_TRUE(with_others) << with_others.error().message;
+  EXPECT_TRUE(with_others->allowed);
+  EXPECT_EQ(with_others->reservation, a.reservation);
+  Result<bool> settled = false;
+  l.settle(app(l, "api", "ip:192.0.2.7"), a.reservation, 0, [&](Result<bool> r) { settled = std::move(r); });
+  ASSERT_TRUE(settled && *settled);
+  EXPECT_EQ(remaining(*make_key("ratelimit", "ip:192.0.2.7", "api"), bucket(10, 1)), 10);
+  EXPECT_EQ(remaining(*make_key("ratelimit", "ip:192.0.2.8", "api"), bucket(10, 1)), 9);
   auto b = app(l, "api", "ip:192.0.2.8");
+  b.reservation = new_reservation_id();
+  b.reservation_ttl = kMicrosPerSecond;
   auto two = l.evaluate_sync({a, b});
   ASSERT_FALSE(two);
   EXPECT_EQ(two.error().code, ErrorCode::invalid_argument);

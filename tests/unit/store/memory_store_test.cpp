@@ -104,7 +104,7 @@ TEST(MemoryStore, ReservationRecordsAreBoundedAndARefusedOneConsumesNothing) {
   const Limit limit = make_limit(Algorithm::token_bucket, 10, kMicrosPerSecond * 1000);
   auto reserve = [&](std::string record, Micros ttl) {
     Result<CheckOutcome> out = make_error(ErrorCode::unavailable, "not answered");
-    store.reserve(std::move(record), ttl, {{"k", limit, 1}}, std::nullopt,
+    store.reserve(store::ReservationRecord{std::move(record), ttl}, {{"k", limit, 1}}, std::nullopt,
                   [&](Result<CheckOutcome> r) { out = std::move(r); });
     return out;
   };
