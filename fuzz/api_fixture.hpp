@@ -49,6 +49,7 @@ rules:
     identity: {type: user_or_ip, header: X-User-ID}
     tiered: true
     ip_limits: [{capacity: 2, refill_rate: 1}]
+    usage: {response_header: X-Usage, estimate: 1, estimate_header: X-Max-Tokens}
   - name: auth_login
     match: {methods: [POST], path: /auth/login}
     limits: [{algorithm: sliding_window_log, rate: 2/1m}]

@@ -341,7 +341,7 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
                         FailureMode default_mode, http::RuleMatch& match) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
-                "shadow", "on_store_error", "on_limit", "max_delay", "lease"});
+                "shadow", "on_store_error", "on_limit", "max_delay", "lease", "usage"});
   limiter::Rule rule;
   rule.on_store_error = default_mode;
   if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
@@ -488,6 +488,30 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
     rule.lease.max = r.integer(lease["max"], Reader::field(lp, "max"), 1, algorithms::kMaxWindowLimit);
     rule.lease.ttl = lease["ttl"] ? r.duration(lease["ttl"], Reader::field(lp, "ttl"), 1, store::kMaxLeaseTtl)
                                   : kMicrosPerSecond;
+  }
+  // usage: {response_header: H, estimate: N, estimate_header: H, ttl: duration}. Which
+  // limits and rules: limiter::validate.
+  if (const auto usage = node["usage"]) {
+    const auto up = Reader::field(path, "usage");
+    r.expect_map(usage, up, {"response_header", "estimate", "estimate_header", "ttl"});
+    auto header = [&](const char* name) {
+      const auto field = Reader::field(up, name);
+      std::string value = r.string(usage[name], field);
+      if (!http_token(value)) r.fail(field, "must be an HTTP header name");
+      return value;
+    };
+    if (!usage["response_header"]) {
+      r.fail(Reader::field(up, "response_header"), "required field missing (the response header with the cost)");
+    }
+    rule.usage.response_header = header("response_header");
+    if (usage["estimate_header"]) rule.usage.estimate_header = header("estimate_header");
+    if (!usage["estimate"]) {
+      r.fail(Reader::field(up, "estimate"), "required field missing (the cost reserved at admission)");
+    }
+    rule.usage.estimate = r.integer(usage["estimate"], Reader::field(up, "estimate"), 0, algorithms::kMaxWindowLimit);
+    if (usage["ttl"]) {
+      rule.usage.ttl = r.duration(usage["ttl"], Reader::field(up, "ttl"), 1, 86'400 * kMicrosPerSecond);
+    }
   }
   return rule;
 }

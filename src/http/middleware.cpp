@@ -1,7 +1,12 @@
 #include "ratekeeper/http/middleware.hpp"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <future>
 #include <stdexcept>
+
+#include "ratekeeper/algorithms/lease.hpp"
 
 #include "ratekeeper/http/path.hpp"
 #include "ratekeeper/limiter/identity.hpp"
@@ -13,7 +18,8 @@ using limiter::IdentityKind;
 Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     : limiter_(&limiter),
       options_(std::move(options)),
-      metrics_(options_.metrics ? options_.metrics : std::make_shared<RequestMetrics>()) {
+      metrics_(options_.metrics ? options_.metrics : std::make_shared<RequestMetrics>()),
+      usage_log_(std::make_unique<LogLimit>()) {
   routes_.reserve(options_.matches.size());
   for (const auto& match : options_.matches) {
     const limiter::Rule* rule = limiter.find_rule(match.rule);
@@ -26,6 +32,19 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
 }
 
 namespace {
+
+// A cost a header carries: a decimal integer from 0 to `max`, nothing else (no sign, space or
+// exponent); nullopt otherwise.
+std::optional<std::int64_t> header_cost(std::string_view text, std::int64_t max) {
+  if (text.empty() || text.size() > 16) return std::nullopt;
+  std::int64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  if (value > max) return std::nullopt;
+  return value;
+}
 
 // The request's path in normal form (http/path.hpp): a view of the request's own path when it
 // is normal already (no allocation), else of `storage`.
@@ -125,6 +144,21 @@ Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
     if (tiers.trust_header && !app.ip_fallback) tier_header = request.header(tiers.header);
     app.tier = app.ip_fallback ? tiers.default_tier : tiers.resolve(user_id, tier_header);
   }
+  if (rule.usage.enabled()) {
+    // The estimate: the request's own (its estimate header) or the rule's. One above a limit
+    // is refused when evaluated (it could never be admitted).
+    app.cost = rule.usage.estimate;
+    if (!rule.usage.estimate_header.empty()) {
+      if (const auto value = request.header(rule.usage.estimate_header)) {
+        const auto estimate = header_cost(*value, kMaxExact);
+        if (!estimate) {
+          return make_error(ErrorCode::invalid_argument,
+                            fmt::format("{} must be a decimal integer", rule.usage.estimate_header));
+        }
+        app.cost = *estimate;
+      }
+    }
+  }
   return app;
 }
 
@@ -180,8 +214,17 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
     done(MiddlewareResult{});
     return;
   }
+  // The first rule with `usage` reserves; others that apply too are charged their estimate.
+  std::optional<UsageReservation> usage;
+  for (auto& app : *apps) {
+    if (!app.rule->usage.enabled()) continue;
+    app.reservation = limiter::new_reservation_id();
+    app.reservation_ttl = app.rule->usage.ttl;
+    usage = UsageReservation{app, app.reservation};
+    break;
+  }
   limiter_->evaluate(
-      std::move(*apps), [this, done = std::move(done)](Result<limiter::Evaluation> ev) {
+      std::move(*apps), [this, usage = std::move(usage), done = std::move(done)](Result<limiter::Evaluation> ev) mutable {
         MiddlewareResult r;
         if (!ev) {
           const bool bad = ev.error().code == ErrorCode::invalid_argument;
@@ -201,6 +244,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
           r.outcome = RequestOutcome::admitted;
           metrics_->record(RequestOutcome::admitted);
           r.delay = ev->decision.delay;
+          if (usage && !ev->reservation.empty()) r.usage = std::move(usage);
         } else {
           r.outcome = RequestOutcome::rejected;
           metrics_->record(RequestOutcome::rejected);
@@ -211,6 +255,20 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
         }
         done(std::move(r));
       });
+}
+
+void Middleware::settle(const UsageReservation& usage, std::optional<std::string_view> value) {
+  const limiter::Rule& rule = *usage.application.rule;
+  const auto actual = value ? header_cost(*value, algorithms::kMaxCharged) : std::nullopt;
+  if (!actual) {
+    if (std::uint64_t suppressed = 0; usage_log_->admit(suppressed)) {
+      spdlog::warn("usage: a response under rule '{}' has {} {}: its estimate stays charged{}", rule.name,
+                   value ? "an invalid" : "no", rule.usage.response_header,
+                   suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+    }
+    return;
+  }
+  limiter_->settle(usage.application, usage.id, *actual, [](Result<bool>) {});
 }
 
 MiddlewareResult Middleware::handle_sync(const Request& request) {

@@ -280,6 +280,30 @@ std::string_view reason_of(int status) {
   return {r.data(), r.size()};
 }
 
+// An admitted request's reservation and the middleware (its generation: the limiter) that
+// made it, settled once from the response's head.
+struct PendingUsage {
+  UsageReservation reservation;
+  std::shared_ptr<Middleware> middleware;
+};
+
+// Settles `usage`, if any, from the response field its rule names, then forgets it. A
+// request whose response never comes (the upstream failed, the client left) keeps its
+// estimate: its reservation expires unsettled.
+void settle_usage(std::optional<PendingUsage>& usage, const HeaderList& fields) {
+  if (!usage) return;
+  const std::string& name = usage->reservation.application.rule->usage.response_header;
+  std::optional<std::string_view> value;
+  for (const auto& [n, v] : fields) {
+    if (iequals(n, name)) {
+      value = v;
+      break;
+    }
+  }
+  usage->middleware->settle(usage->reservation, value);
+  usage.reset();
+}
+
 }  // namespace
 
 // A request being served, for its access log line and latency samples (Proxy::Impl::observe).
@@ -631,7 +655,9 @@ class ProxySession final : public ClientConnection {
       Middleware& decider = *middleware;
       decider.handle(request, [self = self<ProxySession>(), executor,
                                middleware = std::move(middleware)](MiddlewareResult r) {
-        net::dispatch(executor, [self, r = std::move(r)]() mutable { self->on_decision(std::move(r)); });
+        net::dispatch(executor, [self, r = std::move(r), middleware]() mutable {
+          self->on_decision(std::move(r), std::move(middleware));
+        });
       });
     });
     if (!returned) {
@@ -643,11 +669,13 @@ class ProxySession final : public ClientConnection {
     }
   }
 
-  void on_decision(MiddlewareResult result) {
+  void on_decision(MiddlewareResult result, std::shared_ptr<Middleware> middleware) {
     if (closed() || decided_ == req_id_) return;
     decided_ = req_id_;
     served_.outcome = result.outcome;
     served_.rule = std::move(result.rule);
+    usage_.reset();
+    if (result.usage) usage_.emplace(PendingUsage{std::move(*result.usage), std::move(middleware)});
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       // The body of a rejected request is not read: without one, the connection goes on.
@@ -896,6 +924,7 @@ class ProxySession final : public ClientConnection {
       return switch_protocols();
     }
     if (status >= 100 && status < 200) return read_response_header();  // interim: not relayed
+    settle_usage(usage_, res_->fields());
 
     body_expected_ = !head_request_ && status != 204 && status != 304;
     const auto length = res_->content_length();
@@ -1265,6 +1294,7 @@ class ProxySession final : public ClientConnection {
   Frames up_frames_;    // the writes to the upstream (head, request body)
   Frames down_frames_;  // the writes to the client (head, response body)
   HeaderList limiter_fields_;
+  std::optional<PendingUsage> usage_;  // the request's reservation, settled by its response's head
   std::string peer_address_;
   std::uint16_t peer_port_ = 0;
   std::size_t held_ = 0;
@@ -1368,6 +1398,7 @@ class H2ProxySession final : public ClientConnection {
     Request request;
     Served served;
     HeaderList limiter_fields;
+    std::optional<PendingUsage> usage;  // its reservation, settled by the response's head
     std::unique_ptr<UpstreamConnection> up;
     std::optional<ResponseParser> res;
     std::optional<net::steady_timer> delay;
@@ -1490,7 +1521,9 @@ class H2ProxySession final : public ClientConnection {
       Middleware& decider = *middleware;
       decider.handle(x->request, [self = self<H2ProxySession>(), x, executor,
                                   middleware = std::move(middleware)](MiddlewareResult r) {
-        net::dispatch(executor, [self, x, r = std::move(r)]() mutable { self->on_decision(x, std::move(r)); });
+        net::dispatch(executor, [self, x, r = std::move(r), middleware]() mutable {
+          self->on_decision(x, std::move(r), std::move(middleware));
+        });
       });
     });
     if (!returned) {
@@ -1499,10 +1532,11 @@ class H2ProxySession final : public ClientConnection {
     }
   }
 
-  void on_decision(const ExchangePtr& x, MiddlewareResult result) {
+  void on_decision(const ExchangePtr& x, MiddlewareResult result, std::shared_ptr<Middleware> middleware) {
     if (closed_ || x->gone || x->served.status != 0) return;
     x->served.outcome = result.outcome;
     x->served.rule = std::move(result.rule);
+    if (result.usage) x->usage.emplace(PendingUsage{std::move(*result.usage), std::move(middleware)});
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       return answer(*x, result.status, result.content_type, std::move(result.body), std::move(result.headers));
@@ -1606,6 +1640,7 @@ class H2ProxySession final : public ClientConnection {
     const int status = x->res->status();
     if (status == 101) return failed(*x, kBadResponse, proxy_.upstream_bad_response, {});  // no upgrade over h2
     if (status >= 100 && status < 200) return read_head(x);
+    settle_usage(x->usage, x->res->fields());
     x->served.upstream = since(x->served.upstream_sent);
     x->served.status = status;
     const bool body = !x->head_request && status != 204 && status != 304 && !x->res->is_done();

@@ -124,6 +124,43 @@ void check_lease(Issues& out, const std::string& path, const Rule& rule, const T
   }
 }
 
+// usage: a response header (and an estimate header) named, an estimate every limit can take,
+// a ttl in (0, 1d]; token bucket and fixed window limits only (what settles below the
+// estimate goes back exactly), and not shadow, delayed or leased (a reservation records what
+// the store took at admission).
+void check_usage(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
+  const auto& usage = rule.usage;
+  if (!usage.enabled()) {
+    if (usage != UsageSpec{}) out.add(path + ".usage.response_header", "required field missing");
+    return;
+  }
+  const auto field = path + ".usage";
+  if (usage.estimate < 0) out.add(field + ".estimate", fmt::format("must be >= 0, got {}", usage.estimate));
+  if (usage.ttl <= 0 || usage.ttl > 86'400 * kMicrosPerSecond) {
+    out.add(field + ".ttl", fmt::format("must be > 0 and at most 1d, got {} microseconds", usage.ttl));
+  }
+  if (rule.shadow) out.add(field, "not for a shadow rule (it reserves nothing)");
+  if (rule.on_limit == OnLimit::delay) out.add(field, "not with on_limit: delay");
+  if (rule.lease != store::LeasePolicy{}) out.add(field, "not with lease");
+  if (auto why = refused_limit(rule, tiers, algorithms::reservable)) {
+    out.add(field, "a cost from the response needs fixed_window or token_bucket limits; " + *why);
+  }
+  auto check_estimate = [&](const Policy& policy) {
+    for (const auto& named : policy) {
+      if (usage.estimate > named.limit.capacity) {
+        out.add(field + ".estimate", fmt::format("{} is above the capacity of a limit ({})", usage.estimate,
+                                                 named.limit.capacity));
+        return;
+      }
+    }
+  };
+  check_estimate(rule.limits);
+  check_estimate(rule.ip_limits);
+  if (rule.tiered) {
+    for (const auto& [name, policy] : tiers.levels) check_estimate(policy);
+  }
+}
+
 void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
   if (!valid_name(rule.name)) out.add(path + ".name", std::string(kNameRule));
   const auto& id = rule.identity;
@@ -155,6 +192,7 @@ void check_rule(Issues& out, const std::string& path, const Rule& rule, const Ti
   }
   check_on_limit(out, path, rule, tiers);
   check_lease(out, path, rule, tiers);
+  check_usage(out, path, rule, tiers);
 }
 
 }  // namespace

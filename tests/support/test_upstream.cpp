@@ -220,6 +220,10 @@ void TestUpstream::serve(int fd) {
       if (ok && chunked) ok = send("0\r\n\r\n");
     } else {
       std::string extra;
+      if (path.starts_with("/usage/")) {  // the request's cost, as an upstream reports it
+        const auto value = path.substr(std::string_view("/usage/").size());
+        if (value != "none") extra = fmt::format("X-Usage-Tokens: {}\r\n", value);
+      }
       if (path == "/hop-by-hop") {
         extra = "Keep-Alive: timeout=5\r\nX-Secret: 1\r\nConnection: X-Secret\r\n"
                 "Proxy-Authenticate: Basic\r\nRateLimit: \"upstream\";r=1;t=1\r\n"

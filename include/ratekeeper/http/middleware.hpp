@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/path.hpp"
@@ -20,6 +22,12 @@
 #include "ratekeeper/limiter/limiter.hpp"
 
 namespace ratekeeper::http {
+
+// An admitted request's reservation (a rule with `usage`), settled from its response.
+struct UsageReservation {
+  limiter::AppliedRule application;  // the rule, identity, tier and endpoint it was made under
+  std::string id;
+};
 
 struct MiddlewareResult {
   bool admitted = true;
@@ -34,6 +42,9 @@ struct MiddlewareResult {
   // The rule the answer came from: the first that denied, else the first applied; empty when
   // none applied.
   std::string rule;
+  // Admitted with a reservation: settle it (Middleware::settle) when the response's head is
+  // there. The Limiter must outlive it (hold the middleware's generation).
+  std::optional<UsageReservation> usage;
 };
 
 using MiddlewareCallback = std::function<void(MiddlewareResult)>;
@@ -60,6 +71,12 @@ class Middleware {
   // handle() may have returned: it must not refer to `request` (copy what it needs first).
   void handle(const Request& request, MiddlewareCallback done);
   MiddlewareResult handle_sync(const Request& request);
+
+  // Settles `usage` to the cost the response's header carries (its value: nullopt when the
+  // response has none). A response without a valid one (a decimal integer from 0 to 2^41)
+  // leaves the estimate charged, and a rate-bounded log line says so; the settlement itself
+  // goes on in the background (a store failure is logged by the Limiter). Thread-safe.
+  void settle(const UsageReservation& usage, std::optional<std::string_view> value);
 
   // The request's rules as applied to it (identity, tier, endpoint resolved), or the
   // reason for a 400. Rules match the normal form of the request's path (http/path.hpp); a
@@ -90,6 +107,7 @@ class Middleware {
   std::vector<Route> routes_;
   bool has_defaults_ = false;  // some route is `unmatched`
   std::shared_ptr<RequestMetrics> metrics_;
+  std::unique_ptr<LogLimit> usage_log_;  // responses without a valid usage header
 };
 
 }  // namespace ratekeeper::http

@@ -59,6 +59,21 @@ enum class OnLimit : std::uint8_t { reject, delay };
 
 std::string_view to_string(OnLimit on_limit) noexcept;
 
+// A cost known only when the upstream answers (a response's usage: tokens of a language model,
+// bytes, rows): an HTTP request under the rule reserves an estimate at admission, settled to
+// the integer the response header `response_header` carries (Limiter::settle). The estimate
+// is the integer of the request header `estimate_header` when the request has one, else
+// `estimate`. Token bucket and fixed window limits only; not shadow, delayed or leased.
+struct UsageSpec {
+  std::string response_header;  // empty: the rule's cost is `cost`, known at admission
+  std::string estimate_header;  // empty: always `estimate`
+  std::int64_t estimate = 0;
+  Micros ttl = 300 * kMicrosPerSecond;  // how long a reservation can be settled
+
+  bool enabled() const noexcept { return !response_header.empty(); }
+  friend bool operator==(const UsageSpec&, const UsageSpec&) = default;
+};
+
 struct Rule {
   std::string name;  // which HTTP requests it applies to: http/rule_match.hpp
   IdentitySpec identity;
@@ -74,6 +89,7 @@ struct Rule {
   // Admit from leases of the store's units (store/leasing_store.hpp); max 0: never. Fixed
   // window and token bucket limits only, not with on_limit delay.
   store::LeasePolicy lease;
+  UsageSpec usage;  // the cost from the response; disabled: `cost`
 };
 
 // Whether any of `rules` admits from leases (then the store stack has a LeasingStore).

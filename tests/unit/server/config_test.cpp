@@ -253,6 +253,44 @@ TEST(ConfigTest, BadLeaseIsNamedWithItsPath) {
                "rules[2].lease", "not with on_limit: delay");
 }
 
+TEST(ConfigTest, UsageIsReadPerRule) {
+  const auto c = parse_config(kRules +
+                                  "  - {name: c, limits: [{capacity: 1000, rate: 10/s}], usage: {response_header: "
+                                  "X-Usage-Tokens, estimate: 200, estimate_header: X-Max-Tokens, ttl: 30s}}\n"
+                                  "  - {name: d, limits: [{algorithm: fixed_window, limit: 10, window: 1m}], "
+                                  "usage: {response_header: X-Cost, estimate: 1}}\n",
+                              "test.yaml");
+  ASSERT_EQ(c.limiter.rules.size(), 4u);
+  EXPECT_FALSE(c.limiter.rules[0].usage.enabled());
+  EXPECT_EQ(c.limiter.rules[2].usage,
+            (limiter::UsageSpec{"X-Usage-Tokens", "X-Max-Tokens", 200, 30 * kMicrosPerSecond}));
+  EXPECT_EQ(c.limiter.rules[3].usage, (limiter::UsageSpec{"X-Cost", "", 1, 300 * kMicrosPerSecond}));
+}
+
+TEST(ConfigTest, BadUsageIsNamedWithItsPath) {
+  const std::string ok = "response_header: X-Cost, estimate: 5";
+  auto rule = [](std::string extra, std::string usage) {
+    return kRules + "  - {name: c, limits: [{capacity: 10, rate: 5/s}]" + extra + ", usage: {" + usage + "}}\n";
+  };
+  expect_error(rule("", "estimate: 5"), "rules[2].usage.response_header", "required field missing");
+  expect_error(rule("", "response_header: X-Cost"), "rules[2].usage.estimate", "required field missing");
+  expect_error(rule("", "response_header: 'X Cost', estimate: 5"), "rules[2].usage.response_header",
+               "HTTP header name");
+  expect_error(rule("", ok + ", estimate_header: 'a:b'"), "rules[2].usage.estimate_header", "HTTP header name");
+  expect_error(rule("", "response_header: X-Cost, estimate: 11"), "rules[2].usage.estimate",
+               "above the capacity of a limit (10)");
+  expect_error(rule("", "response_header: X-Cost, estimate: -1"), "rules[2].usage.estimate", "between");
+  expect_error(rule("", ok + ", ttl: 2d"), "rules[2].usage.ttl", "at most");
+  expect_error(rule("", ok + ", size: 1"), "rules[2].usage.size", "unknown field");
+  expect_error(rule(", shadow: true", ok), "rules[2].usage", "not for a shadow rule");
+  expect_error(rule(", on_limit: delay, max_delay: 1s", ok), "rules[2].usage", "not with on_limit: delay");
+  expect_error(rule(", lease: {max: 2}", ok), "rules[2].usage", "not with lease");
+  expect_error(kRules +
+                   "  - {name: c, limits: [{algorithm: sliding_window_counter, limit: 10, window: 1m}], "
+                   "usage: {response_header: X-Cost, estimate: 1}}\n",
+               "rules[2].usage", "needs fixed_window or token_bucket limits; a limit is sliding_window_counter");
+}
+
 TEST(ConfigTest, MissingFieldIsNamedWithItsPath) {
   expect_error("rules:\n  - limits: [{rate: 1/s}]\n", "rules[0].name", "required field missing");
   expect_error("rules:\n  - name: a\n", "rules[0].limits", "required field missing");
