@@ -22,7 +22,8 @@ using namespace ratekeeper;
 using fuzz::require;
 
 // Every kind of node: exact, any value, wildcard (trailing, middle, shared), nested, unlimited,
-// replaces, shadow, quota, several limits and algorithms, a limit of 0.
+// replaces, shadow, quota, several limits and algorithms, a limit of 0, a reservation (settled
+// by a request whose descriptors carry the entry ratekeeper_reservation).
 constexpr std::string_view kDomain = R"(domain: d
 descriptors:
   - key: k
@@ -54,6 +55,9 @@ descriptors:
         share_threshold: true
         quota_mode: true
         rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: u
+    reserve: true
+    rate_limit: {unit: hour, requests_per_unit: 50}
   - key: m
     rate_limits:
       - {unit: second, requests_per_unit: 2, algorithm: sliding_window_log}

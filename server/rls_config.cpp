@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ratekeeper/algorithms/lease.hpp"
 #include "yaml_reader.hpp"
 
 namespace ratekeeper::server {
@@ -207,7 +208,7 @@ DescriptorNode read_descriptor(const Reader& r, const YAML::Node& node, const st
   r.expect_map(
       node, path,
       {"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
-       "detailed_metric", "value_to_metric", "share_threshold", "metadata", "on_store_error"});
+       "detailed_metric", "value_to_metric", "share_threshold", "metadata", "on_store_error", "reserve"});
   DescriptorNode out;
   const auto key_path = Reader::field(path, "key");
   if (!node["key"]) r.fail(key_path, "required field missing");
@@ -229,6 +230,18 @@ DescriptorNode read_descriptor(const Reader& r, const YAML::Node& node, const st
   out.detailed_metric = flag("detailed_metric");
   out.value_to_metric = flag("value_to_metric");
   out.share_threshold = flag("share_threshold");
+  out.reserve = flag("reserve");
+  if (out.reserve) {
+    const auto field = Reader::field(path, "reserve");
+    if (out.limits.empty() || out.unlimited) r.fail(field, "only for a descriptor with a rate_limit");
+    if (out.shadow_mode || out.quota_mode) r.fail(field, "not with shadow_mode or quota_mode");
+    for (const auto& l : out.limits) {
+      if (l.requests_per_unit > 0 && !algorithms::reservable(l.limit.algorithm)) {
+        r.fail(field, fmt::format("needs fixed_window or token_bucket limits; '{}' is {}", l.name,
+                                  algorithms::to_string(l.limit.algorithm)));
+      }
+    }
+  }
   if (out.share_threshold && !out.wildcard) {
     r.fail(Reader::field(path, "share_threshold"),
            fmt::format("only with a wildcard value (holding a '*'): {}",

@@ -113,6 +113,7 @@ struct Slot {
   // quota_mode (and not shadow): counted on its own, as shadow; over, it makes the request
   // over only when every quota descriptor of the request is.
   bool quota = false;
+  bool reserve = false;  // enforcing, its node `reserve`: the request's hits are an estimate
   std::size_t index = 0;
   // The limits shown as current_limit, in the order of the rule's policy (enforcing, shadow),
   // or the one limit that is over (over).
@@ -223,6 +224,7 @@ std::optional<std::string> plan_slots(const pb::RateLimitRequest& request, const
     if (node == nullptr) continue;
     slot.shadow = node->shadow_mode;
     slot.quota = node->quota_mode && !node->shadow_mode;
+    slot.reserve = node->reserve && !slot.shadow && !slot.quota;
     // Limits of 0 requests only: no rule counts them; the headers name the domain's.
     slot.rule_name = rules[node->rule != kNoRule ? node->rule : domain.override_rule].name;
     slot.kind = slot.shadow || slot.quota ? Slot::Kind::shadow : Slot::Kind::enforcing;
@@ -306,6 +308,7 @@ std::vector<AppliedRule> applied_rules(const pb::RateLimitRequest& request, std:
                                        std::vector<Slot>& slots, std::size_t& shadow) {
   std::vector<AppliedRule> apps;
   std::size_t enforcing = 0;
+  bool reserved = false;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     auto& slot = slots[i];
     if (slot.kind != Slot::Kind::enforcing && slot.kind != Slot::Kind::shadow) continue;
@@ -315,6 +318,13 @@ std::vector<AppliedRule> applied_rules(const pb::RateLimitRequest& request, std:
     app.identity = std::move(slot.identity);
     const bool apart = slot.kind == Slot::Kind::shadow;  // shadow_mode or quota_mode
     app.cost = (certainly_over && !apart) ? 0 : costs[i];
+    // The first descriptor that reserves does (one reservation per request); the others take
+    // their hits as a plain cost.
+    if (slot.reserve && slot.kind == Slot::Kind::enforcing && !certainly_over && !reserved) {
+      app.reservation = limiter::new_reservation_id();
+      app.reservation_ttl = kReservationTtl;
+      reserved = true;
+    }
     if (!slot.policy.empty() || request.descriptors(static_cast<int>(i)).has_limit()) app.limits = &slot.policy;
     slot.index = apart ? shadow++ : enforcing++;
     apps.push_back(std::move(app));
@@ -381,6 +391,11 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
     done(Answer{Status::invalid_argument, std::move(message), {}});
   };
   if (auto refusal = validate(request, options_)) return refuse(done, std::move(*refusal));
+  const auto& first = request.descriptors(0);
+  if (std::any_of(first.entries().begin(), first.entries().end(),
+                  [](const auto& e) { return e.key() == kReservationKey; })) {
+    return settle(request, std::move(done));
+  }
 
   auto call = std::make_shared<Call>();
   call->done = std::move(done);
@@ -408,6 +423,72 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
       std::move(apps),
       [this, call](Result<Evaluation> evaluation) { answer(*call, std::move(evaluation)); },
       limiter::EvaluateOptions{.with_shadow = shadow > 0});
+}
+
+// A request whose descriptors carry the entry kReservationKey (Envoy's call when the stream
+// is done: apply_on_stream_done) settles each descriptor's reservation to its hits: the
+// descriptor without that entry finds the node and identity the reservation was made under.
+// Answered OK once every settlement is done (a failed one is logged by the Limiter: its
+// estimate stays); a descriptor that finds no reserving node settles nothing.
+void Service::settle(const pb::RateLimitRequest& request, AnswerCallback done) {
+  const auto refuse = [this](AnswerCallback& done, std::string message) {
+    count(Status::invalid_argument, nullptr);
+    done(Answer{Status::invalid_argument, std::move(message), {}});
+  };
+  pb::RateLimitRequest stripped = request;
+  std::vector<std::string> ids;
+  std::vector<std::int64_t> costs;
+  for (int i = 0; i < stripped.descriptors_size(); ++i) {
+    auto* d = stripped.mutable_descriptors(i);
+    auto* entries = d->mutable_entries();
+    const auto it = std::find_if(entries->begin(), entries->end(),
+                                 [](const auto& e) { return e.key() == kReservationKey; });
+    if (it == entries->end()) {
+      return refuse(done, fmt::format("descriptors[{}]: a request that settles reservations holds only "
+                                      "descriptors with the entry {}",
+                                      i, kReservationKey));
+    }
+    if (!limiter::valid_reservation_id(it->value())) {
+      return refuse(done, fmt::format("descriptors[{}]: {} is not a reservation id", i, kReservationKey));
+    }
+    ids.push_back(it->value());
+    entries->erase(it);
+    if (entries->empty()) return refuse(done, fmt::format("descriptors[{}]: nothing but a reservation id", i));
+    costs.push_back(static_cast<std::int64_t>(d->has_hits_addend() ? d->hits_addend().value()
+                                                                    : request.hits_addend()));
+  }
+  struct Join {
+    std::atomic<std::size_t> pending{1};
+    pb::RateLimitResponse response;
+    AnswerCallback done;
+  };
+  auto join = std::make_shared<Join>();
+  join->done = std::move(done);
+  join->response.set_overall_code(pb::RateLimitResponse::OK);
+  for (int i = 0; i < stripped.descriptors_size(); ++i) {
+    join->response.add_statuses()->set_code(pb::RateLimitResponse::OK);
+  }
+  auto arrive = [this](const std::shared_ptr<Join>& j) {
+    if (j->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    count(Status::ok, &j->response);
+    auto done = std::move(j->done);
+    done(Answer{Status::ok, {}, std::move(j->response)});
+  };
+  const Domain* domain = config_.find(stripped.domain());
+  if (domain != nullptr) {
+    const auto& rules = limiter_->config().rules;
+    const Matches matches = match_descriptors(stripped, *domain);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const DescriptorNode* node = matches.nodes[i];
+      if (node == nullptr || !node->reserve || node->rule == kNoRule) continue;
+      AppliedRule app;
+      app.rule = &rules[node->rule];
+      app.identity = identity_of(stripped, static_cast<int>(i), nullptr, matches.shared_paths[i]);
+      join->pending.fetch_add(1, std::memory_order_relaxed);
+      limiter_->settle(std::move(app), ids[i], costs[i], [join, arrive](Result<bool>) { arrive(join); });
+    }
+  }
+  arrive(join);
 }
 
 void Service::answer(Call& call, Result<Evaluation> evaluation) {
@@ -541,6 +622,10 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
     for (auto& r : quota_shown) shown.rules.push_back(std::move(r));
   }
   response.set_overall_code(over ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
+  if (!over && !evaluation->reservation.empty()) {
+    (*response.mutable_dynamic_metadata()->mutable_fields())[std::string(kReservationKey)].set_string_value(
+        evaluation->reservation);
+  }
   if (options_.response_headers && !shown.rules.empty()) {
     std::vector<Decision> decisions;
     decisions.reserve(shown.rules.size());

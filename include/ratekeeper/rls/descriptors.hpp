@@ -40,6 +40,11 @@ std::optional<Unit> parse_unit(std::string_view text) noexcept;
 // a week 7 days. 0 for unknown.
 Micros unit_length(Unit unit) noexcept;
 
+// The descriptor entry (and dynamic metadata field) that carries a reservation's id.
+inline constexpr std::string_view kReservationKey = "ratekeeper_reservation";
+// How long a reservation made through the service can be settled.
+inline constexpr Micros kReservationTtl = 300 * kMicrosPerSecond;
+
 // A DescriptorNode::rule that names no rule.
 inline constexpr std::size_t kNoRule = static_cast<std::size_t>(-1);
 
@@ -73,6 +78,10 @@ struct DescriptorNode {
   // A wildcard whose matching values share one counter: the value's place in the identity
   // is taken by the pattern (`value`).
   bool share_threshold = false;
+  // A cost known when the stream ends (ratekeeper's own): the request reserves its hits as an
+  // estimate, and answers the reservation's id in dynamic metadata; a later request whose
+  // descriptor adds the entry kReservationKey settles it to that request's hits.
+  bool reserve = false;
   bool detailed_metric = false;
   bool value_to_metric = false;  // metrics name the request's value (envoyproxy/ratelimit)
   // When the store fails: a failure policy (allow, deny, local), or nullopt: the call fails

@@ -21,6 +21,11 @@
 // on_store_error does not answer is unavailable, so that Envoy applies its own
 // failure_mode_deny.
 //
+// Reservations (ratekeeper's own, for Envoy's apply_on_stream_done): the first enforcing
+// descriptor whose node has `reserve` takes its hits as an estimate, and an admitted request
+// answers the reservation's id in dynamic_metadata (kReservationKey); a request whose
+// descriptors each add the entry kReservationKey with that id settles them to their hits.
+//
 // Thread-safe. The Limiter must outlive the Service and every call in flight.
 
 #include <atomic>
@@ -87,6 +92,7 @@ class Service {
  private:
   struct Call;
   void answer(Call& call, Result<limiter::Evaluation> evaluation);
+  void settle(const pb::RateLimitRequest& request, AnswerCallback done);
   void count(Status status, const pb::RateLimitResponse* response);
 
   RlsConfig config_;

@@ -200,6 +200,36 @@ descriptors:
   EXPECT_EQ(r.statuses(0).limit_remaining(), 8u);
 }
 
+// Envoy's two calls of a stream with a cost known at its end, over gRPC on real Redis: the
+// request-path call reserves its hits and answers the id in dynamic metadata; the stream-done
+// call carries the id as an entry and the actual hits, and settles it once.
+TEST(RlsGrpc, AReservationIsSettledByTheStreamDoneCall) {
+  RedisServer redis;
+  RlsServer server({{"d.yaml", R"(domain: d
+descriptors:
+  - key: api_key
+    reserve: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+)"}},
+                   redis.url());
+  pb::RateLimitResponse r;
+  ASSERT_TRUE(server.call(request("d", {{{"api_key", "k"}}}, 300), r).ok());
+  ASSERT_EQ(r.overall_code(), pb::RateLimitResponse::OK);
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 700u);
+  const auto& fields = r.dynamic_metadata().fields();
+  ASSERT_TRUE(fields.contains("ratekeeper_reservation")) << r.DebugString();
+  const std::string id = fields.at("ratekeeper_reservation").string_value();
+  const std::vector<std::string> records = {"EVAL", "return #redis.call('KEYS', '*:reservation:*')", "0"};
+  EXPECT_EQ(redis.command(records), "1");  // the record, beside the descriptor's key
+  pb::RateLimitResponse settled;
+  ASSERT_TRUE(server.call(request("d", {{{"api_key", "k"}, {"ratekeeper_reservation", id}}}, 40), settled).ok());
+  EXPECT_EQ(settled.overall_code(), pb::RateLimitResponse::OK);
+  EXPECT_EQ(redis.command(records), "0");  // settled: the record is gone
+  ASSERT_TRUE(server.call(request("d", {{{"api_key", "k"}, {"ratekeeper_reservation", id}}}, 40), settled).ok());
+  ASSERT_TRUE(server.call(request("d", {{{"api_key", "k"}}}, 1), r).ok());
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 959u);  // 40 settled once, then 1 reserved
+}
+
 TEST(RlsGrpc, BadRequestsAreInvalidArgumentAndTheServerStaysUp) {
   RedisServer redis;
   RlsServer server({{"mongo.yaml", std::string(kMongo)}}, redis.url());

@@ -178,6 +178,49 @@ descriptors:
   EXPECT_EQ(alone.statuses(0).limit_remaining(), 4u);
 }
 
+// A descriptor whose node reserves takes the request's hits as an estimate and answers the
+// reservation's id in dynamic metadata; Envoy's call at the end of the stream adds the id as
+// an entry and the actual hits, which settles it once (the difference given back).
+TEST_F(RlsServiceTest, AReservingDescriptorIsSettledByTheCallThatCarriesItsId) {
+  auto rls = service(R"(
+domain: d
+descriptors:
+  - key: api_key
+    reserve: true
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)");
+  const std::string key(kReservationKey);
+  const auto reserved = rls.answer(request({{{"api_key", "k-1"}}}, 400));
+  ASSERT_EQ(reserved.overall_code(), kOk);
+  EXPECT_EQ(reserved.statuses(0).limit_remaining(), 600u);
+  ASSERT_TRUE(reserved.has_dynamic_metadata());
+  const std::string id = reserved.dynamic_metadata().fields().at(key).string_value();
+  EXPECT_TRUE(limiter::valid_reservation_id(id)) << id;
+
+  const auto settle = request({{{"api_key", "k-1"}, {key, id}}}, 150);
+  const auto settled = rls.answer(settle);
+  EXPECT_EQ(settled.overall_code(), kOk);
+  ASSERT_EQ(settled.statuses_size(), 1);
+  EXPECT_FALSE(settled.has_dynamic_metadata());
+  const auto peek = rls.answer(request({{{"api_key", "k-1"}}}, 1));
+  EXPECT_EQ(peek.statuses(0).limit_remaining(), 849u);  // 150 settled, then 1
+  EXPECT_EQ(rls.answer(settle).overall_code(), kOk);     // settled already: nothing changes
+  EXPECT_EQ(rls.answer(request({{{"api_key", "k-1"}}}, 1)).statuses(0).limit_remaining(), 848u);
+  // Not over: no id for a denial, nor for a descriptor that does not reserve.
+  const auto over = rls.answer(request({{{"api_key", "k-1"}}}, 900));
+  EXPECT_EQ(over.overall_code(), kOver);
+  EXPECT_FALSE(over.has_dynamic_metadata());
+  EXPECT_FALSE(rls.answer(request({{{"path", "/v1"}}}, 1)).has_dynamic_metadata());
+
+  // A settlement mixed with other descriptors, or with a malformed id, is refused.
+  EXPECT_EQ(rls.ask(request({{{"api_key", "k-1"}, {key, id}}, {{"path", "/v1"}}}, 1)).status,
+            Status::invalid_argument);
+  EXPECT_EQ(rls.ask(request({{{"api_key", "k-1"}, {key, "x"}}}, 1)).status, Status::invalid_argument);
+  EXPECT_EQ(rls.ask(request({{{key, id}}}, 1)).status, Status::invalid_argument);
+}
+
 TEST_F(RlsServiceTest, UnknownDomainIsOkWithoutALimitAndCounted) {
   auto rls = service(R"(
 domain: d

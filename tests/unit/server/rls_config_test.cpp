@@ -273,6 +273,13 @@ TEST(RlsConfigTest, ErrorsNameTheFileTheFieldAndTheReason) {
       {one("{key: a, detailed_metric: 1}"), "descriptors[0].detailed_metric", "true or false"},
       {one("{key: a, share_threshold: true, value: x}"), "descriptors[0].share_threshold",
        "only with a wildcard value (holding a '*'): 'x' is an exact value"},
+      {one("{key: a, reserve: true}"), "descriptors[0].reserve", "only for a descriptor with a rate_limit"},
+      {one("{key: a, reserve: 1, " + rl + "}"), "descriptors[0].reserve", "true or false"},
+      {one("{key: a, reserve: true, shadow_mode: true, " + rl + "}"), "descriptors[0].reserve",
+       "not with shadow_mode or quota_mode"},
+      {one("{key: a, reserve: true, rate_limit: {unit: second, requests_per_unit: 5, algorithm: "
+           "sliding_window_log}}"),
+       "descriptors[0].reserve", "needs fixed_window or token_bucket limits"},
       {one("{key: a, share_threshold: true}"), "descriptors[0].share_threshold",
        "the descriptor has no value"},
       {one("{key: a, quota_mode: 1}"), "descriptors[0].quota_mode", "true or false"},
