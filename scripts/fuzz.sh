@@ -28,7 +28,8 @@ fi
 # Longest input per target: enough for what each parses (a configuration file, a domain file
 # of the rate limit service, a URL, a few script replies behind resp_fuzz's 128-byte header, a
 # peer, a header and a proxy list, a decision API body, a few pipelined HTTP requests, a
-# redirection line and a few topology replies, a client's ALPN list, a query string).
+# redirection line and a few topology replies, a client's ALPN list, a query string, a body
+# read for its cost).
 max_len_of() {
   case $1 in
     config) echo 4096 ;;
@@ -41,6 +42,7 @@ max_len_of() {
     redis_topology) echo 2048 ;;
     alpn) echo 512 ;;
     admin_keys) echo 1024 ;;
+    usage_scan) echo 4096 ;;
     *) echo 4096 ;;
   esac
 }

@@ -493,17 +493,22 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   // limits and rules: limiter::validate.
   if (const auto usage = node["usage"]) {
     const auto up = Reader::field(path, "usage");
-    r.expect_map(usage, up, {"response_header", "estimate", "estimate_header", "ttl"});
+    r.expect_map(usage, up, {"response_header", "response_json", "estimate", "estimate_header", "ttl"});
     auto header = [&](const char* name) {
       const auto field = Reader::field(up, name);
       std::string value = r.string(usage[name], field);
       if (!http_token(value)) r.fail(field, "must be an HTTP header name");
       return value;
     };
-    if (!usage["response_header"]) {
-      r.fail(Reader::field(up, "response_header"), "required field missing (the response header with the cost)");
+    if (!usage["response_header"] && !usage["response_json"]) {
+      r.fail(up, "response_header or response_json required (where the response reports the cost)");
     }
-    rule.usage.response_header = header("response_header");
+    if (usage["response_header"]) rule.usage.response_header = header("response_header");
+    if (usage["response_json"]) {
+      const auto field = Reader::field(up, "response_json");
+      rule.usage.response_json = r.string(usage["response_json"], field);
+      if (rule.usage.response_json.empty()) r.fail(field, "must not be empty");
+    }
     if (usage["estimate_header"]) rule.usage.estimate_header = header("estimate_header");
     if (!usage["estimate"]) {
       r.fail(Reader::field(up, "estimate"), "required field missing (the cost reserved at admission)");

@@ -35,7 +35,7 @@ namespace {
 
 // A cost a header carries: a decimal integer from 0 to `max`, nothing else (no sign, space or
 // exponent); nullopt otherwise.
-std::optional<std::int64_t> header_cost(std::string_view text, std::int64_t max) {
+std::optional<std::int64_t> parse_header_cost(std::string_view text, std::int64_t max) {
   if (text.empty() || text.size() > 16) return std::nullopt;
   std::int64_t value = 0;
   for (const char c : text) {
@@ -150,7 +150,7 @@ Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
     app.cost = rule.usage.estimate;
     if (!rule.usage.estimate_header.empty()) {
       if (const auto value = request.header(rule.usage.estimate_header)) {
-        const auto estimate = header_cost(*value, kMaxExact);
+        const auto estimate = parse_header_cost(*value, kMaxExact);
         if (!estimate) {
           return make_error(ErrorCode::invalid_argument,
                             fmt::format("{} must be a decimal integer", rule.usage.estimate_header));
@@ -257,18 +257,20 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
       });
 }
 
-void Middleware::settle(const UsageReservation& usage, std::optional<std::string_view> value) {
-  const limiter::Rule& rule = *usage.application.rule;
-  const auto actual = value ? header_cost(*value, algorithms::kMaxCharged) : std::nullopt;
-  if (!actual) {
+std::optional<std::int64_t> Middleware::header_cost(std::optional<std::string_view> value) {
+  return value ? parse_header_cost(*value, algorithms::kMaxCharged) : std::nullopt;
+}
+
+void Middleware::settle(const UsageReservation& usage, std::optional<std::int64_t> cost, std::string_view where) {
+  if (!cost) {
     if (std::uint64_t suppressed = 0; usage_log_->admit(suppressed)) {
-      spdlog::warn("usage: a response under rule '{}' has {} {}: its estimate stays charged{}", rule.name,
-                   value ? "an invalid" : "no", rule.usage.response_header,
+      spdlog::warn("usage: a response under rule '{}' reported no valid cost in {}: its estimate stays charged{}",
+                   usage.application.rule->name, where,
                    suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
     }
     return;
   }
-  limiter_->settle(usage.application, usage.id, *actual, [](Result<bool>) {});
+  limiter_->settle(usage.application, usage.id, *cost, [](Result<bool>) {});
 }
 
 MiddlewareResult Middleware::handle_sync(const Request& request) {

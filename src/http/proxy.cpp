@@ -44,6 +44,7 @@
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/access_log.hpp"
+#include "ratekeeper/http/usage_scan.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/latency_metrics.hpp"
 #include "ratekeeper/http/middleware.hpp"
@@ -285,22 +286,45 @@ std::string_view reason_of(int status) {
 struct PendingUsage {
   UsageReservation reservation;
   std::shared_ptr<Middleware> middleware;
+  std::optional<UsageScanner> body;  // the body is read for the cost (usage.response_json)
 };
 
-// Settles `usage`, if any, from the response field its rule names, then forgets it. A
-// request whose response never comes (the upstream failed, the client left) keeps its
-// estimate: its reservation expires unsettled.
+// The response's head is there: settles `usage`, if any, from the header its rule names when
+// the response has a valid one, else (a rule with response_json) starts reading the body for
+// it, settled by finish_usage(); else its estimate stays. A request whose response never
+// ends (the upstream failed, the client left) keeps its estimate: its reservation expires.
 void settle_usage(std::optional<PendingUsage>& usage, const HeaderList& fields) {
   if (!usage) return;
-  const std::string& name = usage->reservation.application.rule->usage.response_header;
-  std::optional<std::string_view> value;
-  for (const auto& [n, v] : fields) {
-    if (iequals(n, name)) {
-      value = v;
-      break;
+  const auto& spec = usage->reservation.application.rule->usage;
+  auto field = [&](std::string_view name) -> std::optional<std::string_view> {
+    for (const auto& [n, v] : fields) {
+      if (iequals(n, name)) return v;
+    }
+    return std::nullopt;
+  };
+  if (!spec.response_header.empty()) {
+    const auto cost = Middleware::header_cost(field(spec.response_header));
+    if (cost || spec.response_json.empty()) {
+      usage->middleware->settle(usage->reservation, cost, spec.response_header);
+      usage.reset();
+      return;
     }
   }
-  usage->middleware->settle(usage->reservation, value);
+  const auto type = field("content-type").value_or("");
+  const bool events = type.size() >= 17 && iequals(type.substr(0, 17), "text/event-stream");
+  usage->body.emplace(split_field_path(spec.response_json).value_or(std::vector<std::string>{"?"}), events);
+}
+
+// A piece of the response's body, on its way to the client.
+void feed_usage(std::optional<PendingUsage>& usage, std::string_view bytes) {
+  if (usage && usage->body) usage->body->feed(bytes);
+}
+
+// The response's body has ended: settles what it reported.
+void finish_usage(std::optional<PendingUsage>& usage) {
+  if (!usage || !usage->body) return;
+  const auto& spec = usage->reservation.application.rule->usage;
+  usage->middleware->settle(usage->reservation, usage->body->finish(), spec.response_json);
   usage.reset();
 }
 
@@ -675,7 +699,7 @@ class ProxySession final : public ClientConnection {
     served_.outcome = result.outcome;
     served_.rule = std::move(result.rule);
     usage_.reset();
-    if (result.usage) usage_.emplace(PendingUsage{std::move(*result.usage), std::move(middleware)});
+    if (result.usage) usage_.emplace(PendingUsage{std::move(*result.usage), std::move(middleware), std::nullopt});
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       // The body of a rejected request is not read: without one, the connection goes on.
@@ -966,6 +990,7 @@ class ProxySession final : public ClientConnection {
   // bytes; the connection closes once they are written.
   void write_to_client(bool with_head, std::size_t n, bool failed) {
     if (n > 0) hold(n);
+    if (n > 0) feed_usage(usage_, std::string_view(down_body_.data(), n));
     served_.bytes += n;
     const bool chunked = response_framing_ == Framing::chunked;
     const bool last = !failed && chunked && body_expected_ && res_->is_done();
@@ -1027,6 +1052,7 @@ class ProxySession final : public ClientConnection {
                        });
       return;
     }
+    finish_usage(usage_);
     // Back to the pool only when both messages completed cleanly.
     if (upstream_reusable_ && req_->is_done() && up_->buffer.size() == 0) {
       pool_.put(std::move(up_));
@@ -1536,7 +1562,7 @@ class H2ProxySession final : public ClientConnection {
     if (closed_ || x->gone || x->served.status != 0) return;
     x->served.outcome = result.outcome;
     x->served.rule = std::move(result.rule);
-    if (result.usage) x->usage.emplace(PendingUsage{std::move(*result.usage), std::move(middleware)});
+    if (result.usage) x->usage.emplace(PendingUsage{std::move(*result.usage), std::move(middleware), std::nullopt});
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       return answer(*x, result.status, result.content_type, std::move(result.body), std::move(result.headers));
@@ -1675,6 +1701,7 @@ class H2ProxySession final : public ClientConnection {
     if (ec) return aborted(*x);
     if (const std::size_t n = x->res->streamed(); n > 0) {
       x->served.bytes += n;
+      feed_usage(x->usage, std::string_view(x->body.data(), n));
       h2_.body(x->id, std::string_view(x->body.data(), n), x->res->is_done());
       flush();
       return relay(x);
@@ -1692,6 +1719,7 @@ class H2ProxySession final : public ClientConnection {
                              const std::size_t n = x->res->streamed();
                              if (n > 0) {
                                x->served.bytes += n;
+                               feed_usage(x->usage, std::string_view(x->body.data(), n));
                                self->h2_.body(x->id, std::string_view(x->body.data(), n), !ec && x->res->is_done());
                                self->flush();
                              }
@@ -1715,6 +1743,7 @@ class H2ProxySession final : public ClientConnection {
   // last DATA frame written by the flush that relayed the end of the body): the connection is
   // still reusable then.
   void release(Exchange& x) {
+    finish_usage(x.usage);
     if (x.up && x.res && x.res->is_done() && x.res->keep_alive() && x.up->buffer.size() == 0) {
       pool_.put(std::move(x.up));
     }

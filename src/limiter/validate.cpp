@@ -131,10 +131,18 @@ void check_lease(Issues& out, const std::string& path, const Rule& rule, const T
 void check_usage(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
   const auto& usage = rule.usage;
   if (!usage.enabled()) {
-    if (usage != UsageSpec{}) out.add(path + ".usage.response_header", "required field missing");
+    if (usage != UsageSpec{}) {
+      out.add(path + ".usage", "required: response_header or response_json (where the response reports the cost)");
+    }
     return;
   }
   const auto field = path + ".usage";
+  if (!usage.response_json.empty()) {
+    const std::string_view dotted = usage.response_json;
+    bool ok = dotted.size() <= 256 && dotted.front() != '.' && dotted.back() != '.' &&
+              dotted.find("..") == std::string_view::npos;
+    if (!ok) out.add(field + ".response_json", "must be field names joined by '.', e.g. usage.total_tokens");
+  }
   if (usage.estimate < 0) out.add(field + ".estimate", fmt::format("must be >= 0, got {}", usage.estimate));
   if (usage.ttl <= 0 || usage.ttl > 86'400 * kMicrosPerSecond) {
     out.add(field + ".ttl", fmt::format("must be > 0 and at most 1d, got {} microseconds", usage.ttl));

@@ -202,6 +202,33 @@ void TestUpstream::serve(int fd) {
       break;
     }
     bool ok = true;
+    if (path.starts_with("/usage-json/")) {  // the cost in the body, as OpenAI reports it
+      const auto value = path.substr(std::string_view("/usage-json/").size());
+      const std::string body =
+          fmt::format(R"({{"id":"c-1","choices":[{{"text":"hi"}}],"usage":{{"prompt_tokens":2,"total_tokens":{}}}}})",
+                      value);
+      ok = send(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{}",
+                            body.size(), connection, body));
+      if (!ok || !keep) break;
+      continue;
+    }
+    if (path.starts_with("/usage-sse/")) {  // a streamed completion: the usage in its last chunk
+      const auto value = path.substr(std::string_view("/usage-sse/").size());
+      ok = send(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n{}\r\n",
+                            connection));
+      const std::string events[] = {
+          "data: {\"choices\":[{\"delta\":\"he\"}],\"usage\":null}\n\n",
+          ": keep-alive\r\n\r\n",
+          "data: {\"choices\":[{\"delta\":\"llo\"}],\"usage\":null}\n\n",
+          fmt::format("data: {{\"choices\":[],\"usage\":{{\"total_tokens\":{}}}}}\n\n", value),
+          "data: [DONE]\n\n"};
+      for (const auto& event : events) {
+        if (ok) ok = send(fmt::format("{:x}\r\n{}\r\n", event.size(), event));
+      }
+      if (ok) ok = send("0\r\n\r\n");
+      if (!ok || !keep) break;
+      continue;
+    }
     if (path.starts_with("/stream/") || path.starts_with("/chunked/")) {
       const bool chunked = path.starts_with("/chunked/");
       const std::uint64_t total = number_after(path, chunked ? "/chunked/" : "/stream/");

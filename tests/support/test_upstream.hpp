@@ -10,6 +10,8 @@
 //   /close-in-body     a header announcing 1 MB, 1000 bytes, then closes
 //   /hop-by-hop   the default, with hop-by-hop fields and a field named in Connection
 //   /usage/V      the default with X-Usage-Tokens: V (none: without it)
+//   /usage-json/V a JSON body with "usage": {"total_tokens": V}
+//   /usage-sse/V  an event stream (chunked) whose last event but [DONE] holds that usage
 //   /then-close   the default (keep-alive), then closes the idle connection
 //   /drop-next    the default; the next request on the connection is read, then the
 //                 connection closed without an answer

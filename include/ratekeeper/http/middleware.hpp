@@ -72,11 +72,13 @@ class Middleware {
   void handle(const Request& request, MiddlewareCallback done);
   MiddlewareResult handle_sync(const Request& request);
 
-  // Settles `usage` to the cost the response's header carries (its value: nullopt when the
-  // response has none). A response without a valid one (a decimal integer from 0 to 2^41)
-  // leaves the estimate charged, and a rate-bounded log line says so; the settlement itself
-  // goes on in the background (a store failure is logged by the Limiter). Thread-safe.
-  void settle(const UsageReservation& usage, std::optional<std::string_view> value);
+  // Settles `usage` to `cost`, what the response reported in `where` (its header, its body's
+  // field); nullopt: no valid cost (an integer from 0 to 2^41), so the estimate stays charged
+  // and a rate-bounded log line says so. The settlement goes on in the background (a store
+  // failure is logged by the Limiter). Thread-safe.
+  void settle(const UsageReservation& usage, std::optional<std::int64_t> cost, std::string_view where);
+  // The cost a header's value carries: a decimal integer from 0 to 2^41, nothing else.
+  static std::optional<std::int64_t> header_cost(std::optional<std::string_view> value);
 
   // The request's rules as applied to it (identity, tier, endpoint resolved), or the
   // reason for a 400. Rules match the normal form of the request's path (http/path.hpp); a

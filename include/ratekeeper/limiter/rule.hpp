@@ -61,16 +61,20 @@ std::string_view to_string(OnLimit on_limit) noexcept;
 
 // A cost known only when the upstream answers (a response's usage: tokens of a language model,
 // bytes, rows): an HTTP request under the rule reserves an estimate at admission, settled to
-// the integer the response header `response_header` carries (Limiter::settle). The estimate
-// is the integer of the request header `estimate_header` when the request has one, else
-// `estimate`. Token bucket and fixed window limits only; not shadow, delayed or leased.
+// the integer the response header `response_header` carries, or else the field
+// `response_json` (dotted: "usage.total_tokens") of a JSON body or of the last event of an
+// event stream that holds it (http/usage_scan.hpp), at the response's end (Limiter::settle).
+// The estimate is the integer of the request header `estimate_header` when the request has
+// one, else `estimate`. Token bucket and fixed window limits only; not shadow, delayed or
+// leased.
 struct UsageSpec {
-  std::string response_header;  // empty: the rule's cost is `cost`, known at admission
+  std::string response_header;  // both empty: the rule's cost is `cost`, known at admission
+  std::string response_json;
   std::string estimate_header;  // empty: always `estimate`
   std::int64_t estimate = 0;
   Micros ttl = 300 * kMicrosPerSecond;  // how long a reservation can be settled
 
-  bool enabled() const noexcept { return !response_header.empty(); }
+  bool enabled() const noexcept { return !response_header.empty() || !response_json.empty(); }
   friend bool operator==(const UsageSpec&, const UsageSpec&) = default;
 };
 

@@ -263,8 +263,12 @@ TEST(ConfigTest, UsageIsReadPerRule) {
   ASSERT_EQ(c.limiter.rules.size(), 4u);
   EXPECT_FALSE(c.limiter.rules[0].usage.enabled());
   EXPECT_EQ(c.limiter.rules[2].usage,
-            (limiter::UsageSpec{"X-Usage-Tokens", "X-Max-Tokens", 200, 30 * kMicrosPerSecond}));
-  EXPECT_EQ(c.limiter.rules[3].usage, (limiter::UsageSpec{"X-Cost", "", 1, 300 * kMicrosPerSecond}));
+            (limiter::UsageSpec{"X-Usage-Tokens", "", "X-Max-Tokens", 200, 30 * kMicrosPerSecond}));
+  EXPECT_EQ(c.limiter.rules[3].usage, (limiter::UsageSpec{"X-Cost", "", "", 1, 300 * kMicrosPerSecond}));
+  const auto json = parse_config(kRules + "  - {name: c, limits: [{capacity: 1000, rate: 10/s}], usage: "
+                                          "{response_json: usage.total_tokens, estimate: 5}}\n",
+                                 "test.yaml");
+  EXPECT_EQ(json.limiter.rules[2].usage, (limiter::UsageSpec{"", "usage.total_tokens", "", 5, 300 * kMicrosPerSecond}));
 }
 
 TEST(ConfigTest, BadUsageIsNamedWithItsPath) {
@@ -272,7 +276,10 @@ TEST(ConfigTest, BadUsageIsNamedWithItsPath) {
   auto rule = [](std::string extra, std::string usage) {
     return kRules + "  - {name: c, limits: [{capacity: 10, rate: 5/s}]" + extra + ", usage: {" + usage + "}}\n";
   };
-  expect_error(rule("", "estimate: 5"), "rules[2].usage.response_header", "required field missing");
+  expect_error(rule("", "estimate: 5"), "rules[2].usage", "response_header or response_json required");
+  expect_error(rule("", "response_json: usage..total, estimate: 5"), "rules[2].usage.response_json",
+               "field names joined by '.'");
+  expect_error(rule("", "response_json: '', estimate: 5"), "rules[2].usage.response_json", "must not be empty");
   expect_error(rule("", "response_header: X-Cost"), "rules[2].usage.estimate", "required field missing");
   expect_error(rule("", "response_header: 'X Cost', estimate: 5"), "rules[2].usage.response_header",
                "HTTP header name");
