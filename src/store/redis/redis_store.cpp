@@ -21,6 +21,17 @@
 namespace ratekeeper::store {
 namespace {
 
+// The integer a script answers (reset, settle), or the error its reply is.
+Result<std::int64_t> integer_reply(Result<redis::Reply> reply, std::string_view script) {
+  if (!reply) return std::unexpected(std::move(reply.error()));
+  if (reply->is_error()) return make_error(ErrorCode::reply, reply->str);
+  if (!reply->is_integer()) {
+    return make_error(ErrorCode::protocol,
+                      fmt::format("{} reply: expected an integer, got {}", script, reply->to_string()));
+  }
+  return reply->integer;
+}
+
 Micros command_timeout_of(const RedisTopology& topology) {
   return std::visit(Overloaded{[](const redis::ConnectionOptions& c) { return c.command_timeout; },
                                [](const redis::SentinelOptions& s) { return s.master.command_timeout; },
@@ -227,13 +238,7 @@ void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
   owned->call.done = [owned](Result<redis::Reply> reply) mutable {
     auto done = std::move(owned->done);
     owned.reset();
-    if (!reply) return done(std::unexpected(std::move(reply.error())));
-    if (reply->is_error()) return done(make_error(ErrorCode::reply, reply->str));
-    if (!reply->is_integer()) {
-      return done(make_error(ErrorCode::protocol, fmt::format("reset reply: expected an integer, got {}",
-                                                              reply->to_string())));
-    }
-    done(reply->integer);
+    done(integer_reply(std::move(reply), "reset"));
   };
   lane().client->send(owned->call);
 }
@@ -331,13 +336,9 @@ void RedisStore::settle(std::string record, std::vector<CheckItem> items, std::o
   owned->call.done = [owned](Result<redis::Reply> reply) mutable {
     auto done = std::move(owned->done);
     owned.reset();
-    if (!reply) return done(std::unexpected(std::move(reply.error())));
-    if (reply->is_error()) return done(make_error(ErrorCode::reply, reply->str));
-    if (!reply->is_integer()) {
-      return done(make_error(ErrorCode::protocol, fmt::format("settle reply: expected an integer, got {}",
-                                                              reply->to_string())));
-    }
-    done(reply->integer == 1);
+    auto settled = integer_reply(std::move(reply), "settle");
+    if (!settled) return done(std::unexpected(std::move(settled.error())));
+    done(*settled == 1);
   };
   lane().client->send(owned->call);
 }
