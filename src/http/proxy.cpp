@@ -1778,7 +1778,10 @@ class H2ProxySession final : public ClientConnection {
     x->gone = true;
     if (x->up) {
       // Closed before its response was relayed whole (reset by the client, or the proxy).
-      if (x->served.status == 0 || !x->res || !x->res->is_done()) proxy_.count(proxy_.client_aborted);
+      if (x->served.status == 0 || !x->res || !x->res->is_done()) {
+        proxy_.count(proxy_.client_aborted);
+        x->usage.reset();  // a body cut short reports nothing: the estimate stays
+      }
       release(*x);
     }
     if (x->served.active) {
