@@ -623,8 +623,9 @@ void Service::answer(Call& call, Result<Evaluation> evaluation) {
   }
   response.set_overall_code(over ? pb::RateLimitResponse::OVER_LIMIT : pb::RateLimitResponse::OK);
   if (!over && !evaluation->reservation.empty()) {
-    (*response.mutable_dynamic_metadata()->mutable_fields())[std::string(kReservationKey)].set_string_value(
-        evaluation->reservation);
+    auto* field = response.mutable_dynamic_metadata()->add_fields();
+    field->set_key(std::string(kReservationKey));
+    field->mutable_value()->set_string_value(evaluation->reservation);
   }
   if (options_.response_headers && !shown.rules.empty()) {
     std::vector<Decision> decisions;

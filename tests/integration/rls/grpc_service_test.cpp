@@ -216,9 +216,17 @@ descriptors:
   ASSERT_TRUE(server.call(request("d", {{{"api_key", "k"}}}, 300), r).ok());
   ASSERT_EQ(r.overall_code(), pb::RateLimitResponse::OK);
   EXPECT_EQ(r.statuses(0).limit_remaining(), 700u);
-  const auto& fields = r.dynamic_metadata().fields();
-  ASSERT_TRUE(fields.contains("ratekeeper_reservation")) << r.DebugString();
-  const std::string id = fields.at("ratekeeper_reservation").string_value();
+  ASSERT_EQ(r.dynamic_metadata().fields_size(), 1) << r.DebugString();
+  ASSERT_EQ(r.dynamic_metadata().fields(0).key(), "ratekeeper_reservation");
+  const std::string id = r.dynamic_metadata().fields(0).value().string_value();
+  // The bytes of google.protobuf.Struct {fields: {"ratekeeper_reservation": {string_value: id}}},
+  // as Envoy reads them: fields (1) holds an entry of key (1) and value (2), whose
+  // string_value is field 3.
+  const std::string key = "ratekeeper_reservation";
+  const std::string value = std::string("\x1a") + static_cast<char>(id.size()) + id;
+  const std::string entry = std::string("\x0a") + static_cast<char>(key.size()) + key + "\x12" +
+                            static_cast<char>(value.size()) + value;
+  EXPECT_EQ(r.dynamic_metadata().SerializeAsString(), std::string("\x0a") + static_cast<char>(entry.size()) + entry);
   const std::vector<std::string> records = {"EVAL", "return #redis.call('KEYS', '*:reservation:*')", "0"};
   EXPECT_EQ(redis.command(records), "1");  // the record, beside the descriptor's key
   pb::RateLimitResponse settled;

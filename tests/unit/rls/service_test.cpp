@@ -196,7 +196,9 @@ descriptors:
   ASSERT_EQ(reserved.overall_code(), kOk);
   EXPECT_EQ(reserved.statuses(0).limit_remaining(), 600u);
   ASSERT_TRUE(reserved.has_dynamic_metadata());
-  const std::string id = reserved.dynamic_metadata().fields().at(key).string_value();
+  ASSERT_EQ(reserved.dynamic_metadata().fields_size(), 1);
+  EXPECT_EQ(reserved.dynamic_metadata().fields(0).key(), key);
+  const std::string id = reserved.dynamic_metadata().fields(0).value().string_value();
   EXPECT_TRUE(limiter::valid_reservation_id(id)) << id;
 
   const auto settle = request({{{"api_key", "k-1"}, {key, id}}}, 150);
