@@ -29,6 +29,7 @@ struct Limiter::Prepared {
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
   std::size_t item_count = 0;           // items.size() before they were handed to the store
   std::string reservation;                 // the reserving application's id, if any
+  std::size_t reserving = 0;               // its index in `enforcing`
   store::ReservationRecord reservation_record;  // its record: key, ttl, and the application's items
   Limiter* limiter = nullptr;
   std::shared_ptr<Limiter> keep_alive;  // when shared: the limiter, until the store answers
@@ -198,6 +199,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       auto record = reservation_record(out.identity, rule->name, app.reservation);
       if (!record) return std::unexpected(std::move(record.error()));
       prepared->reservation = std::move(app.reservation);
+      prepared->reserving = prepared->enforcing.size() - 1;
       prepared->reservation_record = {std::move(*record), app.reservation_ttl, prepared->items.size(),
                                       out.limits.size()};
     }
@@ -368,15 +370,8 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
   ev.allowed = ev.decision.allowed;
   if (recorded && ev.allowed && !prepared.reservation.empty()) {
     ev.reservation = std::move(prepared.reservation);
-    const std::size_t first = prepared.reservation_record.first;
-    std::size_t at = 0;
-    for (const auto& rule : prepared.enforcing) {
-      if (at == first) {
-        metrics_->record_reservation(rule_index(rule.rule), Reservation::reserved, rule.cost);
-        break;
-      }
-      at += rule.limits.size();
-    }
+    const RuleOutcome& reserving = prepared.enforcing[prepared.reserving];
+    metrics_->record_reservation(rule_index(reserving.rule), Reservation::reserved, reserving.cost);
   }
   for (const auto& rule : prepared.enforcing) account(rule, latency);
   ev.rules = std::move(prepared.enforcing);
@@ -424,20 +419,22 @@ void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done
   p->done = std::move(done);
   p->item_count = p->items.size();
   auto items = std::move(p->items);
-  auto answer = [p](Result<store::CheckOutcome> r) {
+  const bool reserves = !p->reservation.empty();
+  store::ReservationRecord record = reserves ? p->reservation_record : store::ReservationRecord{};
+  auto answer = [p = std::move(p)](Result<store::CheckOutcome> r) {
     Limiter& self = *p->limiter;
     const Micros latency = self.steady_clock_->steady() - p->started;
     self.metrics_->record_store_latency(latency);
     auto done = std::move(p->done);
     done(self.finish(*p, std::move(r), latency));
   };
-  if (!p->reservation.empty()) {
+  if (reserves) {
     // A check that reserves is neither delayed nor leased: the record holds what the store took.
     for (auto& item : items) {
       item.max_delay = 0;
       item.lease = {};
     }
-    store_->reserve(p->reservation_record, std::move(items), now(), std::move(answer));
+    store_->reserve(std::move(record), std::move(items), now(), std::move(answer));
     return;
   }
   store_->check(std::move(items), now(), std::move(answer));
