@@ -263,6 +263,8 @@ std::optional<std::int64_t> Middleware::header_cost(std::optional<std::string_vi
 
 void Middleware::settle(const UsageReservation& usage, std::optional<std::int64_t> cost, std::string_view where) {
   if (!cost) {
+    limiter_->metrics().record_reservation(limiter_->rule_index(usage.application.rule),
+                                           limiter::Reservation::unreported);
     if (std::uint64_t suppressed = 0; usage_log_->admit(suppressed)) {
       spdlog::warn("usage: a response under rule '{}' reported no valid cost in {}: its estimate stays charged{}",
                    usage.application.rule->name, where,

@@ -93,6 +93,7 @@ std::string_view to_string(Reservation r) noexcept {
     case Reservation::settled: return "settled";
     case Reservation::unknown: return "unknown";
     case Reservation::failed: return "failed";
+    case Reservation::unreported: return "unreported";
   }
   return "unknown";
 }

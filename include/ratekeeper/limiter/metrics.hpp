@@ -37,8 +37,9 @@ enum class Reservation : std::uint8_t {
   settled,   // settled to its actual cost
   unknown,   // a settlement that found nothing: settled already, never made, or expired
   failed,    // a settlement the store failed: the estimate stays
+  unreported,  // a response that reported no valid cost (proxy): never settled, the estimate stays
 };
-inline constexpr std::size_t kReservationCount = 4;
+inline constexpr std::size_t kReservationCount = 5;
 std::string_view to_string(Reservation r) noexcept;
 
 class Metrics {

@@ -106,6 +106,10 @@ TEST_F(HttpUsage, ARequestIsChargedTheCostItsResponseReports) {
                      "estimate stays charged"),
             std::string::npos)
       << log;
+  const auto metrics = HttpClient(admin_).get("/metrics");
+  EXPECT_NE(metrics.body.find("ratekeeper_reservations_total{rule=\"completions\",result=\"unreported\"} 2\n"),
+            std::string::npos)
+      << metrics.body;
 
   // An estimate no limit can take, or one that is not an integer: 400, nothing forwarded.
   const std::size_t forwarded = upstream_.request_count();
