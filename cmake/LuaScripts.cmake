@@ -2,15 +2,16 @@
 # lua/prelude.lua, the algorithm(s), the entry part, then the call of the entry. Included by
 # EmbedLua.cmake (the build's outputs) and EmbedLuaScript.cmake (the assembly).
 set(scripts token_bucket sliding_window_log sliding_window_counter fixed_window multi batch multi_at multi_delay refund lease
-  reset reserve settle)
-# The algorithms, numbered as enum algorithms::Algorithm.
+  reset reserve settle renew)
+# The algorithms, numbered as enum algorithms::Algorithm (concurrency, 4, has no script of its
+# own: its slot is taken by "reserve").
 set(number 0)
 foreach(algorithm token_bucket sliding_window_log sliding_window_counter fixed_window)
   set(parts_${algorithm} prelude ${algorithm} single)
   set(call_${algorithm} "return run_single(${algorithm}, ${number})")
   math(EXPR number "${number} + 1")
 endforeach()
-set(all_algorithms token_bucket sliding_window_log sliding_window_counter fixed_window)
+set(all_algorithms token_bucket sliding_window_log sliding_window_counter fixed_window concurrency)
 # Several limits of one identity, all-or-nothing.
 set(parts_multi prelude ${all_algorithms} multi)
 set(call_multi "return run_multi()")
@@ -41,3 +42,6 @@ set(parts_reserve prelude ${all_algorithms} multi refund reservation)
 set(call_reserve "return run_reserve()")
 set(parts_settle prelude ${all_algorithms} multi refund reservation)
 set(call_settle "return run_settle()")
+# A heartbeat of a reservation holding concurrency slots (Store::renew).
+set(parts_renew prelude ${all_algorithms} multi refund reservation)
+set(call_renew "return run_renew()")

@@ -1,13 +1,15 @@
 -- Entry of the multi-key script: several limits checked at one instant and consumed from
 -- all of them or from none, as algorithms::step_all. KEYS = k1..kN; ARGV = {now_us, then per
 -- key: algorithm, capacity, period_us, cost}, algorithm 0 token bucket, 1 sliding window
--- log, 2 sliding window counter, 3 fixed window (enum algorithms::Algorithm). Returns the
+-- log, 2 sliding window counter, 3 fixed window, 4 concurrency (enum algorithms::Algorithm;
+-- a concurrency slot is taken only by "reserve", lua/reservation.lua). Returns the
 -- combined decision, then each key's decision, 5 integers each.
 local STEPS = {
   [0] = token_bucket,
   [1] = sliding_window_log,
   [2] = sliding_window_counter,
   [3] = fixed_window,
+  [4] = concurrency,
 }
 
 -- As algorithms::combine. Allowed: the limit with the fewest remaining units, the largest
@@ -71,7 +73,7 @@ local function check_all(limits, now)
   local allowed = true
   for i = 1, n do
     local l = limits[i]
-    items[i], stores[i] = l.step(l.key, l.capacity, l.period, l.cost, now)
+    items[i], stores[i] = l.step(l.key, l.capacity, l.period, l.cost, now, l.member)
     allowed = allowed and items[i][1] == 1
   end
   local delay = 0

@@ -12,6 +12,8 @@ local MAX_DELAY = 3600 * 1000000  -- algorithms::kMaxDelay
 local MAX_LOG_COST = 1000        -- algorithms::kMaxLogCost
 local TOKEN_BUCKET = 0           -- the algorithm numbers of enum algorithms::Algorithm
 local SLIDING_WINDOW_LOG = 1
+local CONCURRENCY = 4
+local MAX_CONCURRENCY = 2 ^ 20   -- algorithms::kMaxConcurrency
 
 -- The library functions of the hot path, as locals: bound by every entry before it runs
 -- (a library of functions cannot read them while it is loaded, only when called).
@@ -68,6 +70,8 @@ local function limit_args(algorithm, capacity_text, period_text, cost_text)
     if capacity > MAX_HORIZON / period then
       fail('capacity x refill interval must stay below 2^51 microseconds')
     end
+  elseif algorithm == CONCURRENCY and capacity > MAX_CONCURRENCY then
+    fail('limit must be at most 2^20 requests in flight, got ' .. str(capacity))
   elseif capacity > MAX_WINDOW_LIMIT then
     fail('limit must be at most 2^40 per window, got ' .. str(capacity))
   elseif period > MAX_WINDOW then
@@ -76,6 +80,9 @@ local function limit_args(algorithm, capacity_text, period_text, cost_text)
   if cost < 0 then fail('cost must be >= 0, got ' .. str(cost)) end
   if cost > capacity then
     fail('cost ' .. str(cost) .. ' exceeds capacity ' .. str(capacity) .. ': it can never be admitted')
+  end
+  if algorithm == CONCURRENCY and cost > 1 then
+    fail('cost ' .. str(cost) .. ' of a concurrency limit: a request holds one slot (cost 0 or 1)')
   end
   if algorithm == SLIDING_WINDOW_LOG and cost > MAX_LOG_COST then
     fail('cost ' .. str(cost) .. ' is above ' .. str(MAX_LOG_COST) .. ', the most a sliding window log takes in one check')

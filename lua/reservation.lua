@@ -15,8 +15,18 @@
 -- a refund, what is above is charged as debt) and the record is deleted, so a second settle
 -- of the same reservation does nothing; a record expired or never written leaves the
 -- estimate charged. Reply: 1 when settled, 0 when there was no record.
+--
+-- Concurrency limits (4) are held the same way: "reserve" takes a slot of each one the record
+-- holds, the record key its member (lua/concurrency.lua); "settle" gives it back (its actual
+-- cost is not used). An actual cost of -1 (store::kAsEstimated) leaves a rate limit as
+-- reserved.
+--
+-- "renew": KEYS = {record, k1..kN}; ARGV = {now_us, ttl_us, then per key: algorithm, capacity,
+-- period_us, cost (not used)}. When the record exists, it is kept ttl_us more and each slot it
+-- holds is moved to expire period_us from now. Reply: 1 when the record and every slot were
+-- still held, 0 otherwise (a slot reclaimed is not taken again).
 
-local RESERVABLE = {[0] = token_bucket, [3] = fixed_window}
+local RESERVABLE = {[0] = token_bucket, [3] = fixed_window, [4] = concurrency}
 local MAX_CHARGED = 2 * MAX_WINDOW_LIMIT  -- algorithms::kMaxCharged
 
 -- As algorithms::charge: `units` taken at `now` whatever is left.
@@ -93,9 +103,11 @@ local function run_reserve()
   if first < 1 or last < first or last > n then fail('the recorded keys must be some of the keys') end
   local limits = parse_limits(2, n, 5)
   for i = first, last do
-    if limits[i].step ~= token_bucket and limits[i].step ~= fixed_window then
-      fail('only token bucket (0) and fixed window (3) limits can be reserved')
+    local step = limits[i].step
+    if step ~= token_bucket and step ~= fixed_window and step ~= concurrency then
+      fail('only token bucket (0), fixed window (3) and concurrency (4) limits can be reserved')
     end
+    if step == concurrency then limits[i].member = KEYS[1] end
   end
   local now = resolve_now(ARGV[1])
   local out = check_all(limits, now)
@@ -111,33 +123,42 @@ local function run_reserve()
   return out
 end
 
+-- The held limits of "settle" and "renew": KEYS[2..n+1], their arguments from ARGV[arg] on.
+local function held_limits(n, arg)
+  local limits = {}
+  for i = 1, n do
+    local base = arg + 4 * (i - 1)
+    local algorithm = tonumber(ARGV[base])
+    if RESERVABLE[algorithm] == nil then
+      fail('only token bucket (0), fixed window (3) and concurrency (4) limits can be reserved, got ' ..
+           tostring(ARGV[base]))
+    end
+    local capacity, period = limit_args(algorithm, ARGV[base + 1], ARGV[base + 2], '0')
+    local actual = integer_arg(ARGV[base + 3], 'actual cost')
+    if actual ~= -1 and (actual < 0 or actual > MAX_CHARGED) then
+      fail('the actual cost must be between 0 and 2^41, or -1, got ' .. str(actual))
+    end
+    limits[i] = {key = KEYS[i + 1], algorithm = algorithm, capacity = capacity, period = period, actual = actual}
+  end
+  return limits
+end
+
 local function run_settle()
   local n = #KEYS - 1
   if #ARGV ~= 1 + 4 * n then
     fail('expected now_us, then algorithm, capacity, period_us, actual cost per key')
   end
   check_record_key(n)
-  local limits = {}
-  for i = 1, n do
-    local base = 2 + 4 * (i - 1)
-    local algorithm = tonumber(ARGV[base])
-    if RESERVABLE[algorithm] == nil then
-      fail('only token bucket (0) and fixed window (3) limits can be reserved, got ' .. tostring(ARGV[base]))
-    end
-    local capacity, period = limit_args(algorithm, ARGV[base + 1], ARGV[base + 2], '0')
-    local actual = integer_arg(ARGV[base + 3], 'actual cost')
-    if actual < 0 or actual > MAX_CHARGED then
-      fail('the actual cost must be between 0 and 2^41, got ' .. str(actual))
-    end
-    limits[i] = {key = KEYS[i + 1], algorithm = algorithm, capacity = capacity, period = period, actual = actual}
-  end
+  local limits = held_limits(n, 2)
   local now = resolve_now(ARGV[1])
   local at, entries = parse_record(redis.pcall('GET', KEYS[1]))
   if not at then return 0 end
   for i = 1, n do
     local l = limits[i]
     local entry = entries[l.key]
-    if entry then
+    if entry and l.algorithm == CONCURRENCY then
+      release_slot(l.key, KEYS[1])
+    elseif entry and l.actual ~= -1 then
       local estimate, reset_after = entry[1], entry[2]
       if l.actual < estimate then
         local units = estimate - l.actual
@@ -157,4 +178,27 @@ local function run_settle()
   end
   redis.call('DEL', KEYS[1])
   return 1
+end
+
+local function run_renew()
+  local n = #KEYS - 1
+  if #ARGV ~= 2 + 4 * n then
+    fail('expected now_us, ttl_us, then algorithm, capacity, period_us, cost per key')
+  end
+  check_record_key(n)
+  local ttl = integer_arg(ARGV[2], 'ttl')
+  if ttl < 1 or ttl > MAX_HORIZON then fail('ttl must be between 1 and 2^51 us, got ' .. str(ttl)) end
+  local limits = held_limits(n, 3)
+  local now = resolve_now(ARGV[1])
+  local at, entries = parse_record(redis.pcall('GET', KEYS[1]))
+  if not at then return 0 end
+  redis.call('PEXPIRE', KEYS[1], str(math.ceil(ttl / 1000)))
+  local all = 1
+  for i = 1, n do
+    local l = limits[i]
+    if entries[l.key] and l.algorithm == CONCURRENCY and not renew_slot(l.key, l.period, KEYS[1], now) then
+      all = 0
+    end
+  end
+  return all
 end

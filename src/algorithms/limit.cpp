@@ -34,13 +34,14 @@ std::string_view to_string(Algorithm a) noexcept {
     case Algorithm::sliding_window_log: return "sliding_window_log";
     case Algorithm::sliding_window_counter: return "sliding_window_counter";
     case Algorithm::fixed_window: return "fixed_window";
+    case Algorithm::concurrency: return "concurrency";
   }
   return "unknown";
 }
 
 std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept {
   for (auto a : {Algorithm::token_bucket, Algorithm::sliding_window_log,
-                 Algorithm::sliding_window_counter, Algorithm::fixed_window}) {
+                 Algorithm::sliding_window_counter, Algorithm::fixed_window, Algorithm::concurrency}) {
     if (name == to_string(a)) return a;
   }
   return std::nullopt;
@@ -54,7 +55,9 @@ Result<Limit> Limit::make(Algorithm algorithm, std::int64_t capacity, Micros per
   if (period < 1) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("{} must be >= 1 microsecond, got {}",
-                                  algorithm == Algorithm::token_bucket ? "refill interval" : "window",
+                                  algorithm == Algorithm::token_bucket  ? "refill interval"
+                                  : algorithm == Algorithm::concurrency ? "slot_ttl"
+                                                                        : "window",
                                   period));
   }
   if (algorithm == Algorithm::token_bucket) {
@@ -66,14 +69,18 @@ Result<Limit> Limit::make(Algorithm algorithm, std::int64_t capacity, Micros per
     }
     return Limit{algorithm, capacity, period};
   }
+  if (algorithm == Algorithm::concurrency && capacity > kMaxConcurrency) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("limit must be at most 2^20 (1048576) requests in flight, got {}", capacity));
+  }
   if (capacity > kMaxWindowLimit) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("limit must be at most {}, got {}", kWindowLimitBound, capacity));
   }
   if (period > kMaxWindow) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("window must be at most 2^45 microseconds (about 407 days), got {}",
-                                  period));
+                      fmt::format("{} must be at most 2^45 microseconds (about 407 days), got {}",
+                                  algorithm == Algorithm::concurrency ? "slot_ttl" : "window", period));
   }
   return Limit{algorithm, capacity, period};
 }
@@ -119,6 +126,10 @@ Result<void> validate_cost(const Limit& limit, std::int64_t cost) {
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("cost {} exceeds capacity {}: it can never be admitted", cost,
                                   limit.capacity));
+  }
+  if (limit.algorithm == Algorithm::concurrency && cost > 1) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("cost {} of a concurrency limit: a request holds one slot (cost 0 or 1)", cost));
   }
   if (limit.algorithm == Algorithm::sliding_window_log && cost > kMaxLogCost) {
     return make_error(ErrorCode::invalid_argument,

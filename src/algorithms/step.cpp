@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ratekeeper/algorithms/concurrency.hpp"
 #include "ratekeeper/algorithms/fixed_window.hpp"
 #include "ratekeeper/algorithms/sliding_window_counter.hpp"
 #include "ratekeeper/algorithms/sliding_window_log.hpp"
@@ -45,6 +46,7 @@ Step step_unchecked(const Limit& limit, State state, Micros now, std::int64_t co
     case Algorithm::sliding_window_counter:
       return sliding_window_counter::step(limit, std::move(state), now, cost);
     case Algorithm::fixed_window: return fixed_window::step(limit, std::move(state), now, cost);
+    case Algorithm::concurrency: return concurrency::step(limit, std::move(state), now, cost);
   }
   return {};
 }

@@ -20,6 +20,21 @@ namespace ratekeeper::limiter {
 
 using algorithms::Decision;
 
+namespace {
+
+// What a request of `cost` takes from `limit`: its cost, or one slot of a concurrency limit.
+std::int64_t item_cost(const algorithms::Limit& limit, std::int64_t cost) noexcept {
+  return limit.algorithm == algorithms::Algorithm::concurrency ? std::min<std::int64_t>(cost, 1) : cost;
+}
+
+// The same where no reservation holds the slot (shadow rules, the local failure policy): a
+// concurrency limit is peeked.
+std::int64_t unheld_cost(const algorithms::Limit& limit, std::int64_t cost) noexcept {
+  return limit.algorithm == algorithms::Algorithm::concurrency ? 0 : cost;
+}
+
+}  // namespace
+
 // One evaluation: the outcome of each application (identity, tier, cost, and per limit the
 // policy name, the limit and the key, filled in by prepare), the enforcing items handed to
 // the store, and, while they are checked, who asked and since when.
@@ -143,8 +158,14 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       rule_key = rule_part;
     }
     out.limits.reserve(policy->size());
+    bool holds_slots = false;
+    Micros slot_ttl = 0;
     for (const auto& named : *policy) {
-      if (auto ok = algorithms::validate_cost(named.limit, out.cost); !ok) {
+      if (named.limit.algorithm == algorithms::Algorithm::concurrency) {
+        holds_slots = holds_slots || out.cost > 0;
+        slot_ttl = std::max(slot_ttl, named.limit.period);
+      }
+      if (auto ok = algorithms::validate_cost(named.limit, item_cost(named.limit, out.cost)); !ok) {
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': {}", rule->name, ok.error().message));
       }
@@ -173,6 +194,12 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       lo.limit = named.limit;
       lo.key = std::move(*key);
     }
+    if (holds_slots && app.reservation.empty() && !rule->shadow) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("rule '{}' has a concurrency limit: a request holds its slot under a "
+                                    "reservation, released when it ends (check it with reserve)",
+                                    rule->name));
+    }
     if (!app.reservation.empty()) {
       if (rule->shadow) {
         return make_error(ErrorCode::invalid_argument,
@@ -200,13 +227,15 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       if (!record) return std::unexpected(std::move(record.error()));
       prepared->reservation = std::move(app.reservation);
       prepared->reserving = prepared->enforcing.size() - 1;
-      prepared->reservation_record = {std::move(*record), app.reservation_ttl, prepared->items.size(),
-                                      out.limits.size()};
+      // The record outlives the slots it holds, so that their release finds it.
+      prepared->reservation_record = {std::move(*record), std::max(app.reservation_ttl, slot_ttl),
+                                      prepared->items.size(), out.limits.size()};
     }
     if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
       for (const auto& lo : out.limits) {
-        prepared->items.push_back(store::CheckItem{lo.key, lo.limit, out.cost, max_delay, rule->lease});
+        prepared->items.push_back(
+            store::CheckItem{lo.key, lo.limit, item_cost(lo.limit, out.cost), max_delay, rule->lease});
       }
     }
   }
@@ -306,14 +335,15 @@ Result<std::vector<Decision>> Limiter::fall_back(const Prepared& prepared, const
   for (const auto& rule : prepared.enforcing) {
     const FailureMode mode = rule.rule->on_store_error;
     if (mode == FailureMode::local) {
+      // Slots are not held locally: the local count of a concurrency limit is only peeked.
       for (const auto& lo : rule.limits) {
-        local_items.push_back({lo.key, lo.limit, any_deny ? 0 : rule.cost});
+        local_items.push_back({lo.key, lo.limit, any_deny ? 0 : unheld_cost(lo.limit, rule.cost)});
         local_pos.push_back(pos++);
       }
       continue;
     }
     items.clear();
-    for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost});
+    for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, item_cost(lo.limit, rule.cost)});
     auto answer = answer_by_policy(items, error, mode, policy_);
     if (!answer) return std::unexpected(answer.error());
     for (const auto& d : *answer) decisions[pos++] = d;
@@ -383,7 +413,8 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
   auto& rule = prepared->shadow[index];
   std::vector<store::CheckItem> items;
   items.reserve(rule.limits.size());
-  for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, rule.cost, 0, rule.rule->lease});
+  // A shadow rule holds no slot: its concurrency limits are peeked.
+  for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, unheld_cost(lo.limit, rule.cost), 0, rule.rule->lease});
   const Micros t0 = steady_clock_->steady();
   store_->check(std::move(items), now(),
                 [this, keep_alive = weak_from_this().lock(), prepared = std::move(prepared), index, t0,
@@ -589,41 +620,84 @@ void Limiter::reserve(std::string_view rule_name, std::string_view identity, std
   });
 }
 
-void Limiter::settle(AppliedRule application, std::string_view id, std::int64_t actual,
-                     std::function<void(Result<bool>)> done) {
+Result<Limiter::Held> Limiter::held(AppliedRule application, std::string_view id, std::int64_t cost) const {
   if (!valid_reservation_id(id)) {
-    return done(make_error(ErrorCode::invalid_argument, "a reservation id is 32 lowercase hex digits"));
-  }
-  if (actual < 0 || actual > algorithms::kMaxCharged) {
-    return done(make_error(ErrorCode::invalid_argument,
-                           fmt::format("the actual cost must be between 0 and 2^41, got {}", actual)));
+    return make_error(ErrorCode::invalid_argument, "a reservation id is 32 lowercase hex digits");
   }
   auto outcome = keys_of(std::move(application));
-  if (!outcome) return done(std::unexpected(std::move(outcome.error())));
+  if (!outcome) return std::unexpected(std::move(outcome.error()));
   auto record = reservation_record(outcome->identity, outcome->rule->name, id);
-  if (!record) return done(std::unexpected(std::move(record.error())));
-  std::vector<store::CheckItem> items;
-  items.reserve(outcome->limits.size());
-  for (const auto& lo : outcome->limits) items.push_back(store::CheckItem{lo.key, lo.limit, actual});
-  store_->settle(std::move(*record), std::move(items), now(),
-                 [this, keep_alive = weak_from_this().lock(), rule = outcome->rule->name,
-                  index = rule_index(outcome->rule), actual, identity = std::move(outcome->identity),
+  if (!record) return std::unexpected(std::move(record.error()));
+  Held h;
+  h.record = std::move(*record);
+  h.rule = outcome->rule;
+  h.identity = std::move(outcome->identity);
+  h.items.reserve(outcome->limits.size());
+  for (auto& lo : outcome->limits) {
+    h.items.push_back(store::CheckItem{std::move(lo.key), lo.limit, cost});
+    if (lo.limit.algorithm == algorithms::Algorithm::concurrency) h.slot_ttl = std::max(h.slot_ttl, lo.limit.period);
+  }
+  return h;
+}
+
+void Limiter::log_store_failure(std::string_view what, const Held& h, const Error& error) {
+  if (std::uint64_t suppressed = 0; settle_log_.admit(suppressed)) {
+    spdlog::warn("reservation of {} under rule '{}' not {} ({}){}", escape_identity(h.identity).value_or("(invalid identity)"),
+                 h.rule->name, what, error.message,
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
+}
+
+void Limiter::settle(AppliedRule application, std::string_view id, std::optional<std::int64_t> actual,
+                     std::function<void(Result<bool>)> done) {
+  if (actual && (*actual < 0 || *actual > algorithms::kMaxCharged)) {
+    return done(make_error(ErrorCode::invalid_argument,
+                           fmt::format("the actual cost must be between 0 and 2^41, got {}", *actual)));
+  }
+  auto h = held(std::move(application), id, actual.value_or(store::kAsEstimated));
+  if (!h) return done(std::unexpected(std::move(h.error())));
+  // Taken out before `h` moves into the callback.
+  auto items = std::move(h->items);
+  auto record = std::move(h->record);
+  const std::string_view what = actual ? "settled (its estimate stays charged)"
+                                       : "released (its slots are reclaimed when they expire)";
+  store_->settle(std::move(record), std::move(items), now(),
+                 [this, keep_alive = weak_from_this().lock(), h = std::move(*h), actual, what,
                   done = std::move(done)](Result<bool> r) {
+                   const std::size_t index = rule_index(h.rule);
                    if (r) {
-                     metrics_->record_reservation(index, *r ? Reservation::settled : Reservation::unknown, actual);
+                     metrics_->record_reservation(
+                         index, !*r ? Reservation::unknown : actual ? Reservation::settled : Reservation::released,
+                         actual.value_or(0));
                    } else if (r.error().code != ErrorCode::invalid_argument) {
                      metrics_->record_reservation(index, Reservation::failed);
-                     if (std::uint64_t suppressed = 0; settle_log_.admit(suppressed)) {
-                       spdlog::warn("reservation of {} under rule '{}' not settled ({}): its estimate stays "
-                                    "charged{}",
-                                    escape_identity(identity).value_or("(invalid identity)"), rule,
-                                    r.error().message,
-                                    suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed)
-                                                   : std::string());
-                     }
+                     log_store_failure(what, h, r.error());
                    }
                    done(std::move(r));
                  });
+}
+
+void Limiter::renew(AppliedRule application, std::string_view id, Micros ttl, std::function<void(Result<bool>)> done) {
+  auto h = held(std::move(application), id, 0);
+  if (!h) return done(std::unexpected(std::move(h.error())));
+  if (ttl < 1 || ttl > algorithms::kMaxHorizon) {
+    return done(make_error(ErrorCode::invalid_argument,
+                           fmt::format("a reservation's ttl must be between 1 and 2^51 us, got {}", ttl)));
+  }
+  auto items = std::move(h->items);
+  auto record = std::move(h->record);
+  const Micros record_ttl = std::max(ttl, h->slot_ttl);
+  store_->renew(std::move(record), std::move(items), record_ttl, now(),
+                [this, keep_alive = weak_from_this().lock(), h = std::move(*h), done = std::move(done)](Result<bool> r) {
+                  const std::size_t index = rule_index(h.rule);
+                  if (r) {
+                    metrics_->record_reservation(index, *r ? Reservation::renewed : Reservation::lost);
+                  } else if (r.error().code != ErrorCode::invalid_argument) {
+                    metrics_->record_reservation(index, Reservation::failed);
+                    log_store_failure("renewed (its slots expire unless a later heartbeat renews them)", h, r.error());
+                  }
+                  done(std::move(r));
+                });
 }
 
 Result<Verdict> Limiter::check_sync(std::string_view rule_name, std::string_view identity,

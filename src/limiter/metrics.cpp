@@ -94,6 +94,9 @@ std::string_view to_string(Reservation r) noexcept {
     case Reservation::unknown: return "unknown";
     case Reservation::failed: return "failed";
     case Reservation::unreported: return "unreported";
+    case Reservation::released: return "released";
+    case Reservation::renewed: return "renewed";
+    case Reservation::lost: return "lost";
   }
   return "unknown";
 }
@@ -178,7 +181,8 @@ void Metrics::write(MetricsWriter& out, const store::StoreHealth& health, std::s
   }
 
   out.family("ratekeeper_reservations_total", "counter",
-             "Reservations (a cost estimated at admission, settled to the actual cost) by rule and result.");
+             "Reservations (a cost estimated at admission, settled to the actual cost; concurrency slots held until "
+             "released) by rule and result.");
   for (std::size_t r = 0; r < rule_names_.size(); ++r) {
     for (std::size_t i = 0; i < kReservationCount; ++i) {
       out.sample("ratekeeper_reservations_total", rows_[r]->reservations[i].load(kRelaxed),

@@ -82,7 +82,10 @@ void DenialCache::record(const std::vector<CheckItem>& items, const CheckOutcome
   if (outcome.items.size() != items.size()) return;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Decision& d = outcome.items[i];
-    if (d.allowed || d.retry_after <= 0 || items[i].cost == 0) continue;
+    if (d.allowed || d.retry_after <= 0 || items[i].cost == 0 ||
+        items[i].limit.algorithm == algorithms::Algorithm::concurrency) {
+      continue;
+    }
     auto& shard = shard_for(std::hash<std::string>{}(items[i].key));
     const std::size_t per_shard = std::max<std::size_t>(1, options_.max_keys / (shard_mask_ + 1));
     std::lock_guard lock(shard.mu);

@@ -1,5 +1,7 @@
 #include "ratekeeper/store/memory_store.hpp"
 
+#include "ratekeeper/algorithms/concurrency.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -159,6 +161,7 @@ struct MemoryStore::Reservations {
     std::string key;
     std::int64_t estimate = 0;
     Micros reset_after = 0;
+    Micros slot = 0;  // concurrency: when its slot expires (algorithms::concurrency)
   };
   struct Record {
     Micros expires_at = 0;
@@ -193,6 +196,7 @@ Result<Decision> MemoryStore::check_one(std::string_view key, const Limit& limit
                                         std::optional<Micros> now_opt) {
   const Micros now = now_opt ? *now_opt : options_.clock->now();
   if (auto ok = algorithms::validate_cost(limit, cost); !ok) return std::unexpected(ok.error());
+  if (limit.algorithm == algorithms::Algorithm::concurrency && cost > 0) return unheld_slot(key);
   if (auto ok = algorithms::validate_now(now); !ok) return std::unexpected(ok.error());
   const KeyProbe probe{key, hash_key(key)};
   Shard& shard = shards_[shard_index(probe.hash, shard_mask_)];
@@ -222,9 +226,14 @@ Result<Decision> MemoryStore::check_one(std::string_view key, const Limit& limit
 
 Result<CheckOutcome> MemoryStore::check_batch(std::span<const CheckItem> items,
                                               std::optional<Micros> now_opt) {
+  if (auto ok = refuse_unheld_slots(items); !ok) return std::unexpected(ok.error());
+  return batch(items, now_opt);
+}
+
+Result<CheckOutcome> MemoryStore::batch(std::span<const CheckItem> items, std::optional<Micros> now_opt) {
   const Micros now = now_opt ? *now_opt : options_.clock->now();
   const bool delays = may_delay(items);
-  if (items.size() == 1 && !delays) {
+  if (items.size() == 1 && !delays && items[0].limit.algorithm != algorithms::Algorithm::concurrency) {
     auto d = check_one(items[0].key, items[0].limit, items[0].cost, now);
     if (!d) return std::unexpected(d.error());
     return CheckOutcome{*d, {*d}};
@@ -425,13 +434,21 @@ void MemoryStore::reserve(ReservationRecord reservation, std::vector<CheckItem> 
                              fmt::format("memory store is full ({} reservations)", options_.max_keys)));
     }
   }
-  auto outcome = check_batch(items, now);
+  const std::size_t end = reservation.end(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i >= reservation.first && i < end) continue;
+    if (items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0) {
+      return done(unheld_slot(items[i].key));
+    }
+  }
+  auto outcome = batch(items, now);
   if (outcome && outcome->decision.allowed) {
     Reservations::Record held{now + reservation.ttl, now, {}};
-    const std::size_t end = reservation.end(items.size());
     held.keys.reserve(end - reservation.first);
     for (std::size_t i = reservation.first; i < end; ++i) {
-      held.keys.push_back({std::move(items[i].key), items[i].cost, outcome->items[i].reset_after});
+      const bool slot = items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0;
+      held.keys.push_back({std::move(items[i].key), items[i].cost, outcome->items[i].reset_after,
+                           slot ? now + items[i].limit.period : 0});
     }
     r.records.insert_or_assign(std::move(reservation.key), std::move(held));
     outcome->recorded = true;
@@ -453,12 +470,53 @@ void MemoryStore::settle(std::string record, std::vector<CheckItem> items, std::
   for (const CheckItem& item : items) {
     const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
     if (h == held.keys.end()) continue;
+    const bool slot = item.limit.algorithm == algorithms::Algorithm::concurrency;
+    if (!slot && item.cost == kAsEstimated) continue;
+    if (slot && h->slot == 0) continue;
     auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+      if (slot) return algorithms::concurrency::release(item.limit, std::move(state), now, h->slot);
       return algorithms::settle(item.limit, std::move(state), now, h->estimate, item.cost, held.at, h->reset_after);
     });
     if (!step) return done(std::unexpected(step.error()));
   }
   done(true);
+}
+
+void MemoryStore::renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now_opt,
+                        SettleCallback done) {
+  if (auto ok = validate_renewal(record, items, ttl); !ok) return done(std::unexpected(ok.error()));
+  const Micros now = now_opt ? *now_opt : options_.clock->now();
+  Reservations& r = *reservations_;
+  std::lock_guard lock(r.mu);
+  const auto it = r.records.find(record);
+  if (it == r.records.end()) return done(false);
+  if (it->second.expires_at <= now) {
+    r.records.erase(it);
+    return done(false);
+  }
+  Reservations::Record& held = it->second;
+  held.expires_at = now + ttl;
+  bool all = true;
+  for (const CheckItem& item : items) {
+    if (item.limit.algorithm != algorithms::Algorithm::concurrency) continue;
+    const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
+    if (h == held.keys.end() || h->slot == 0) continue;
+    bool kept = true;
+    auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+      auto renewed = algorithms::concurrency::renew(item.limit, state, now, h->slot);
+      if (renewed) return std::move(*renewed);
+      kept = false;
+      return algorithms::concurrency::step(item.limit, std::move(state), now, 0);
+    });
+    if (!step) return done(std::unexpected(step.error()));
+    if (kept) {
+      h->slot = now + item.limit.period;
+    } else {
+      h->slot = 0;
+      all = false;
+    }
+  }
+  done(all);
 }
 
 MemoryStore::Stats MemoryStore::stats() const {

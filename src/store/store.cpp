@@ -35,6 +35,23 @@ void Store::settle(std::string, std::vector<CheckItem>, std::optional<Micros>, S
   done(make_error(ErrorCode::invalid_argument, "this store does not hold reservations"));
 }
 
+void Store::renew(std::string, std::vector<CheckItem>, Micros, std::optional<Micros>, SettleCallback done) {
+  done(make_error(ErrorCode::invalid_argument, "this store does not hold reservations"));
+}
+
+std::unexpected<Error> unheld_slot(std::string_view key) {
+  return make_error(ErrorCode::invalid_argument,
+                    fmt::format("'{}' is a concurrency limit: its slot is taken by a reservation, which releases it",
+                                key));
+}
+
+Result<void> refuse_unheld_slots(std::span<const CheckItem> items) {
+  for (const auto& item : items) {
+    if (item.limit.algorithm == algorithms::Algorithm::concurrency && item.cost > 0) return unheld_slot(item.key);
+  }
+  return {};
+}
+
 namespace {
 
 Result<void> distinct_keys(std::string_view record, std::span<const CheckItem> items) {
@@ -57,7 +74,7 @@ Result<void> distinct_keys(std::string_view record, std::span<const CheckItem> i
 Result<void> reservable(const CheckItem& item) {
   if (!algorithms::reservable(item.limit.algorithm)) {
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("{} limits cannot be reserved (token bucket and fixed window can)",
+                      fmt::format("{} limits cannot be reserved (token bucket, fixed window and concurrency can)",
                                   algorithms::to_string(item.limit.algorithm)));
   }
   return {};
@@ -77,8 +94,12 @@ Result<void> validate_reservation(const ReservationRecord& record, std::span<con
   for (std::size_t i = record.first; i < record.end(items.size()); ++i) {
     if (auto ok = reservable(items[i]); !ok) return ok;
   }
-  for (const auto& item : items) {
-    if (auto ok = algorithms::validate_cost(item.limit, item.cost); !ok) return std::unexpected(ok.error());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (auto ok = algorithms::validate_cost(items[i].limit, items[i].cost); !ok) return std::unexpected(ok.error());
+    const bool held = i >= record.first && i < record.end(items.size());
+    if (!held && items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0) {
+      return unheld_slot(items[i].key);
+    }
   }
   return {};
 }
@@ -87,10 +108,22 @@ Result<void> validate_settlement(std::string_view record, std::span<const CheckI
   if (auto ok = distinct_keys(record, items); !ok) return ok;
   for (const auto& item : items) {
     if (auto ok = reservable(item); !ok) return ok;
-    if (item.cost < 0 || item.cost > algorithms::kMaxCharged) {
+    if (item.cost != kAsEstimated && (item.cost < 0 || item.cost > algorithms::kMaxCharged)) {
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("the actual cost must be between 0 and 2^41, got {}", item.cost));
     }
+  }
+  return {};
+}
+
+Result<void> validate_renewal(std::string_view record, std::span<const CheckItem> items, Micros ttl) {
+  if (auto ok = distinct_keys(record, items); !ok) return ok;
+  if (ttl < 1 || ttl > algorithms::kMaxHorizon) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("a reservation's ttl must be between 1 and 2^51 us, got {}", ttl));
+  }
+  for (const auto& item : items) {
+    if (auto ok = reservable(item); !ok) return ok;
   }
   return {};
 }

@@ -39,7 +39,11 @@ Step lease_return(const Limit& limit, State state, Micros now, std::int64_t unit
 // advance, settled when the actual cost is known. Token buckets and fixed windows only, as
 // leases: what settles below the estimate goes back as lease_return gives back units, so the
 // bucket is never fuller than had the actual cost been taken at first.
-constexpr bool reservable(Algorithm algorithm) noexcept { return leasable(algorithm); }
+// Concurrency limits are held by a reservation too: a slot taken with it, given back when it
+// settles (algorithms::concurrency).
+constexpr bool reservable(Algorithm algorithm) noexcept {
+  return leasable(algorithm) || algorithm == Algorithm::concurrency;
+}
 
 // The largest count a fixed window holds once charged (algorithms::charge): far above any
 // limit (kMaxWindowLimit), exact in Lua's doubles.

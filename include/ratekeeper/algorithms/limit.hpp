@@ -15,6 +15,9 @@ enum class Algorithm : std::uint8_t {
   sliding_window_log,
   sliding_window_counter,
   fixed_window,
+  // Requests in flight: `capacity` slots, each held until released or, at the latest,
+  // `period` µs after it was taken or last renewed (algorithms/concurrency.hpp).
+  concurrency,
 };
 
 std::string_view to_string(Algorithm a) noexcept;
@@ -40,9 +43,17 @@ inline constexpr std::int64_t kMaxLogCost = 1000;
 // The longest a request may wait for its turn instead of being denied (a max_delay).
 inline constexpr Micros kMaxDelay = Micros{3600} * kMicrosPerSecond;
 
+// Concurrency: at most 2^20 slots per key (each is a member of a sorted set in Redis), and
+// what a denial answers as retry_after at most: a slot frees when its request ends, which no
+// one can foresee, so a denied client is told to try again soon, or when the oldest slot
+// expires if that comes first.
+inline constexpr std::int64_t kMaxConcurrency = std::int64_t{1} << 20;
+inline constexpr Micros kConcurrencyRetryAfter = 1 * kMicrosPerSecond;
+
 // Token bucket: capacity C tokens, one token every `period` microseconds (GCRA emission
 // interval T; a refill rate r tokens/s is T = round(1e6 / r)); C·T at most 2^51 µs.
 // Windows: `capacity` requests per window of `period` microseconds.
+// Concurrency: `capacity` requests in flight, a slot lasting `period` µs unless renewed.
 struct Limit {
   Algorithm algorithm = Algorithm::token_bucket;
   std::int64_t capacity = 0;
@@ -66,8 +77,9 @@ struct Limit {
   friend bool operator==(const Limit&, const Limit&) = default;
 };
 
-// Checks a cost against a limit: negative, above capacity, or above kMaxLogCost for a sliding
-// window log is an invalid argument.
+// Checks a cost against a limit: negative, above capacity, above kMaxLogCost for a sliding
+// window log, or above 1 for a concurrency limit (a request holds one slot) is an invalid
+// argument.
 Result<void> validate_cost(const Limit& limit, std::int64_t cost);
 
 }  // namespace ratekeeper::algorithms

@@ -74,8 +74,10 @@ struct AppliedRule {
   // Reserve (Store::reserve): when the request is admitted, its cost, an estimate, is recorded
   // under this id for `reservation_ttl` µs, to be settled to the actual cost by
   // Limiter::settle. At most one application of an evaluation, enforcing, not delaying, its
-  // limits token buckets or fixed windows; the other applications are checked with it,
-  // all-or-nothing, and none is delayed or leased. Empty: a plain check.
+  // limits token buckets, fixed windows or concurrency limits (whose slots the reservation
+  // holds until it is settled or released); the other applications are checked with it,
+  // all-or-nothing, and none is delayed or leased. Empty: a plain check. An application with
+  // a concurrency limit and a cost above 0 must reserve.
   std::string reservation;
   Micros reservation_ttl = 0;
 };
@@ -186,12 +188,20 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   void reserve(std::string_view rule_name, std::string_view identity, std::int64_t estimate, Micros ttl,
                VerdictCallback done, std::string_view tier = {});
   // Settles reservation `id` of one application to its `actual` cost, 0 .. 2^41 (Store::settle:
-  // what is below the estimate given back, what is above charged as debt, once). Answers
-  // whether the reservation was found (false: unknown, settled already, or expired, its
-  // estimate charged). A store failure is logged (rate-bounded) and answered as an error; the
-  // estimate then stays charged. `done` as for evaluate().
-  void settle(AppliedRule application, std::string_view id, std::int64_t actual,
+  // what is below the estimate given back, what is above charged as debt, once), and gives
+  // back the concurrency slots it holds. nullopt: released, the rate limits left as reserved
+  // (a request that holds only slots, or whose cost was known at admission). Answers whether
+  // the reservation was found (false: unknown, settled already, or expired, its estimate
+  // charged). A store failure is logged (rate-bounded) and answered as an error; the estimate
+  // then stays charged, the slots held until they expire. `done` as for evaluate().
+  void settle(AppliedRule application, std::string_view id, std::optional<std::int64_t> actual,
               std::function<void(Result<bool>)> done);
+  // The heartbeat of a reservation that holds concurrency slots (Store::renew): each slot is
+  // moved to expire its limit's slot_ttl from now, the reservation `ttl` µs from now (at
+  // least the slot_ttl). Answers whether the reservation and every slot were still held
+  // (false: expired: the request now holds none, and none is taken again). A store failure
+  // is logged (rate-bounded). `done` as for evaluate().
+  void renew(AppliedRule application, std::string_view id, Micros ttl, std::function<void(Result<bool>)> done);
 
   // One application's keys as the store holds them now (the admin's inspection): each limit's
   // key and decision read as a peek (cost 0: nothing consumed, nothing written), the combined
@@ -232,6 +242,17 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   Result<std::shared_ptr<Prepared>> prepare(std::vector<AppliedRule> rules) const;
   // One application, prepared: its rule, identity, tier, and each limit's key (cost 0).
   Result<RuleOutcome> keys_of(AppliedRule application) const;
+  // A reservation's record key and the items of its application at `cost` each, for settle
+  // and renew.
+  struct Held {
+    std::string record;
+    const Rule* rule = nullptr;
+    std::string identity;
+    std::vector<store::CheckItem> items;
+    Micros slot_ttl = 0;  // the longest of its concurrency limits'
+  };
+  Result<Held> held(AppliedRule application, std::string_view id, std::int64_t cost) const;
+  void log_store_failure(std::string_view what, const Held& held, const Error& error);
   // The key of reservation `id`'s record: <prefix>:{<identity>}:<rule>:reservation:<id>, in
   // the identity's slot.
   Result<std::string> reservation_record(std::string_view identity, std::string_view rule,

@@ -31,15 +31,18 @@ std::string_view to_string(Outcome outcome) noexcept;
 
 inline constexpr std::size_t kErrorCodeCount = 9;  // ErrorCode values
 
-// What became of reservations (Limiter::reserve, settle).
+// What became of reservations (Limiter::reserve, settle, release, renew).
 enum class Reservation : std::uint8_t {
   reserved,  // admitted and recorded, the estimate taken
   settled,   // settled to its actual cost
   unknown,   // a settlement that found nothing: settled already, never made, or expired
   failed,    // a settlement the store failed: the estimate stays
   unreported,  // a response that reported no valid cost (proxy): never settled, the estimate stays
+  released,  // ended as reserved (its concurrency slots given back, its rate limits as estimated)
+  renewed,   // a heartbeat that kept the reservation and its slots
+  lost,      // a heartbeat that found the reservation or a slot expired (the request holds none)
 };
-inline constexpr std::size_t kReservationCount = 5;
+inline constexpr std::size_t kReservationCount = 8;
 std::string_view to_string(Reservation r) noexcept;
 
 class Metrics {

@@ -47,12 +47,17 @@ class DenialCache final : public Store {
   // Forgets the keys' denials, then resets them in the inner store.
   void reset(std::vector<std::string> keys, ResetCallback done) override;
   // Reservations go to the inner store; a reservation's denials are recorded as a check's,
-  // and a settlement first forgets the keys' denials (it may give units back).
+  // and a settlement first forgets the keys' denials (it may give units back). A concurrency
+  // limit's denials are never recorded: a release may free a slot at any time.
   bool supports_reservations() const noexcept override { return inner_->supports_reservations(); }
   void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                CheckCallback done) override;
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override;
+  void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
+             SettleCallback done) override {
+    inner_->renew(std::move(record), std::move(items), ttl, now, std::move(done));
+  }
   Store& inner() noexcept { return *inner_; }
   // ratekeeper_denial_cache_*, then the inner store's metrics.
   void write_metrics(MetricsWriter& out) const override;

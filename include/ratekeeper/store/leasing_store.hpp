@@ -68,6 +68,10 @@ class LeasingStore final : public Store {
               SettleCallback done) override {
     inner_->settle(std::move(record), std::move(items), now, std::move(done));
   }
+  void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
+             SettleCallback done) override {
+    inner_->renew(std::move(record), std::move(items), ttl, now, std::move(done));
+  }
   Store& inner() noexcept { return *inner_; }
 
   // Returns the unused units of every lease expired by now (steady reading) to the inner

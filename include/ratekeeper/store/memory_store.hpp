@@ -52,6 +52,8 @@ class MemoryStore final : public Store {
                CheckCallback done) override;
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override;
+  void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
+             SettleCallback done) override;
 
   // Synchronous forms. Thread-safe. check_one allocates nothing for a key already present.
   Result<Decision> check_one(std::string_view key, const Limit& limit, std::int64_t cost,
@@ -69,6 +71,8 @@ class MemoryStore final : public Store {
   struct Shard;
   struct Reservations;
   Shard& shard_for(std::string_view key, std::size_t* index = nullptr) const;
+  // check_batch without refusing concurrency items of cost 1 (reserve() holds them).
+  Result<CheckOutcome> batch(std::span<const CheckItem> items, std::optional<Micros> now);
   // Steps one key under its shard's lock: `fn(live state) -> Step` and stores what it leaves.
   template <class F>
   Result<algorithms::Step> update(std::string_view key, algorithms::Algorithm algorithm, Micros now, F&& fn);

@@ -82,10 +82,22 @@ using ResetCallback = std::function<void(Result<std::int64_t>)>;
 // the estimate stays charged).
 using SettleCallback = std::function<void(Result<bool>)>;
 
-// The arguments of Store::reserve, and of Store::settle (each item's cost the actual cost,
-// 0 .. algorithms::kMaxCharged), as every store checks them.
+// A settlement's cost that leaves the estimate charged (a concurrency slot released, the rate
+// limits as reserved).
+inline constexpr std::int64_t kAsEstimated = -1;
+
+// The arguments of Store::reserve, of Store::settle (each item's cost the actual cost,
+// 0 .. algorithms::kMaxCharged, or kAsEstimated), and of Store::renew, as every store checks
+// them.
 Result<void> validate_reservation(const ReservationRecord& record, std::span<const CheckItem> items);
 Result<void> validate_settlement(std::string_view record, std::span<const CheckItem> items);
+Result<void> validate_renewal(std::string_view record, std::span<const CheckItem> items, Micros ttl);
+
+// A concurrency slot is taken only by Store::reserve, whose record is what releases it: a
+// check (or the items of a reservation that its record does not hold) with a concurrency
+// item of cost 1 is an invalid_argument.
+Result<void> refuse_unheld_slots(std::span<const CheckItem> items);
+std::unexpected<Error> unheld_slot(std::string_view key);
 
 struct StoreHealth {
   bool ready = true;
@@ -141,11 +153,20 @@ class Store {
   // holds: token bucket and fixed window limits only (algorithms::reservable); the record's
   // and the items' keys differ. Thread-safe; `done` as for check(). The defaults answer
   // invalid_argument.
+  //
+  // Concurrency limits (algorithms::concurrency) are held the same way: reserve() takes a
+  // slot of each concurrency item the record holds (cost 1), settle() gives it back (its cost
+  // is not used), and renew() moves each slot's expiry to now + its slot_ttl and the record's
+  // to now + ttl (heartbeats of a request that outlasts them), answering whether the record
+  // and every slot it holds were still there (false: expired; a slot reclaimed is not taken
+  // again). Settling at kAsEstimated leaves the rate limits as reserved.
   virtual bool supports_reservations() const noexcept { return false; }
   virtual void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                        CheckCallback done);
   virtual void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
                       SettleCallback done);
+  virtual void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
+                     SettleCallback done);
 
   // The store's own metrics (a decorator: its own, then its inner store's). Thread-safe.
   virtual void write_metrics(MetricsWriter&) const {}

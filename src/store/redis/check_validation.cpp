@@ -36,6 +36,10 @@ bool answered_locally(std::span<const CheckItem> items, std::optional<Micros> no
     done(std::unexpected(ok.error()));
     return true;
   }
+  if (auto ok = refuse_unheld_slots(items); !ok) {
+    done(std::unexpected(ok.error()));
+    return true;
+  }
   return false;
 }
 

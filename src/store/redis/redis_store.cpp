@@ -327,18 +327,30 @@ void RedisStore::reserve(ReservationRecord record, std::vector<CheckItem> items,
 void RedisStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
                         SettleCallback done) {
   if (auto ok = validate_settlement(record, items); !ok) return done(std::unexpected(ok.error()));
+  send_settlement("settle", std::nullopt, std::move(record), std::move(items), now, std::move(done));
+}
+
+void RedisStore::renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
+                       SettleCallback done) {
+  if (auto ok = validate_renewal(record, items, ttl); !ok) return done(std::unexpected(ok.error()));
+  send_settlement("renew", ttl, std::move(record), std::move(items), now, std::move(done));
+}
+
+void RedisStore::send_settlement(std::string_view script, std::optional<Micros> ttl, std::string record,
+                                 std::vector<CheckItem> items, std::optional<Micros> now, SettleCallback done) {
   auto owned = reservation_call(std::move(record), nullptr, std::move(items), now, std::move(done));
+  if (ttl) owned->args.insert(owned->args.begin() + 1, std::to_string(*ttl));
   auto slot = one_slot(owned->keys);
   if (!slot) return owned->done(std::unexpected(slot.error()));
-  owned->call.argv.call("settle", owned->keys, owned->args);
+  owned->call.argv.call(script, owned->keys, owned->args);
   owned->call.deadline = clock_->steady() + command_timeout_;
   owned->call.slot = *slot;
-  owned->call.done = [owned](Result<redis::Reply> reply) mutable {
+  owned->call.done = [owned, script](Result<redis::Reply> reply) mutable {
     auto done = std::move(owned->done);
     owned.reset();
-    auto settled = integer_reply(std::move(reply), "settle");
-    if (!settled) return done(std::unexpected(std::move(settled.error())));
-    done(*settled == 1);
+    auto answer = integer_reply(std::move(reply), script);
+    if (!answer) return done(std::unexpected(std::move(answer.error())));
+    done(*answer == 1);
   };
   lane().client->send(owned->call);
 }

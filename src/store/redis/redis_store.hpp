@@ -98,6 +98,8 @@ class RedisStore final : public Store {
                CheckCallback done) override;
   void settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,
               SettleCallback done) override;
+  void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
+             SettleCallback done) override;
   void write_metrics(MetricsWriter& out) const override;
 
   struct Stats {
@@ -127,6 +129,9 @@ class RedisStore final : public Store {
   std::uint16_t slot_of(std::string_view key) const;  // 0 outside a cluster
   // The one slot of `keys` (non-empty); invalid_argument when they span several.
   Result<std::uint16_t> one_slot(std::span<const std::string> keys) const;
+  // A call of "settle" or "renew" (with its ttl) over a record and its items: answers 1 or 0.
+  void send_settlement(std::string_view script, std::optional<Micros> ttl, std::string record,
+                       std::vector<CheckItem> items, std::optional<Micros> now, SettleCallback done);
 
   RedisStoreOptions options_;
   const Clock* clock_;

@@ -70,7 +70,8 @@ void ScriptArgv::check(std::span<const CheckItem> items, std::optional<Micros> n
     this->items(items, {}, true);
     return;
   }
-  if (n == 1) {
+  // A concurrency limit has no script of its own: "multi" checks it.
+  if (n == 1 && items[0].limit.algorithm != algorithms::Algorithm::concurrency) {
     start(algorithms::to_string(items[0].limit.algorithm), 5, 6);
     number(1);
     argv_.push_back(items[0].key);

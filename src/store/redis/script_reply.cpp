@@ -46,8 +46,11 @@ Result<Decision> to_decision(const redis::Reply* fields) {
 
 Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items) {
   if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
-  const std::size_t expected = items == 1 ? kDecisionFields : kDecisionFields * (items + 1);
-  if (!reply.is_array() || reply.elements.size() != expected) {
+  // One item: a single-key script's decision, or "multi"'s combined one and the item's (a
+  // concurrency limit has no script of its own).
+  const std::size_t expected = kDecisionFields * (items + 1);
+  const bool single = items == 1 && reply.is_array() && reply.elements.size() == kDecisionFields;
+  if (!reply.is_array() || (reply.elements.size() != expected && !single)) {
     return make_error(ErrorCode::protocol,
                       fmt::format("script reply: expected {} integers, got {}", expected, reply.to_string()));
   }

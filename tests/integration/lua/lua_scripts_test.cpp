@@ -849,6 +849,8 @@ bool still_counts(const Limit& limit, const algorithms::Step& consumed, Micros a
       return now / w <= at / w + 1;
     case Algorithm::sliding_window_log:
       return at > now - w;
+    case Algorithm::concurrency:  // held until released, not refunded
+      return false;
   }
   return false;
 }
@@ -1067,7 +1069,8 @@ State windows_state(const Limit& limit, const std::vector<Held>& live, Micros no
       case Algorithm::sliding_window_log:
         if (h.at > now - w) s.log.insert(s.log.end(), static_cast<std::size_t>(h.cost), h.at);
         break;
-      case Algorithm::token_bucket: break;
+      case Algorithm::token_bucket:
+      case Algorithm::concurrency: break;
     }
   }
   std::sort(s.log.begin(), s.log.end());

@@ -102,6 +102,7 @@ TEST(LongWindows, EveryWindowAlgorithmAdmitsExactlyTheLimit) {
           break;
         }
         case Algorithm::token_bucket:
+        case Algorithm::concurrency:  // not a window
           break;
       }
       EXPECT_EQ(denied.retry_after, retry);
