@@ -18,7 +18,7 @@ void Api::Routes::handle(Request request, Responder respond) {
   own(std::move(request), std::move(respond));
 }
 
-// /healthz, /readyz, /metrics, /v1/check, /v1/settle, /v1/auth, /admin/keys, /admin/top, /admin/reload.
+// /healthz, /readyz, /metrics, /v1/check, /v1/settle, /v1/release, /v1/renew, /v1/auth, /admin/keys, /admin/top, /admin/reload.
 void Api::Routes::own(Request request, Responder respond) {
   const std::string_view path = request.path();
   const std::string_view method = request.method;
@@ -46,6 +46,14 @@ void Api::Routes::own(Request request, Responder respond) {
   if (path == "/v1/settle") {
     if (method != "POST") return respond(not_allowed("POST"));
     return settle(request, std::move(respond));
+  }
+  if (path == "/v1/release") {
+    if (method != "POST") return respond(not_allowed("POST"));
+    return release(request, std::move(respond));
+  }
+  if (path == "/v1/renew") {
+    if (method != "POST") return respond(not_allowed("POST"));
+    return renew(request, std::move(respond));
   }
   if (path == "/v1/auth") return auth(std::move(request), std::move(respond));
   if (path == "/admin/keys") {

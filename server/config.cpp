@@ -86,7 +86,7 @@ bool http_token(std::string_view text) {
 
 NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string& path) {
   r.expect_map(node, path,
-               {"name", "algorithm", "rate", "capacity", "refill_rate", "limit", "window"});
+               {"name", "algorithm", "rate", "capacity", "refill_rate", "limit", "window", "slot_ttl"});
   NamedLimit out;
   if (node["name"]) out.name = r.string(node["name"], Reader::field(path, "name"));
   auto algorithm = algorithms::Algorithm::token_bucket;
@@ -96,10 +96,13 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
     if (!a) {
       r.fail(Reader::field(path, "algorithm"),
              fmt::format("unknown algorithm '{}' (token_bucket, sliding_window_log, "
-                         "sliding_window_counter, fixed_window)",
+                         "sliding_window_counter, fixed_window, concurrency)",
                          text));
     }
     algorithm = *a;
+  }
+  if (algorithm != algorithms::Algorithm::concurrency && node["slot_ttl"]) {
+    r.fail(Reader::field(path, "slot_ttl"), "a field of concurrency limits only");
   }
   const bool has_rate = static_cast<bool>(node["rate"]);
   Result<algorithms::Limit> limit = make_error(ErrorCode::invalid_argument, "");
@@ -135,6 +138,18 @@ NamedLimit read_limit(const Reader& r, const YAML::Node& node, const std::string
       r.fail(Reader::field(path, "capacity"), "required field missing");
     }
     limit = algorithms::Limit::token_bucket(capacity, refill);
+  } else if (algorithm == algorithms::Algorithm::concurrency) {
+    for (auto f : {"rate", "capacity", "refill_rate", "window"}) {
+      if (node[f]) r.fail(Reader::field(path, f), "not a concurrency field (limit, slot_ttl)");
+    }
+    if (!node["limit"]) r.fail(Reader::field(path, "limit"), "required field missing (requests in flight)");
+    const double count = r.number(node["limit"], Reader::field(path, "limit"));
+    Micros ttl = kDefaultSlotTtl;
+    if (node["slot_ttl"]) {
+      ttl = r.duration(node["slot_ttl"], Reader::field(path, "slot_ttl"), kMicrosPerMilli, algorithms::kMaxWindow);
+    }
+    blame = Reader::field(path, "limit");
+    limit = algorithms::Limit::window(algorithm, count, ttl);
   } else {
     for (auto f : {"capacity", "refill_rate"}) {
       if (node[f]) r.fail(Reader::field(path, f), "not a window field (limit, window, rate)");

@@ -128,6 +128,9 @@ Config load_config(const std::string& path);
 // Parses YAML text; `source` names it in errors. Throws ConfigError.
 Config parse_config(std::string_view yaml, std::string_view source = "<inline>");
 
+// How long a concurrency limit's slot lasts unless renewed or released (`slot_ttl`).
+inline constexpr Micros kDefaultSlotTtl = 60 * kMicrosPerSecond;
+
 // Durations as written in the configuration: "250us", "100ms", "1s", "1m", "1h", "1d";
 // a bare number is seconds. nullopt when invalid, negative or above 2^53 microseconds.
 std::optional<Micros> parse_duration(std::string_view text);

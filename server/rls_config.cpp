@@ -115,6 +115,10 @@ RateLimit read_rate_limit(const Reader& r, const YAML::Node& node, const std::st
                            "sliding_window_counter, fixed_window)",
                            text));
       }
+      if (*a == algorithms::Algorithm::concurrency) {
+        r.fail(algorithm_path, "concurrency is not a rate per unit: Envoy's rate limit service counts hits, it "
+                               "holds no request in flight");
+      }
       algorithm = *a;
     }
     if (limit.requests_per_unit > 0) {

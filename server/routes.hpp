@@ -91,6 +91,10 @@ class Api::Routes {
   void check(const Request& request, Responder respond);
   // POST /v1/settle: a reservation made by a check with `reserve` settled to the actual cost.
   void settle(const Request& request, Responder respond);
+  // POST /v1/release: a reservation's request ended (its concurrency slots given back).
+  void release(const Request& request, Responder respond);
+  // POST /v1/renew: the heartbeat of a reservation holding concurrency slots.
+  void renew(const Request& request, Responder respond);
   // `request`: the method, path (and query), headers and client address of a request the
   // caller received, evaluated as the middleware evaluates one (the same rules, identities
   // and tiers). Without `client_ip`, the caller's own address stands for the client's.

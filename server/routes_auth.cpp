@@ -1,6 +1,7 @@
 // nginx's auth_request endpoint: /v1/auth (docs/nginx.md).
 #include "routes.hpp"
 
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 
@@ -30,6 +31,20 @@ void Api::Routes::auth(Request subrequest, Responder respond) {
   original.headers = std::move(subrequest.headers);
   middleware_.handle(original, [this, respond = std::move(respond)](
                                    http::MiddlewareResult result) mutable {
+    if (result.usage && result.usage->heartbeat > 0) {
+      // nginx never says when the request it asked about ends: a slot would be held until it
+      // expired. Concurrency limits are for the proxy and the decision API.
+      middleware_.release(*result.usage);
+      static LogLimit log;
+      if (std::uint64_t suppressed = 0; log.admit(suppressed)) {
+        spdlog::error("/v1/auth: rule '{}' has a concurrency limit, which auth_request cannot release (answered "
+                      "500){}",
+                      result.usage->application.rule->name,
+                      suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+      }
+      return respond(error_response(500, "a concurrency limit cannot be enforced through auth_request"));
+    }
+    if (result.usage) middleware_.release(*result.usage);  // its estimate stays: nothing reports a cost
     Response r{result.status, std::move(result.content_type), std::move(result.headers),
                std::move(result.body)};
     r.headers.emplace_back("X-RateLimit-Status", std::to_string(result.status));

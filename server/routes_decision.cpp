@@ -186,35 +186,86 @@ void Api::Routes::check(const Request& request, Responder respond) {
   limiter_.check(rule_name, identity, cost->value_or(1), std::move(answered), *tier);
 }
 
-// POST /v1/settle: `rule`, `identity` (and `tier`) as the check that reserved gave them,
-// `reservation` its id, `cost` the actual cost.
+namespace {
+
+// The body of /v1/settle, /v1/release and /v1/renew: `rule`, `identity` (and `tier`) as the
+// check that reserved gave them, `reservation` its id, and the members `extra` of the call.
+struct HeldCall {
+  json body;
+  std::string rule, identity, tier, id;
+};
+
+Parsed<HeldCall> held_call(const Request& request, std::initializer_list<std::string_view> known) {
+  HeldCall out;
+  out.body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  if (out.body.is_discarded()) return Invalid("body is not valid JSON");
+  if (!out.body.is_object()) return Invalid("body must be a JSON object");
+  if (auto key = unknown_member(out.body, known)) return Invalid(fmt::format("unknown member `{}`", *key));
+  auto rule = required_string(out.body, "rule", "rule");
+  if (!rule) return Invalid(rule.error());
+  auto identity = required_string(out.body, "identity", "identity");
+  if (!identity) return Invalid(identity.error());
+  auto id = required_string(out.body, "reservation", "reservation");
+  if (!id) return Invalid(id.error());
+  auto tier = tier_of(out.body, "tier");
+  if (!tier) return Invalid(tier.error());
+  out.rule = std::move(*rule);
+  out.identity = std::move(*identity);
+  out.id = std::move(*id);
+  out.tier = std::move(*tier);
+  return out;
+}
+
+// The answer {"<field>": bool} of a store's answer, a 400 for a bad argument, a 503 when the
+// store failed.
+std::function<void(Result<bool>)> answer_held(Responder respond, const char* field) {
+  return [respond = std::move(respond), field](Result<bool> r) mutable {
+    if (!r) {
+      if (r.error().code == ErrorCode::invalid_argument) return respond(bad_request(r.error().message));
+      return respond(error_response(503, "Store unavailable: " + r.error().message));
+    }
+    respond(json_response(200, json_text(json{{field, *r}})));
+  };
+}
+
+}  // namespace
+
+// POST /v1/settle: `cost` the actual cost; the slots the reservation holds are released too.
 void Api::Routes::settle(const Request& request, Responder respond) {
-  json parsed = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return respond(bad_request("body is not valid JSON"));
-  if (!parsed.is_object()) return respond(bad_request("body must be a JSON object"));
-  if (auto key = unknown_member(parsed, {"rule", "identity", "tier", "reservation", "cost"})) {
-    return respond(bad_request(fmt::format("unknown member `{}`", *key)));
-  }
-  auto rule = required_string(parsed, "rule", "rule");
-  if (!rule) return respond(bad_request(rule.error()));
-  auto identity = required_string(parsed, "identity", "identity");
-  if (!identity) return respond(bad_request(identity.error()));
-  auto id = required_string(parsed, "reservation", "reservation");
-  if (!id) return respond(bad_request(id.error()));
-  const auto tier = tier_of(parsed, "tier");
-  if (!tier) return respond(bad_request(tier.error()));
-  const auto cost = cost_of(parsed, "cost");
+  auto call = held_call(request, {"rule", "identity", "tier", "reservation", "cost"});
+  if (!call) return respond(bad_request(call.error()));
+  const auto cost = cost_of(call->body, "cost");
   if (!cost) return respond(bad_request(cost.error()));
   if (!*cost) return respond(bad_request("`cost` (the actual cost) is required"));
-  auto app = limiter_.application(*rule, *identity, 0, *tier);
+  auto app = limiter_.application(call->rule, call->identity, 0, call->tier);
   if (!app) return respond(bad_request(app.error().message));
-  limiter_.settle(std::move(*app), *id, **cost, [respond = std::move(respond)](Result<bool> settled) mutable {
-    if (!settled) {
-      if (settled.error().code == ErrorCode::invalid_argument) return respond(bad_request(settled.error().message));
-      return respond(error_response(503, "Store unavailable: " + settled.error().message));
-    }
-    respond(json_response(200, json_text(json{{"settled", *settled}})));
-  });
+  limiter_.settle(std::move(*app), call->id, **cost, answer_held(std::move(respond), "settled"));
+}
+
+// POST /v1/release: the request ended; its slots given back, its cost left as reserved.
+void Api::Routes::release(const Request& request, Responder respond) {
+  auto call = held_call(request, {"rule", "identity", "tier", "reservation"});
+  if (!call) return respond(bad_request(call.error()));
+  auto app = limiter_.application(call->rule, call->identity, 0, call->tier);
+  if (!app) return respond(bad_request(app.error().message));
+  limiter_.settle(std::move(*app), call->id, std::nullopt, answer_held(std::move(respond), "released"));
+}
+
+// POST /v1/renew: a heartbeat; the reservation kept `reservation_ttl_ms` more (default 5
+// minutes), its slots their slot_ttl more.
+void Api::Routes::renew(const Request& request, Responder respond) {
+  auto call = held_call(request, {"rule", "identity", "tier", "reservation", "reservation_ttl_ms"});
+  if (!call) return respond(bad_request(call.error()));
+  Micros ttl = kDefaultReservationTtl;
+  if (call->body.contains("reservation_ttl_ms")) {
+    call->body["reserve"] = true;
+    auto given = reservation_of(call->body);
+    if (!given) return respond(bad_request(given.error()));
+    ttl = **given;
+  }
+  auto app = limiter_.application(call->rule, call->identity, 0, call->tier);
+  if (!app) return respond(bad_request(app.error().message));
+  limiter_.renew(std::move(*app), call->id, ttl, answer_held(std::move(respond), "renewed"));
 }
 
 // `request`: the method, path (and query), headers and client address of a request the

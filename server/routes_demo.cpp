@@ -44,6 +44,8 @@ void Api::Routes::limited(const Request& request, Endpoint endpoint, std::string
                               std::move(result.body), std::move(result.rule), result.outcome});
     }
     Response r = serve(endpoint, arg);
+    // The endpoint answered at once: a reservation's slots go back, its estimate stays.
+    if (result.usage) middleware_.release(*result.usage);
     r.rule = std::move(result.rule);
     r.outcome = result.outcome;
     if (r.headers.empty()) {

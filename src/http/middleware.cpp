@@ -19,7 +19,8 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     : limiter_(&limiter),
       options_(std::move(options)),
       metrics_(options_.metrics ? options_.metrics : std::make_shared<RequestMetrics>()),
-      usage_log_(std::make_unique<LogLimit>()) {
+      usage_log_(std::make_unique<LogLimit>()),
+      holding_log_(std::make_shared<LogLimit>()) {
   routes_.reserve(options_.matches.size());
   for (const auto& match : options_.matches) {
     const limiter::Rule* rule = limiter.find_rule(match.rule);
@@ -214,14 +215,33 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
     done(MiddlewareResult{});
     return;
   }
-  // The first rule with `usage` reserves; others that apply too are charged their estimate.
+  // The first rule with `usage` or concurrency limits reserves; others with `usage` that apply
+  // too are charged their estimate. A second rule holding slots cannot: the request is an
+  // internal error (one reservation per request), logged.
   std::optional<UsageReservation> usage;
   for (auto& app : *apps) {
-    if (!app.rule->usage.enabled()) continue;
+    const Micros slot_ttl = limiter::shortest_slot_ttl(*app.rule, limiter_->tiers());
+    if (!app.rule->usage.enabled() && slot_ttl == 0) continue;
+    if (usage) {
+      if (slot_ttl == 0) continue;
+      if (std::uint64_t suppressed = 0; holding_log_->admit(suppressed)) {
+        spdlog::error("rules '{}' and '{}' both hold concurrency slots or a usage cost for {} {}: a request holds "
+                      "one reservation; give the limits to one rule (answered 500){}",
+                      usage->application.rule->name, app.rule->name, request.method, request.target,
+                      suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+      }
+      metrics_->record(RequestOutcome::error);
+      MiddlewareResult r;
+      r.outcome = RequestOutcome::error;
+      r.admitted = false;
+      r.status = 500;
+      r.body = R"({"error":"Internal error"})";
+      r.content_type = "application/json";
+      return done(std::move(r));
+    }
     app.reservation = limiter::new_reservation_id();
-    app.reservation_ttl = app.rule->usage.ttl;
-    usage = UsageReservation{app, app.reservation};
-    break;
+    app.reservation_ttl = app.rule->usage.enabled() ? app.rule->usage.ttl : slot_ttl;
+    usage = UsageReservation{app, app.reservation, slot_ttl / 3};
   }
   limiter_->evaluate(
       std::move(*apps), [this, usage = std::move(usage), done = std::move(done)](Result<limiter::Evaluation> ev) mutable {
@@ -270,9 +290,27 @@ void Middleware::settle(const UsageReservation& usage, std::optional<std::int64_
                    usage.application.rule->name, where,
                    suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
     }
-    return;
+    return release(usage);
   }
   limiter_->settle(usage.application, usage.id, *cost, [](Result<bool>) {});
+}
+
+void Middleware::release(const UsageReservation& usage) {
+  limiter_->settle(usage.application, usage.id, std::nullopt, [](Result<bool>) {});
+}
+
+void Middleware::renew(const UsageReservation& usage) {
+  const Micros ttl = usage.costed() ? usage.application.rule->usage.ttl : usage.heartbeat * 3;
+  limiter_->renew(usage.application, usage.id, ttl,
+                  [log = holding_log_, rule = usage.application.rule->name](Result<bool> r) {
+                    if (!r || *r) return;  // a store failure is logged by the limiter
+                    if (std::uint64_t suppressed = 0; log->admit(suppressed)) {
+                      spdlog::warn("a request under rule '{}' lost its concurrency slot (it expired before its "
+                                   "heartbeat): it runs on without one{}",
+                                   rule, suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed)
+                                                        : std::string());
+                    }
+                  });
 }
 
 MiddlewareResult Middleware::handle_sync(const Request& request) {

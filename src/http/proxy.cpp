@@ -282,49 +282,112 @@ std::string_view reason_of(int status) {
 }
 
 // An admitted request's reservation and the middleware (its generation: the limiter) that
-// made it, settled once from the response's head.
-struct PendingUsage {
-  UsageReservation reservation;
-  std::shared_ptr<Middleware> middleware;
-  std::optional<UsageScanner> body;  // the body is read for the cost (usage.response_json)
-};
-
-// The response's head is there: settles `usage`, if any, from the header its rule names when
-// the response has a valid one, else (a rule with response_json) starts reading the body for
-// it, settled by finish_usage(); else its estimate stays. A request whose response never
-// ends (the upstream failed, the client left) keeps its estimate: its reservation expires.
-void settle_usage(std::optional<PendingUsage>& usage, const HeaderList& fields) {
-  if (!usage) return;
-  const auto& spec = usage->reservation.application.rule->usage;
-  auto field = [&](std::string_view name) -> std::optional<std::string_view> {
-    for (const auto& [n, v] : fields) {
-      if (iequals(n, name)) return v;
-    }
-    return std::nullopt;
-  };
-  if (!spec.response_header.empty()) {
-    const auto cost = Middleware::header_cost(field(spec.response_header));
-    if (cost || spec.response_json.empty()) {
-      usage->middleware->settle(usage->reservation, cost, spec.response_header);
-      usage.reset();
-      return;
+// made it: settled to the cost its response reports, or released when the request ends, once,
+// whichever way it ends (the destructor ends it when nothing else did); renewed every
+// reservation.heartbeat meanwhile when it holds concurrency slots.
+//  - head(): the response's head is there. A rule with `response_header` takes the header's
+//    cost: settled now, or, when the request holds slots, at its end (the slots are held while
+//    the body streams). A rule with `response_json` starts reading the body (feed()).
+//  - finish(): the response ended whole: the body's cost settled, or the header's, or the
+//    reservation released.
+//  - otherwise (the upstream failed, the client left, a tunnel closed): a header's cost is
+//    settled (the upstream did the work), else the reservation is released: its slots given
+//    back, its estimate kept.
+class PendingUsage {
+ public:
+  PendingUsage(UsageReservation reservation, std::shared_ptr<Middleware> middleware, const net::any_io_executor& ex)
+      : reservation_(std::move(reservation)), middleware_(std::move(middleware)) {
+    if (reservation_.heartbeat > 0) {
+      heartbeat_ = std::make_shared<Heartbeat>(ex, reservation_, middleware_);
+      Heartbeat::arm(heartbeat_);
     }
   }
-  const auto type = field("content-type").value_or("");
-  const bool events = type.size() >= 17 && iequals(type.substr(0, 17), "text/event-stream");
-  usage->body.emplace(split_field_path(spec.response_json).value_or(std::vector<std::string>{"?"}), events);
+  PendingUsage(const PendingUsage&) = delete;
+  PendingUsage& operator=(const PendingUsage&) = delete;
+  ~PendingUsage() { end(false); }
+
+  void head(const HeaderList& fields) {
+    if (!reservation_.costed() || ended_) return;
+    const auto& spec = reservation_.application.rule->usage;
+    auto field = [&](std::string_view name) -> std::optional<std::string_view> {
+      for (const auto& [n, v] : fields) {
+        if (iequals(n, name)) return v;
+      }
+      return std::nullopt;
+    };
+    if (!spec.response_header.empty()) {
+      const auto cost = Middleware::header_cost(field(spec.response_header));
+      if (cost || spec.response_json.empty()) {
+        header_seen_ = true;
+        header_cost_ = cost;
+        if (!heartbeat_) end(true);
+        return;
+      }
+    }
+    const auto type = field("content-type").value_or("");
+    const bool events = type.size() >= 17 && iequals(type.substr(0, 17), "text/event-stream");
+    body_.emplace(split_field_path(spec.response_json).value_or(std::vector<std::string>{"?"}), events);
+  }
+
+  void feed(std::string_view bytes) {
+    if (body_ && !ended_) body_->feed(bytes);
+  }
+
+  void finish() { end(true); }
+
+ private:
+  struct Heartbeat {
+    Heartbeat(const net::any_io_executor& ex, UsageReservation r, std::shared_ptr<Middleware> m)
+        : timer(ex), reservation(std::move(r)), middleware(std::move(m)) {}
+    static void arm(const std::shared_ptr<Heartbeat>& h) {
+      h->timer.expires_after(to_duration(h->reservation.heartbeat));
+      h->timer.async_wait([h](beast::error_code ec) {
+        if (ec || h->stopped) return;
+        h->middleware->renew(h->reservation);
+        arm(h);
+      });
+    }
+    net::steady_timer timer;
+    UsageReservation reservation;
+    std::shared_ptr<Middleware> middleware;
+    bool stopped = false;
+  };
+
+  void end(bool complete) {
+    if (ended_) return;
+    ended_ = true;
+    if (heartbeat_) {
+      heartbeat_->stopped = true;
+      heartbeat_->timer.cancel();
+    }
+    const auto& spec = reservation_.application.rule->usage;
+    if (header_seen_) return middleware_->settle(reservation_, header_cost_, spec.response_header);
+    if (body_ && complete) return middleware_->settle(reservation_, body_->finish(), spec.response_json);
+    middleware_->release(reservation_);
+  }
+
+  UsageReservation reservation_;
+  std::shared_ptr<Middleware> middleware_;
+  std::optional<UsageScanner> body_;  // the body is read for the cost (usage.response_json)
+  bool header_seen_ = false;           // usage.response_header was read (a valid cost or none)
+  std::optional<std::int64_t> header_cost_;
+  bool ended_ = false;
+  std::shared_ptr<Heartbeat> heartbeat_;
+};
+
+void settle_usage(std::optional<PendingUsage>& usage, const HeaderList& fields) {
+  if (usage) usage->head(fields);
 }
 
 // A piece of the response's body, on its way to the client.
 void feed_usage(std::optional<PendingUsage>& usage, std::string_view bytes) {
-  if (usage && usage->body) usage->body->feed(bytes);
+  if (usage) usage->feed(bytes);
 }
 
-// The response's body has ended: settles what it reported.
+// The response has ended whole.
 void finish_usage(std::optional<PendingUsage>& usage) {
-  if (!usage || !usage->body) return;
-  const auto& spec = usage->reservation.application.rule->usage;
-  usage->middleware->settle(usage->reservation, usage->body->finish(), spec.response_json);
+  if (!usage) return;
+  usage->finish();
   usage.reset();
 }
 
@@ -699,7 +762,7 @@ class ProxySession final : public ClientConnection {
     served_.outcome = result.outcome;
     served_.rule = std::move(result.rule);
     usage_.reset();
-    if (result.usage) usage_.emplace(PendingUsage{std::move(*result.usage), std::move(middleware), std::nullopt});
+    if (result.usage) usage_.emplace(std::move(*result.usage), std::move(middleware), client_.get_executor());
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       // The body of a rejected request is not read: without one, the connection goes on.
@@ -1562,7 +1625,7 @@ class H2ProxySession final : public ClientConnection {
     if (closed_ || x->gone || x->served.status != 0) return;
     x->served.outcome = result.outcome;
     x->served.rule = std::move(result.rule);
-    if (result.usage) x->usage.emplace(PendingUsage{std::move(*result.usage), std::move(middleware), std::nullopt});
+    if (result.usage) x->usage.emplace(std::move(*result.usage), std::move(middleware), client_.get_executor());
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       return answer(*x, result.status, result.content_type, std::move(result.body), std::move(result.headers));
@@ -1780,7 +1843,7 @@ class H2ProxySession final : public ClientConnection {
       // Closed before its response was relayed whole (reset by the client, or the proxy).
       if (x->served.status == 0 || !x->res || !x->res->is_done()) {
         proxy_.count(proxy_.client_aborted);
-        x->usage.reset();  // a body cut short reports nothing: the estimate stays
+        x->usage.reset();  // a body cut short reports nothing: released, the estimate stays
       }
       release(*x);
     }

@@ -65,4 +65,20 @@ Tiers Tiers::standard() {
   return t;
 }
 
+Micros shortest_slot_ttl(const Rule& rule, const Tiers& tiers) noexcept {
+  Micros shortest = 0;
+  auto scan = [&](const Policy& policy) {
+    for (const auto& named : policy) {
+      if (named.limit.algorithm != algorithms::Algorithm::concurrency) continue;
+      if (shortest == 0 || named.limit.period < shortest) shortest = named.limit.period;
+    }
+  };
+  scan(rule.limits);
+  scan(rule.ip_limits);
+  if (rule.tiered) {
+    for (const auto& [name, policy] : tiers.levels) scan(policy);
+  }
+  return shortest;
+}
+
 }  // namespace ratekeeper::limiter

@@ -30,7 +30,9 @@ class Issues {
 void check_cost(Issues& out, const Policy& policy, std::int64_t cost, const std::string& field) {
   if (cost < 0) return;
   for (const auto& l : policy) {
-    if (auto ok = algorithms::validate_cost(l.limit, cost); !ok) {
+    // A request holds one slot of a concurrency limit, whatever its cost.
+    const bool slots = l.limit.algorithm == algorithms::Algorithm::concurrency;
+    if (auto ok = algorithms::validate_cost(l.limit, slots ? std::min<std::int64_t>(cost, 1) : cost); !ok) {
       out.add(field, ok.error().message);
       return;
     }
@@ -151,10 +153,11 @@ void check_usage(Issues& out, const std::string& path, const Rule& rule, const T
   if (rule.on_limit == OnLimit::delay) out.add(field, "not with on_limit: delay");
   if (rule.lease != store::LeasePolicy{}) out.add(field, "not with lease");
   if (auto why = refused_limit(rule, tiers, algorithms::reservable)) {
-    out.add(field, "a cost from the response needs fixed_window or token_bucket limits; " + *why);
+    out.add(field, "a cost from the response needs fixed_window, token_bucket or concurrency limits; " + *why);
   }
   auto check_estimate = [&](const Policy& policy) {
     for (const auto& named : policy) {
+      if (named.limit.algorithm == algorithms::Algorithm::concurrency) continue;
       if (usage.estimate > named.limit.capacity) {
         out.add(field + ".estimate", fmt::format("{} is above the capacity of a limit ({})", usage.estimate,
                                                  named.limit.capacity));
@@ -166,6 +169,16 @@ void check_usage(Issues& out, const std::string& path, const Rule& rule, const T
   check_estimate(rule.ip_limits);
   if (rule.tiered) {
     for (const auto& [name, policy] : tiers.levels) check_estimate(policy);
+  }
+}
+
+// Concurrency limits: a request holds its slot under a reservation, so not in a shadow rule
+// (it holds nothing). Delays and leases refuse them through their own checks.
+void check_concurrency(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
+  if (!rule.shadow) return;
+  auto not_concurrency = [](algorithms::Algorithm a) { return a != algorithms::Algorithm::concurrency; };
+  if (auto why = refused_limit(rule, tiers, not_concurrency)) {
+    out.add(path + ".shadow", "a shadow rule holds no concurrency slot; " + *why);
   }
 }
 
@@ -201,6 +214,7 @@ void check_rule(Issues& out, const std::string& path, const Rule& rule, const Ti
   check_on_limit(out, path, rule, tiers);
   check_lease(out, path, rule, tiers);
   check_usage(out, path, rule, tiers);
+  check_concurrency(out, path, rule, tiers);
 }
 
 }  // namespace

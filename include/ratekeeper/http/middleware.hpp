@@ -23,10 +23,16 @@
 
 namespace ratekeeper::http {
 
-// An admitted request's reservation (a rule with `usage`), settled from its response.
+// An admitted request's reservation (a rule with `usage` or concurrency limits), settled from
+// its response or released when it ends.
 struct UsageReservation {
   limiter::AppliedRule application;  // the rule, identity, tier and endpoint it was made under
   std::string id;
+  // The rule may hold concurrency slots: renew them every `heartbeat` while the request lasts
+  // (a third of the shortest slot_ttl); 0: it holds none.
+  Micros heartbeat = 0;
+  // The rule's cost comes from the response (`usage`); else the reservation is only released.
+  bool costed() const noexcept { return application.rule->usage.enabled(); }
 };
 
 struct MiddlewareResult {
@@ -42,8 +48,9 @@ struct MiddlewareResult {
   // The rule the answer came from: the first that denied, else the first applied; empty when
   // none applied.
   std::string rule;
-  // Admitted with a reservation: settle it (Middleware::settle) when the response's head is
-  // there. The Limiter must outlive it (hold the middleware's generation).
+  // Admitted with a reservation: settle it (Middleware::settle) when the response reports its
+  // cost, or release it (Middleware::release) when the request ends; renew it meanwhile when
+  // it holds slots. The Limiter must outlive it (hold the middleware's generation).
   std::optional<UsageReservation> usage;
 };
 
@@ -77,6 +84,12 @@ class Middleware {
   // and a rate-bounded log line says so. The settlement goes on in the background (a store
   // failure is logged by the Limiter). Thread-safe.
   void settle(const UsageReservation& usage, std::optional<std::int64_t> cost, std::string_view where);
+  // The request ended without a cost to settle (a rule without `usage`, or a response cut
+  // short): its slots are given back, its estimate stays. In the background. Thread-safe.
+  void release(const UsageReservation& usage);
+  // A heartbeat of a request that still runs: its slots renewed (Limiter::renew). A slot lost
+  // (expired before the heartbeat) is logged, rate-bounded. Thread-safe.
+  void renew(const UsageReservation& usage);
   // The cost a header's value carries: a decimal integer from 0 to 2^41, nothing else.
   static std::optional<std::int64_t> header_cost(std::optional<std::string_view> value);
 
@@ -110,6 +123,7 @@ class Middleware {
   bool has_defaults_ = false;  // some route is `unmatched`
   std::shared_ptr<RequestMetrics> metrics_;
   std::unique_ptr<LogLimit> usage_log_;  // responses without a valid usage header
+  std::shared_ptr<LogLimit> holding_log_;  // requests two holding rules applied to; lost slots
 };
 
 }  // namespace ratekeeper::http

@@ -118,4 +118,8 @@ struct Tiers {
   static Tiers standard();
 };
 
+// The shortest slot_ttl of the concurrency limits a request under `rule` may get (its
+// policy, its IP fallback's, or any tier's); 0 when it has none: it holds no slot.
+Micros shortest_slot_ttl(const Rule& rule, const Tiers& tiers) noexcept;
+
 }  // namespace ratekeeper::limiter

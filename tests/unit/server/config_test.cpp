@@ -295,7 +295,7 @@ TEST(ConfigTest, BadUsageIsNamedWithItsPath) {
   expect_error(kRules +
                    "  - {name: c, limits: [{algorithm: sliding_window_counter, limit: 10, window: 1m}], "
                    "usage: {response_header: X-Cost, estimate: 1}}\n",
-               "rules[2].usage", "needs fixed_window or token_bucket limits; a limit is sliding_window_counter");
+               "rules[2].usage", "needs fixed_window, token_bucket or concurrency limits; a limit is sliding_window_counter");
 }
 
 TEST(ConfigTest, MissingFieldIsNamedWithItsPath) {
