@@ -12,6 +12,7 @@
 #include "redis/key_slot.hpp"
 #include "check_validation.hpp"
 #include "coalescer.hpp"
+#include "algorithms/step.hpp"
 #include "cross_slot.hpp"
 #include "lease_script.hpp"
 #include "script_client.hpp"
@@ -302,7 +303,7 @@ void RedisStore::reserve(ReservationRecord record, std::vector<CheckItem> items,
   if (cross_slot_) {
     const std::uint16_t slot = slot_of(record.key);
     for (const auto& item : items) {
-      if (slot_of(item.key) != slot) return check(std::move(items), now, std::move(done));
+      if (slot_of(item.key) != slot) return reserve_across_slots(std::move(record), std::move(items), now, std::move(done));
     }
   }
   auto owned = reservation_call(std::move(record.key), &record, std::move(items), now, std::move(done));
@@ -322,6 +323,71 @@ void RedisStore::reserve(ReservationRecord record, std::vector<CheckItem> items,
     done(std::move(timed->outcome));
   };
   lane().client->send(owned->call);
+}
+
+void RedisStore::reserve_across_slots(ReservationRecord record, std::vector<CheckItem> items,
+                                      std::optional<Micros> now, CheckCallback done) {
+  const std::uint16_t slot = slot_of(record.key);
+  const std::size_t end = record.end(items.size());
+  bool slots = false;
+  for (std::size_t i = record.first; i < end; ++i) {
+    if (slot_of(items[i].key) != slot) {
+      return done(make_error(ErrorCode::invalid_argument,
+                             fmt::format("the reserved key '{}' is not in the slot of its record", items[i].key)));
+    }
+    slots = slots || items[i].limit.algorithm == algorithms::Algorithm::concurrency;
+  }
+  // Without slots, as check() checks it, recorded nowhere: the estimate stays.
+  if (!slots) return check(std::move(items), now, std::move(done));
+  // With slots: the record's slot first, its record holding every item there (so that one
+  // settlement at 0 undoes it whole); then the others, as check() checks them. When they deny
+  // or fail, the first part is settled at 0: given back, its slots released.
+  struct Across {
+    std::vector<std::size_t> here, there;  // positions in the check
+    std::vector<CheckItem> items;
+    std::string record;
+    std::optional<Micros> now;
+    CheckCallback done;
+  };
+  auto a = std::make_shared<Across>();
+  std::vector<CheckItem> here_items, there_items;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const bool here = slot_of(items[i].key) == slot;
+    (here ? a->here : a->there).push_back(i);
+    (here ? here_items : there_items).push_back(items[i]);
+  }
+  a->items = std::move(items);
+  a->record = record.key;
+  a->now = now;
+  a->done = std::move(done);
+  ReservationRecord whole{std::move(record.key), record.ttl, 0, here_items.size()};
+  reserve(std::move(whole), std::move(here_items), now, [this, a, there_items = std::move(there_items)](Result<CheckOutcome> first) mutable {
+    if (!first) return a->done(std::unexpected(std::move(first.error())));
+    auto answer = [a](const CheckOutcome& here, const CheckOutcome& there, bool recorded) {
+      CheckOutcome out;
+      out.items.resize(a->items.size());
+      for (std::size_t i = 0; i < a->here.size(); ++i) out.items[a->here[i]] = here.items[i];
+      for (std::size_t i = 0; i < a->there.size(); ++i) out.items[a->there[i]] = there.items[i];
+      out.decision = algorithms::combine(out.items);
+      out.recorded = recorded && out.decision.allowed;
+      a->done(std::move(out));
+    };
+    // Denied here: the others are only peeked, for their decisions.
+    const bool admitted = first->decision.allowed;
+    if (!admitted) {
+      for (auto& item : there_items) item.cost = 0;
+    }
+    check(std::move(there_items), a->now,
+          [this, a, first = std::move(*first), admitted, answer](Result<CheckOutcome> second) mutable {
+            if (admitted && (!second || !second->decision.allowed)) {
+              std::vector<CheckItem> undo;
+              for (std::size_t i : a->here) undo.push_back(CheckItem{a->items[i].key, a->items[i].limit, 0});
+              settle(a->record, std::move(undo), a->now, [](Result<bool>) {});
+            }
+            if (!second) return a->done(std::unexpected(std::move(second.error())));
+            answer(first, *second, admitted);
+          });
+  });
 }
 
 void RedisStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,

@@ -91,8 +91,12 @@ class RedisStore final : public Store {
   // One call of lua/reservation.lua each, bounded by its deadline as a check is (a settlement
   // is not: one that runs late still settles). On a cluster, a reservation whose keys span
   // slots (the identities of several rules) is checked as check() checks it, and recorded
-  // nowhere (CheckOutcome::recorded false: its estimate stays); a settlement's keys must share
-  // the record's slot.
+  // nowhere (CheckOutcome::recorded false: its estimate stays), unless it holds concurrency
+  // slots: then the keys in the record's slot are reserved first (the record holding all of
+  // them), the others checked after, and the first part settled at 0 when they deny or fail
+  // (not atomic across slots, as check() is not: a request may be denied by the second part
+  // after the first held its slot for a round trip). A settlement's keys must share the
+  // record's slot.
   bool supports_reservations() const noexcept override { return true; }
   void reserve(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
                CheckCallback done) override;
@@ -129,6 +133,9 @@ class RedisStore final : public Store {
   std::uint16_t slot_of(std::string_view key) const;  // 0 outside a cluster
   // The one slot of `keys` (non-empty); invalid_argument when they span several.
   Result<std::uint16_t> one_slot(std::span<const std::string> keys) const;
+  // A reservation whose keys span cluster slots (reserve()).
+  void reserve_across_slots(ReservationRecord record, std::vector<CheckItem> items, std::optional<Micros> now,
+                            CheckCallback done);
   // A call of "settle" or "renew" (with its ttl) over a record and its items: answers 1 or 0.
   void send_settlement(std::string_view script, std::optional<Micros> ttl, std::string record,
                        std::vector<CheckItem> items, std::optional<Micros> now, SettleCallback done);

@@ -694,6 +694,177 @@ TEST_P(StoreSuite, ReservationsOfSeveralInstancesOvershootAtMostWhatSettledAbove
   EXPECT_LE(actual_sum.load(), kLimit + above.load());
 }
 
+Result<CheckOutcome> reserve_at(Store& store, std::string record, Micros ttl, std::vector<CheckItem> items,
+                                Micros now) {
+  std::promise<Result<CheckOutcome>> promise;
+  auto future = promise.get_future();
+  store.reserve(ReservationRecord{std::move(record), ttl}, std::move(items), now,
+                [&promise](Result<CheckOutcome> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+Result<bool> renew_at(Store& store, std::string record, std::vector<CheckItem> items, Micros ttl, Micros now) {
+  std::promise<Result<bool>> promise;
+  auto future = promise.get_future();
+  store.renew(std::move(record), std::move(items), ttl, now,
+              [&promise](Result<bool> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+// One time sequence of concurrency slots next to a token bucket, in one rule's reservation:
+// what each step answered, as "<allowed>/<remaining>/<retry_after>" or "<settled>".
+std::vector<std::string> slot_sequence(Store& store, const std::string& prefix) {
+  const Limit slots = *Limit::make(Algorithm::concurrency, 2, 10 * kMicrosPerSecond);
+  const Limit bucket = *Limit::make(Algorithm::token_bucket, 100, 600 * kMicrosPerSecond);
+  const std::string s = prefix + ":slots";
+  const std::string b = prefix + ":bucket";
+  auto record = [&](int n) { return fmt::format("{}:reservation:{}", prefix, n); };
+  auto items = [&](std::int64_t cost) { return std::vector<CheckItem>{{b, bucket, cost}, {s, slots, 1}}; };
+  auto held = [&](std::int64_t cost) {
+    return std::vector<CheckItem>{{b, bucket, cost}, {s, slots, cost == kAsEstimated ? 1 : cost}};
+  };
+  std::vector<std::string> out;
+  auto reserved = [&](int n, Micros at) {
+    auto r = reserve_at(store, record(n), 60 * kMicrosPerSecond, items(5), kT0 + at);
+    if (!r) return out.push_back("error: " + r.error().message);
+    out.push_back(fmt::format("{}/{}/{}", r->decision.allowed, r->items[1].remaining, r->items[1].retry_after));
+  };
+  auto peek = [&](Micros at) {
+    auto r = store.check_sync({{b, bucket, 0}, {s, slots, 0}}, kT0 + at);
+    if (!r) return out.push_back("error: " + r.error().message);
+    out.push_back(fmt::format("peek {}/{}", r->items[0].remaining, r->items[1].remaining));
+  };
+  auto answered = [&](std::string_view what, Result<bool> r) {
+    out.push_back(r ? fmt::format("{} {}", what, *r) : "error: " + r.error().message);
+  };
+  reserved(1, 0);
+  reserved(2, 0);
+  reserved(3, 0);  // both slots held: denied, nothing taken from the bucket either
+  peek(0);
+  answered("release", settle_at(store, record(1), held(kAsEstimated), kT0 + kMicrosPerSecond));
+  answered("again", settle_at(store, record(1), held(kAsEstimated), kT0 + kMicrosPerSecond));
+  peek(kMicrosPerSecond);  // the slot back, the bucket as reserved
+  reserved(3, kMicrosPerSecond);
+  answered("renew", renew_at(store, record(2), held(0), 60 * kMicrosPerSecond, kT0 + 8 * kMicrosPerSecond));
+  // Slot 3 expired at 11 s (never renewed): reclaimed, so slot 4 is admitted.
+  reserved(4, 12 * kMicrosPerSecond);
+  answered("lost", renew_at(store, record(3), held(0), 60 * kMicrosPerSecond, kT0 + 12 * kMicrosPerSecond));
+  // Slots 2 (renewed: until 18 s) and 4 (until 22 s): the oldest frees in 0.5 s.
+  reserved(5, 17'500'000);
+  // Settled to an actual cost: the bucket gets the difference, the slot goes back.
+  answered("settle", settle_at(store, record(4), held(1), kT0 + 19 * kMicrosPerSecond));
+  peek(19 * kMicrosPerSecond);
+  return out;
+}
+
+TEST_P(StoreSuite, ConcurrencySlotsAreHeldUntilReleasedRenewedOrExpired) {
+  const auto redis = slot_sequence(*store_, key("slots", "r"));
+  MemoryStore memory;
+  const auto local = slot_sequence(memory, key("slots", "r"));
+  const std::vector<std::string> expected{
+      "true/1/0",  "true/0/0",          "false/0/1000000", "peek 90/0",   "release true",   "again false",
+      "peek 90/1", "true/0/0",          "renew true",      "true/0/0",    "lost false",     "false/0/500000",
+      "settle true", "peek 84/2"};  // slot 2 expired at 18 s, slot 4 released; 20 taken, 4 back
+  EXPECT_EQ(redis, expected);
+  EXPECT_EQ(local, expected);
+}
+
+TEST_P(StoreSuite, AConcurrencySlotIsTakenOnlyByAReservation) {
+  const Limit slots = *Limit::make(Algorithm::concurrency, 3, 10 * kMicrosPerSecond);
+  auto plain = store_->check_sync({{key("unheld", "r"), slots, 1}});
+  ASSERT_FALSE(plain);
+  EXPECT_EQ(plain.error().code, ErrorCode::invalid_argument);
+  auto peek = store_->check_sync({{key("unheld", "r"), slots, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_TRUE(peek->decision.allowed);
+  EXPECT_EQ(peek->decision.remaining, 3);
+}
+
+TEST_P(StoreSuite, ConcurrencySlotsOfSeveralInstancesNeverExceedTheLimit) {
+  constexpr std::int64_t kSlots = 3;
+  const Limit slots = *Limit::make(Algorithm::concurrency, kSlots, 30 * kMicrosPerSecond);
+  const std::string held = key("inflight", "r:slots");
+  std::vector<std::unique_ptr<Store>> instances;
+  for (int i = 0; i < 3; ++i) {
+    StoreOptions o;
+    o.url = url_of(GetParam());
+    o.command_timeout = 5 * kMicrosPerSecond;
+    auto opened = open_store(o);
+    ASSERT_TRUE(opened) << opened.error().message;
+    instances.push_back(std::move(*opened));
+  }
+  std::atomic<std::int64_t> in_flight{0}, most{0}, admitted{0}, denied{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      Store& store = *instances[static_cast<std::size_t>(t) % instances.size()];
+      for (int i = 0; i < 25; ++i) {
+        const std::string rec = key("inflight", fmt::format("r:reservation:{}-{}", t, i));
+        auto r = reserve_sync(store, rec, 60 * kMicrosPerSecond, {{held, slots, 1}});
+        if (!r) {
+          ++errors;
+          continue;
+        }
+        if (!r->decision.allowed) {
+          ++denied;
+          continue;
+        }
+        ++admitted;
+        const auto now = ++in_flight;
+        for (auto seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+        }
+        std::this_thread::sleep_for(1ms);
+        --in_flight;
+        auto s = settle_sync(store, rec, {{held, slots, kAsEstimated}});
+        if (!s || !*s) ++errors;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(admitted.load(), 0);
+  EXPECT_GT(denied.load(), 0);  // six threads on three slots
+  EXPECT_LE(most.load(), kSlots);
+  auto peek = instances[0]->check_sync({{held, slots, 0}});
+  ASSERT_TRUE(peek) << peek.error().message;
+  EXPECT_EQ(peek->decision.remaining, kSlots);  // every slot given back
+}
+
+TEST_P(StoreSuite, AReservationHoldingSlotsAcrossClusterSlotsIsUndoneWhenAnotherPartDenies) {
+  const Limit slots = *Limit::make(Algorithm::concurrency, 1, 10 * kMicrosPerSecond);
+  const Limit window = *Limit::make(Algorithm::fixed_window, 1, algorithms::kMaxWindow);
+  const std::string held = key("user-1", "r:slots");
+  const std::string other = key("ip-1", "r");  // another identity: another slot on a cluster
+  const std::string rec = key("user-1", "r:reservation:1");
+  // The record holds the second item, the rule's; the first is another rule's, checked with it.
+  auto reserve = [&](const std::string& record) {
+    std::promise<Result<CheckOutcome>> promise;
+    auto future = promise.get_future();
+    store_->reserve(ReservationRecord{record, 60 * kMicrosPerSecond, 1, 1}, {{other, window, 1}, {held, slots, 1}},
+                    std::nullopt, [&promise](Result<CheckOutcome> r) { promise.set_value(std::move(r)); });
+    return future.get();
+  };
+  auto first = reserve(rec);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  EXPECT_TRUE(first->recorded);
+  ASSERT_TRUE(settle_sync(*store_, rec, {{held, slots, kAsEstimated}}).value_or(false));
+  // The window is spent: the slot taken with it is given back.
+  const std::string rec2 = key("user-1", "r:reservation:2");
+  auto second = reserve(rec2);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->decision.allowed);
+  EXPECT_FALSE(second->recorded);
+  std::optional<std::int64_t> free;
+  for (int i = 0; i < 200 && free != 1; ++i) {  // the undo is sent after the answer
+    auto peek = store_->check_sync({{held, slots, 0}});
+    ASSERT_TRUE(peek) << peek.error().message;
+    free = peek->decision.remaining;
+    if (free != 1) std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(free, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,
                          ::testing::Values(Topology::standalone, Topology::cluster, Topology::sentinel),
                          [](const ::testing::TestParamInfo<Topology>& info) {
