@@ -51,6 +51,12 @@ rules:
   - name: quota
     match: {path: /quota}
     limits: [{capacity: 4, refill_rate: 0.001}]
+  - name: inflight
+    match: {path: /inflight}
+    identity: {type: header, header: X-User-ID}
+    limits:
+      - {name: rate, capacity: 10, refill_rate: 0.001}
+      - {name: slots, algorithm: concurrency, limit: 1, slot_ttl: 30s}
 )";
 
 class DecisionApiTest : public ::testing::Test {
@@ -375,6 +381,49 @@ TEST_F(DecisionApiTest, AReservedCheckIsSettledToTheActualCostOnce) {
   EXPECT_EQ(denied.status, 429);
   EXPECT_FALSE(json::parse(denied.body).contains("reservation"));
   EXPECT_FALSE(json::parse(check({{"rule", "quota"}, {"identity", "user:r"}}).body).contains("reservation"));
+}
+
+// A rule with a concurrency limit is checked with `reserve`: the reservation holds the slot
+// until POST /v1/release (or /v1/settle) gives it back; POST /v1/renew is its heartbeat.
+TEST_F(DecisionApiTest, AConcurrencySlotIsHeldUntilReleased) {
+  auto post = [&](const char* path, const json& body) {
+    return send(http::Request{"POST", path, {{"Content-Type", "application/json"}}, body.dump(), {}, 0});
+  };
+  const json who{{"rule", "inflight"}, {"identity", "user:c"}};
+  auto with = [&](json extra) {
+    json body = who;
+    body.update(extra);
+    return body;
+  };
+  const auto unheld = check(who);
+  EXPECT_EQ(unheld.status, 400) << unheld.body;
+  EXPECT_NE(unheld.body.find("reserve"), std::string::npos) << unheld.body;
+
+  const auto first = check(with({{"reserve", true}}));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const std::string id = json::parse(first.body).at("reservation");
+  const auto busy = check(with({{"reserve", true}}));
+  EXPECT_EQ(busy.status, 429) << busy.body;
+  EXPECT_FALSE(json::parse(busy.body).contains("reservation"));
+
+  EXPECT_EQ(json::parse(post("/v1/renew", with({{"reservation", id}})).body), (json{{"renewed", true}}));
+  EXPECT_EQ(json::parse(post("/v1/renew", with({{"reservation", id}, {"reservation_ttl_ms", 60000}})).body),
+            (json{{"renewed", true}}));
+  EXPECT_EQ(json::parse(post("/v1/release", with({{"reservation", id}})).body), (json{{"released", true}}));
+  EXPECT_EQ(json::parse(post("/v1/release", with({{"reservation", id}})).body), (json{{"released", false}}));
+  EXPECT_EQ(json::parse(post("/v1/renew", with({{"reservation", id}})).body), (json{{"renewed", false}}));
+
+  // Settling gives the slot back too.
+  const auto second = check(with({{"reserve", true}}));
+  ASSERT_EQ(second.status, 200) << second.body;
+  const auto settled = post("/v1/settle", with({{"reservation", json::parse(second.body).at("reservation")}, {"cost", 1}}));
+  EXPECT_EQ(json::parse(settled.body), (json{{"settled", true}}));
+  EXPECT_EQ(check(with({{"reserve", true}})).status, 200);
+
+  EXPECT_EQ(post("/v1/release", who).status, 400);
+  EXPECT_EQ(post("/v1/release", with({{"reservation", id}, {"cost", 1}})).status, 400);
+  EXPECT_EQ(post("/v1/renew", with({{"reservation", id}, {"reservation_ttl_ms", 0}})).status, 400);
+  EXPECT_EQ(send(http::Request{"GET", "/v1/release", {}, {}, {}, 0}).status, 405);
 }
 
 TEST_F(DecisionApiTest, BadReservationsAndSettlementsAre400sNamingTheField) {
