@@ -1231,6 +1231,7 @@ class ProxySession final : public ClientConnection {
   // been read whole.
   void answer_local(int status, std::string_view content_type, std::string_view body,
                     HeaderList fields, bool keep) {
+    usage_.reset();  // an admitted request answered here (the upstream failed): released
     if (phase_ == Phase::responding) return close();  // nothing else can be said any more
     begin_served();  // a no-op when the request's header was read
     served_.status = status;
@@ -1301,6 +1302,7 @@ class ProxySession final : public ClientConnection {
   void close() {
     if (closed()) return;
     phase_ = Phase::closed;
+    usage_.reset();  // a request cut short: released
     end_served();  // a request cut short: its line says what was sent (status 0: nothing)
     end_tunnel();
     delay_timer_.cancel();
@@ -1816,6 +1818,7 @@ class H2ProxySession final : public ClientConnection {
   void failed(Exchange& x, const JsonError& error, std::atomic<std::uint64_t>& counter, beast::error_code ec,
               std::string why = {}) {
     proxy_.upstream_failed(error, counter, ec, std::move(why), x.request.method, x.request.target, " (HTTP/2)");
+    x.usage.reset();  // answered here: released
     drop(x);
     answer(x, error.status, "application/json", std::string(error.body), {});
   }

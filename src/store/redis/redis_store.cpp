@@ -331,14 +331,16 @@ void RedisStore::reserve_across_slots(ReservationRecord record, std::vector<Chec
   const std::size_t end = record.end(items.size());
   bool slots = false;
   for (std::size_t i = record.first; i < end; ++i) {
-    if (slot_of(items[i].key) != slot) {
-      return done(make_error(ErrorCode::invalid_argument,
-                             fmt::format("the reserved key '{}' is not in the slot of its record", items[i].key)));
-    }
     slots = slots || items[i].limit.algorithm == algorithms::Algorithm::concurrency;
   }
   // Without slots, as check() checks it, recorded nowhere: the estimate stays.
   if (!slots) return check(std::move(items), now, std::move(done));
+  for (std::size_t i = record.first; i < end; ++i) {
+    if (slot_of(items[i].key) != slot) {
+      return done(make_error(ErrorCode::invalid_argument,
+                             fmt::format("the reserved key '{}' is not in the slot of its record", items[i].key)));
+    }
+  }
   // With slots: the record's slot first, its record holding every item there (so that one
   // settlement at 0 undoes it whole); then the others, as check() checks them. When they deny
   // or fail, the first part is settled at 0: given back, its slots released.
