@@ -648,6 +648,79 @@ TEST(ValidateTest, DelayNeedsAMaxDelayAndTokenBucketLimits) {
   EXPECT_NE(issues[4].reason.find("tier 'hourly'"), std::string::npos);
 }
 
+// A concurrency limit's slot is held by a reservation: a check without one is refused; one
+// with it takes one slot whatever its cost, given back by a release (the rate limits stay as
+// reserved) or a settlement; a renewal keeps it.
+TEST_F(LimiterTest, AConcurrencySlotIsHeldByAReservationUntilReleased) {
+  const auto slots = *Limit::make(Algorithm::concurrency, 1, 30 * kMicrosPerSecond);
+  Limiter l(config({ip_rule("api", {{"rate", bucket(10, 0.001)}, {"slots", slots}})}), store, &clock);
+  auto plain = l.check_sync("api", "ip:192.0.2.7", 3);
+  ASSERT_FALSE(plain);
+  EXPECT_EQ(plain.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(plain.error().message.find("reserve"), std::string::npos) << plain.error().message;
+  EXPECT_TRUE(l.check_sync("api", "ip:192.0.2.7", 0));  // a peek holds nothing
+
+  auto reserve = [&] {
+    Result<Verdict> out = make_error(ErrorCode::unavailable, "not answered");
+    l.reserve("api", "ip:192.0.2.7", 3, kMicrosPerSecond, [&](Result<Verdict> r) { out = std::move(r); });
+    return out;
+  };
+  auto answer = [](auto call) {
+    Result<bool> out = make_error(ErrorCode::unavailable, "not answered");
+    call([&](Result<bool> r) { out = std::move(r); });
+    return out;
+  };
+  auto first = reserve();
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->decision.allowed);
+  ASSERT_FALSE(first->reservation.empty());
+  auto busy = reserve();
+  ASSERT_TRUE(busy);
+  EXPECT_FALSE(busy->decision.allowed);
+  EXPECT_EQ(busy->decision.retry_after, algorithms::kConcurrencyRetryAfter);
+  EXPECT_TRUE(busy->reservation.empty());
+
+  // The record outlives its slot (30 s, above the 1 s asked for): renewed after 20 s.
+  clock.advance(20 * kMicrosPerSecond);
+  auto renewed = answer([&](auto done) { l.renew(app(l, "api", "ip:192.0.2.7"), first->reservation, kMicrosPerSecond, done); });
+  ASSERT_TRUE(renewed) << renewed.error().message;
+  EXPECT_TRUE(*renewed);
+  clock.advance(20 * kMicrosPerSecond);
+  EXPECT_FALSE(reserve()->decision.allowed);  // renewed: held 30 s from then
+
+  auto released = answer([&](auto done) { l.settle(app(l, "api", "ip:192.0.2.7"), first->reservation, std::nullopt, done); });
+  ASSERT_TRUE(released) << released.error().message;
+  EXPECT_TRUE(*released);
+  AppliedRule look = app(l, "api", "ip:192.0.2.7");
+  look.cost = 0;
+  auto peek = l.evaluate_sync({look});
+  ASSERT_TRUE(peek);
+  EXPECT_EQ(peek->rules[0].limits[0].decision.remaining, 7);  // 3 reserved, kept
+  EXPECT_EQ(peek->rules[0].limits[1].decision.remaining, 1);  // the slot back
+  EXPECT_EQ(l.metrics().reservations(0, Reservation::released), 1u);
+  EXPECT_EQ(l.metrics().reservations(0, Reservation::renewed), 1u);
+  auto second = reserve();
+  ASSERT_TRUE(second);
+  EXPECT_TRUE(second->decision.allowed);
+}
+
+TEST(ValidateTest, ConcurrencyLimitsTakeOneSlotAndAreNotShadowed) {
+  const auto slots = *Limit::make(Algorithm::concurrency, 1, 30 * kMicrosPerSecond);
+  LimiterConfig c;
+  Rule costly;
+  costly.name = "costly";
+  costly.cost = 5;  // takes 5 from the bucket, one slot
+  costly.limits = {{"rate", *Limit::token_bucket(10, 1)}, {"slots", slots}};
+  Rule shadow = costly;
+  shadow.name = "shadow";
+  shadow.shadow = true;
+  c.rules = {costly, shadow};
+  const auto issues = validate(c);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].field, "rules[1].shadow");
+  EXPECT_NE(issues[0].reason.find("holds no concurrency slot"), std::string::npos) << issues[0].reason;
+}
+
 class FailurePolicyTest : public LimiterTest {
  protected:
   FailingStore failing;
@@ -681,6 +754,21 @@ TEST_F(FailurePolicyTest, AReservationAnsweredByTheFailurePolicyHoldsNoId) {
   EXPECT_TRUE(out->by_failure_policy);
   EXPECT_TRUE(out->reservation.empty());
   EXPECT_EQ(failing.calls, 1);
+}
+
+// The local failure policy holds no slot: a concurrency limit is only peeked, so it admits.
+TEST_F(FailurePolicyTest, ALocalPolicyHoldsNoConcurrencySlot) {
+  Rule r = rule("local", FailureMode::local, bucket(6, 0.001));
+  r.limits = {{"rate", bucket(6, 0.001)}, {"slots", *Limit::make(Algorithm::concurrency, 1, kMicrosPerSecond)}};
+  Limiter l(config({r}), failing, &clock);
+  for (int i = 0; i < 3; ++i) {
+    Result<Verdict> out = make_error(ErrorCode::unavailable, "not answered");
+    l.reserve("local", "ip:1.2.3.4", 1, kMicrosPerSecond, [&](Result<Verdict> v) { out = std::move(v); });
+    ASSERT_TRUE(out) << out.error().message;
+    EXPECT_TRUE(out->decision.allowed);
+    EXPECT_TRUE(out->by_failure_policy);
+    EXPECT_TRUE(out->reservation.empty());
+  }
 }
 
 TEST_F(FailurePolicyTest, DenyRuleFailsClosedWithRetryAfter) {

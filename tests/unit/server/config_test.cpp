@@ -271,6 +271,32 @@ TEST(ConfigTest, UsageIsReadPerRule) {
   EXPECT_EQ(json.limiter.rules[2].usage, (limiter::UsageSpec{"", "usage.total_tokens", "", 5, 300 * kMicrosPerSecond}));
 }
 
+TEST(ConfigTest, ConcurrencyLimitsAreReadAndBadOnesNamedWithTheirPath) {
+  const auto config = parse_config(kRules +
+                                   "  - {name: c, limits: [{name: rate, capacity: 10, refill_rate: 1}, "
+                                   "{name: slots, algorithm: concurrency, limit: 3, slot_ttl: 90s}]}\n"
+                                   "  - {name: d, limits: [{algorithm: concurrency, limit: 1}]}\n",
+                                   "test.yaml");
+  const auto& slots = config.limiter.rules[2].limits[1].limit;
+  EXPECT_EQ(slots, *algorithms::Limit::make(algorithms::Algorithm::concurrency, 3, 90 * kMicrosPerSecond));
+  EXPECT_EQ(config.limiter.rules[3].limits[0].limit.period, kDefaultSlotTtl);
+  auto limit = [](const std::string& fields) {
+    return kRules + "  - {name: c, limits: [{" + fields + "}]}\n";
+  };
+  expect_error(limit("algorithm: concurrency"), "rules[2].limits[0].limit", "required field missing");
+  expect_error(limit("algorithm: concurrency, limit: 2, window: 1m"), "rules[2].limits[0].window",
+               "not a concurrency field");
+  expect_error(limit("algorithm: concurrency, rate: 5/s"), "rules[2].limits[0].rate", "not a concurrency field");
+  expect_error(limit("algorithm: concurrency, limit: 2000000"), "rules[2].limits[0].limit", "at most 2^20");
+  expect_error(limit("algorithm: concurrency, limit: 2, slot_ttl: 0s"), "rules[2].limits[0].slot_ttl", "");
+  expect_error(limit("capacity: 10, refill_rate: 1, slot_ttl: 5s"), "rules[2].limits[0].slot_ttl",
+               "a field of concurrency limits only");
+  expect_error(kRules + "  - {name: c, shadow: true, limits: [{algorithm: concurrency, limit: 2}]}\n",
+               "rules[2].shadow", "holds no concurrency slot");
+  expect_error(kRules + "  - {name: c, lease: {max: 2}, limits: [{algorithm: concurrency, limit: 2}]}\n",
+               "rules[2].lease", "is concurrency");
+}
+
 TEST(ConfigTest, BadUsageIsNamedWithItsPath) {
   const std::string ok = "response_header: X-Cost, estimate: 5";
   auto rule = [](std::string extra, std::string usage) {
