@@ -61,6 +61,9 @@ rules:
     bucket: per_endpoint
     limits: [{name: burst, capacity: 4, refill_rate: 2}, {name: hourly, algorithm: fixed_window, limit: 10, window: 1h}]
     ip_limits: [{capacity: 4, refill_rate: 1}]
+  - name: api_stream
+    identity: {type: header, header: X-User-ID}
+    limits: [{name: rate, capacity: 3, refill_rate: 1}, {name: slots, algorithm: concurrency, limit: 1, slot_ttl: 10s}]
   - name: shadow_all
     match: {path_prefix: /}
     shadow: true

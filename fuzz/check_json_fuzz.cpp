@@ -6,8 +6,10 @@
 // state, as nginx's auth subrequest (GET /v1/auth, the request in X-Original-Method,
 // X-Original-URI, X-Real-IP and its headers): it must be decided as /v1/check decided it
 // (200 ⇔ 200; 403 with X-RateLimit-Status 429 ⇔ 429; 403 with 400 ⇔ a refused identity).
-// The same body is also a settlement (POST /v1/settle): 200 with `settled`, or 400; and a
-// reservation a check answered settles once with the body's fields: true, then false.
+// The same body is also a settlement (POST /v1/settle), a release (POST /v1/release) and a
+// heartbeat (POST /v1/renew): 200 with `settled`, `released` or `renewed`, or 400; and a
+// reservation a check answered (of a rate limit or of a concurrency slot) is renewed (true),
+// settles once with the body's fields (true, then false), and is released no more (false).
 
 #include <cstddef>
 #include <cstdint>
@@ -103,18 +105,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   http::Request settlement = request;
   settlement.target = "/v1/settle";
-  const auto settled = api.handle(settlement);
-  fuzz::require(settled.status == 200 || settled.status == 400);
-  if (settled.status == 200) fuzz::require(json::parse(settled.body).at("settled").is_boolean());
+  for (const auto& [target, field] : {std::pair{"/v1/settle", "settled"}, std::pair{"/v1/release", "released"},
+                                       std::pair{"/v1/renew", "renewed"}}) {
+    settlement.target = target;
+    const auto answered = api.handle(settlement);
+    fuzz::require(answered.status == 200 || answered.status == 400);
+    if (answered.status == 200) fuzz::require(json::parse(answered.body).at(field).is_boolean());
+  }
+  auto held = [&](const char* target, const std::string& id) {
+    json call{{"rule", body.at("rule")}, {"identity", body.at("identity")}, {"reservation", id}};
+    if (body.contains("tier")) call["tier"] = body.at("tier");
+    if (std::string_view(target) == "/v1/settle") call["cost"] = 0;
+    settlement.target = target;
+    settlement.body = call.dump();
+    const auto answer = api.handle(settlement);
+    fuzz::require(answer.status == 200);
+    return json::parse(answer.body);
+  };
   for (const auto& id : reservations) {
-    json settle{{"rule", body.at("rule")}, {"identity", body.at("identity")}, {"reservation", id}, {"cost", 0}};
-    if (body.contains("tier")) settle["tier"] = body.at("tier");
-    settlement.body = settle.dump();
-    for (const bool first : {true, false}) {
-      const auto answer = api.handle(settlement);
-      fuzz::require(answer.status == 200);
-      fuzz::require(json::parse(answer.body).at("settled").get<bool>() == first);
-    }
+    fuzz::require(held("/v1/renew", id).at("renewed").get<bool>());
+    for (const bool first : {true, false}) fuzz::require(held("/v1/settle", id).at("settled").get<bool>() == first);
+    fuzz::require(!held("/v1/release", id).at("released").get<bool>());
   }
   const auto subrequest = auth_subrequest(body);
   if (!subrequest) return 0;

@@ -423,100 +423,112 @@ void MemoryStore::reserve(ReservationRecord reservation, std::vector<CheckItem> 
                           CheckCallback done) {
   if (auto ok = validate_reservation(reservation, items); !ok) return done(std::unexpected(ok.error()));
   const Micros now = now_opt ? *now_opt : options_.clock->now();
-  Reservations& r = *reservations_;
-  std::lock_guard lock(r.mu);
-  r.records.erase(reservation.key);
-  if (r.records.size() >= options_.max_keys) {
-    std::erase_if(r.records, [now](const auto& kv) { return kv.second.expires_at <= now; });
+  // `done` runs once the lock is let go: it may reserve or settle again (inline callers).
+  auto answer = [&]() -> Result<CheckOutcome> {
+    Reservations& r = *reservations_;
+    std::lock_guard lock(r.mu);
+    r.records.erase(reservation.key);
     if (r.records.size() >= options_.max_keys) {
-      rejected_full_.fetch_add(1, std::memory_order_relaxed);
-      return done(make_error(ErrorCode::store_full,
-                             fmt::format("memory store is full ({} reservations)", options_.max_keys)));
+      std::erase_if(r.records, [now](const auto& kv) { return kv.second.expires_at <= now; });
+      if (r.records.size() >= options_.max_keys) {
+        rejected_full_.fetch_add(1, std::memory_order_relaxed);
+        return make_error(ErrorCode::store_full,
+                          fmt::format("memory store is full ({} reservations)", options_.max_keys));
+      }
     }
-  }
-  const std::size_t end = reservation.end(items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i >= reservation.first && i < end) continue;
-    if (items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0) {
-      return done(unheld_slot(items[i].key));
+    const std::size_t end = reservation.end(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (i >= reservation.first && i < end) continue;
+      if (items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0) {
+        return unheld_slot(items[i].key);
+      }
     }
-  }
-  auto outcome = batch(items, now);
-  if (outcome && outcome->decision.allowed) {
-    Reservations::Record held{now + reservation.ttl, now, {}};
-    held.keys.reserve(end - reservation.first);
-    for (std::size_t i = reservation.first; i < end; ++i) {
-      const bool slot = items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0;
-      held.keys.push_back({std::move(items[i].key), items[i].cost, outcome->items[i].reset_after,
-                           slot ? now + items[i].limit.period : 0});
+    auto outcome = batch(items, now);
+    if (outcome && outcome->decision.allowed) {
+      Reservations::Record held{now + reservation.ttl, now, {}};
+      held.keys.reserve(end - reservation.first);
+      for (std::size_t i = reservation.first; i < end; ++i) {
+        const bool slot = items[i].limit.algorithm == algorithms::Algorithm::concurrency && items[i].cost > 0;
+        held.keys.push_back({std::move(items[i].key), items[i].cost, outcome->items[i].reset_after,
+                             slot ? now + items[i].limit.period : 0});
+      }
+      r.records.insert_or_assign(std::move(reservation.key), std::move(held));
+      outcome->recorded = true;
     }
-    r.records.insert_or_assign(std::move(reservation.key), std::move(held));
-    outcome->recorded = true;
-  }
-  done(std::move(outcome));
+    return outcome;
+  }();
+  done(std::move(answer));
 }
 
 void MemoryStore::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now_opt,
                          SettleCallback done) {
   if (auto ok = validate_settlement(record, items); !ok) return done(std::unexpected(ok.error()));
   const Micros now = now_opt ? *now_opt : options_.clock->now();
-  Reservations& r = *reservations_;
-  std::lock_guard lock(r.mu);
-  const auto it = r.records.find(record);
-  if (it == r.records.end()) return done(false);
-  const Reservations::Record held = std::move(it->second);
-  r.records.erase(it);
-  if (held.expires_at <= now) return done(false);
-  for (const CheckItem& item : items) {
-    const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
-    if (h == held.keys.end()) continue;
-    const bool slot = item.limit.algorithm == algorithms::Algorithm::concurrency;
-    if (!slot && item.cost == kAsEstimated) continue;
-    if (slot && h->slot == 0) continue;
-    auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
-      if (slot) return algorithms::concurrency::release(item.limit, std::move(state), now, h->slot);
-      return algorithms::settle(item.limit, std::move(state), now, h->estimate, item.cost, held.at, h->reset_after);
-    });
-    if (!step) return done(std::unexpected(step.error()));
-  }
-  done(true);
+  // `done` runs once the lock is let go: it may reserve or settle again (inline callers).
+  auto answer = [&]() -> Result<bool> {
+    Reservations& r = *reservations_;
+    std::lock_guard lock(r.mu);
+    const auto it = r.records.find(record);
+    if (it == r.records.end()) return false;
+    const Reservations::Record held = std::move(it->second);
+    r.records.erase(it);
+    if (held.expires_at <= now) return false;
+    for (const CheckItem& item : items) {
+      const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
+      if (h == held.keys.end()) continue;
+      const bool slot = item.limit.algorithm == algorithms::Algorithm::concurrency;
+      if (!slot && item.cost == kAsEstimated) continue;
+      if (slot && h->slot == 0) continue;
+      auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+        if (slot) return algorithms::concurrency::release(item.limit, std::move(state), now, h->slot);
+        return algorithms::settle(item.limit, std::move(state), now, h->estimate, item.cost, held.at, h->reset_after);
+      });
+      if (!step) return std::unexpected(step.error());
+    }
+    return true;
+  }();
+  done(std::move(answer));
 }
 
 void MemoryStore::renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now_opt,
                         SettleCallback done) {
   if (auto ok = validate_renewal(record, items, ttl); !ok) return done(std::unexpected(ok.error()));
   const Micros now = now_opt ? *now_opt : options_.clock->now();
-  Reservations& r = *reservations_;
-  std::lock_guard lock(r.mu);
-  const auto it = r.records.find(record);
-  if (it == r.records.end()) return done(false);
-  if (it->second.expires_at <= now) {
-    r.records.erase(it);
-    return done(false);
-  }
-  Reservations::Record& held = it->second;
-  held.expires_at = now + ttl;
-  bool all = true;
-  for (const CheckItem& item : items) {
-    if (item.limit.algorithm != algorithms::Algorithm::concurrency) continue;
-    const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
-    if (h == held.keys.end() || h->slot == 0) continue;
-    bool kept = true;
-    auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
-      auto renewed = algorithms::concurrency::renew(item.limit, state, now, h->slot);
-      if (renewed) return std::move(*renewed);
-      kept = false;
-      return algorithms::concurrency::step(item.limit, std::move(state), now, 0);
-    });
-    if (!step) return done(std::unexpected(step.error()));
-    if (kept) {
-      h->slot = now + item.limit.period;
-    } else {
-      h->slot = 0;
-      all = false;
+  // `done` runs once the lock is let go: it may reserve or settle again (inline callers).
+  auto answer = [&]() -> Result<bool> {
+    Reservations& r = *reservations_;
+    std::lock_guard lock(r.mu);
+    const auto it = r.records.find(record);
+    if (it == r.records.end()) return false;
+    if (it->second.expires_at <= now) {
+      r.records.erase(it);
+      return false;
     }
-  }
-  done(all);
+    Reservations::Record& held = it->second;
+    held.expires_at = now + ttl;
+    bool all = true;
+    for (const CheckItem& item : items) {
+      if (item.limit.algorithm != algorithms::Algorithm::concurrency) continue;
+      const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
+      if (h == held.keys.end() || h->slot == 0) continue;
+      bool kept = true;
+      auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
+        auto renewed = algorithms::concurrency::renew(item.limit, state, now, h->slot);
+        if (renewed) return std::move(*renewed);
+        kept = false;
+        return algorithms::concurrency::step(item.limit, std::move(state), now, 0);
+      });
+      if (!step) return std::unexpected(step.error());
+      if (kept) {
+        h->slot = now + item.limit.period;
+      } else {
+        h->slot = 0;
+        all = false;
+      }
+    }
+    return all;
+  }();
+  done(std::move(answer));
 }
 
 MemoryStore::Stats MemoryStore::stats() const {

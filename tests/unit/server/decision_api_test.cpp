@@ -426,6 +426,35 @@ TEST_F(DecisionApiTest, AConcurrencySlotIsHeldUntilReleased) {
   EXPECT_EQ(send(http::Request{"GET", "/v1/release", {}, {}, {}, 0}).status, 405);
 }
 
+// The demo routes answer at once: a reservation (a slot) made for the request is given back
+// as soon as it is answered, on the memory store too, whose answers come inline.
+TEST(DemoRoutes, ASlotHeldForADemoRouteIsGivenBackWhenItAnswers) {
+  ManualClock clock{1'700'000'000 * kMicrosPerSecond};
+  const Config config = parse_config(R"(
+logging: {decisions: {enabled: false}}
+rules:
+  - name: data
+    match: {methods: [GET], path: /api/data}
+    limits:
+      - {name: rate, capacity: 2, refill_rate: 0.001}
+      - {name: slots, algorithm: concurrency, limit: 1}
+)");
+  store::MemoryStore store({.max_keys = 1000, .shards = 1, .clock = &clock});
+  limiter::Limiter limiter(config.limiter, store);
+  http::Middleware middleware(limiter, config.middleware);
+  Api api(limiter, middleware);
+  auto get = [&] {
+    std::optional<http::Response> answer;
+    api.handle(http::Request{"GET", "/api/data", {}, {}, "192.0.2.7", 0},
+               [&answer](http::Response r) { answer = std::move(r); });
+    return answer ? answer->status : 0;
+  };
+  EXPECT_EQ(get(), 200);
+  EXPECT_EQ(get(), 200);  // the slot of the first is back
+  EXPECT_EQ(get(), 429);  // the rate limit
+  EXPECT_EQ(limiter.metrics().reservations(0, limiter::Reservation::released), 2u);
+}
+
 TEST_F(DecisionApiTest, BadReservationsAndSettlementsAre400sNamingTheField) {
   const std::string id(32, 'a');
   const std::vector<std::pair<json, std::string>> checks = {
