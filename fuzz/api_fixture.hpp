@@ -62,6 +62,7 @@ rules:
     limits: [{name: burst, capacity: 4, refill_rate: 2}, {name: hourly, algorithm: fixed_window, limit: 10, window: 1h}]
     ip_limits: [{capacity: 4, refill_rate: 1}]
   - name: api_stream
+    match: {path_prefix: /api/stream/}
     identity: {type: header, header: X-User-ID}
     limits: [{name: rate, capacity: 3, refill_rate: 1}, {name: slots, algorithm: concurrency, limit: 1, slot_ttl: 10s}]
   - name: shadow_all

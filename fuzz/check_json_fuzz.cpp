@@ -5,7 +5,8 @@
 // with the decision, or 400 naming what is wrong. A described request is also sent, on fresh
 // state, as nginx's auth subrequest (GET /v1/auth, the request in X-Original-Method,
 // X-Original-URI, X-Real-IP and its headers): it must be decided as /v1/check decided it
-// (200 ⇔ 200; 403 with X-RateLimit-Status 429 ⇔ 429; 403 with 400 ⇔ a refused identity).
+// (200 ⇔ 200; 403 with X-RateLimit-Status 429 ⇔ 429; 403 with 400 ⇔ a refused identity;
+// 500 for a rule with a concurrency limit ⇔ 400).
 // The same body is also a settlement (POST /v1/settle), a release (POST /v1/release) and a
 // heartbeat (POST /v1/renew): 200 with `settled`, `released` or `renewed`, or 400; and a
 // reservation a check answered (of a rate limit or of a concurrency slot) is renewed (true),
@@ -137,6 +138,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // description here too; otherwise the same decision.
     if (response.status == 400) {
       fuzz::require(statuses[i] == 400 && !status);
+      continue;
+    }
+    // A rule with a concurrency limit: auth_request cannot release its slot (500), the
+    // described request holds no reservation (400).
+    if (response.status == 500) {
+      fuzz::require(statuses[i] == 400 && response.body.find("concurrency") != std::string::npos);
       continue;
     }
     fuzz::require(response.status == 200 || response.status == 403);

@@ -510,7 +510,11 @@ void MemoryStore::renew(std::string record, std::vector<CheckItem> items, Micros
     for (const CheckItem& item : items) {
       if (item.limit.algorithm != algorithms::Algorithm::concurrency) continue;
       const auto h = std::find_if(held.keys.begin(), held.keys.end(), [&](const auto& k) { return k.key == item.key; });
-      if (h == held.keys.end() || h->slot == 0) continue;
+      if (h == held.keys.end()) continue;
+      if (h->slot == 0) {  // lost to an earlier heartbeat, or never taken (a cost of 0)
+        all = false;
+        continue;
+      }
       bool kept = true;
       auto step = update(item.key, item.limit.algorithm, now, [&](algorithms::State state) {
         auto renewed = algorithms::concurrency::renew(item.limit, state, now, h->slot);

@@ -191,6 +191,62 @@ TEST_F(BenchCliRedis, SettledReservationsAreChargedTheirActualCost) {
   EXPECT_NE(refused.output.find("--settle-cost"), std::string::npos) << refused.output;
 }
 
+// --hold-slots: each decision also takes one of N concurrency slots in the same reservation
+// and releases it once admitted, so one slot admits every request of a sequential run
+// (a slot never released would admit only the first); with --settle-cost the limit is
+// settled too (91 of 300, as above), and no record or slot is left behind.
+TEST_F(BenchCliRedis, HeldSlotsAreReleasedAfterEachRequest) {
+  auto j = run_bench_json({"--store", server_->url(), "--keys", "1", "--requests", "300", "--concurrency", "1",
+                           "--capacity", "1000000", "--rate", "1000000", "--hold-slots", "1"});
+  expect_counts_add_up(j, 300);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 300);
+  EXPECT_EQ(j["hold_slots"].get<std::int64_t>(), 1);
+  EXPECT_FALSE(j.contains("settle_cost"));
+  EXPECT_EQ(server_->command({"EVAL", "return redis.call('ZCARD', 'ratelimit:{bench:0}:bench:slots')", "0"}), "0");
+
+  ASSERT_EQ(server_->command({"FLUSHALL"}), "OK");
+  j = run_bench_json({"--store", server_->url(), "--keys", "1", "--requests", "300", "--concurrency", "1",
+                      "--capacity", "100", "--rate", "0.000001", "--cost", "10", "--settle-cost", "1", "--hold-slots",
+                      "1"});
+  expect_counts_add_up(j, 300);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 91);
+  EXPECT_EQ(j["settle_cost"].get<std::int64_t>(), 1);
+  EXPECT_EQ(j["hold_slots"].get<std::int64_t>(), 1);
+  EXPECT_EQ(server_->command({"EVAL", "return #redis.call('KEYS', 'ratelimit:{bench:*}:bench:reservation:*')", "0"}),
+            "0");
+  EXPECT_EQ(server_->command({"EVAL", "return redis.call('ZCARD', 'ratelimit:{bench:0}:bench:slots')", "0"}), "0");
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> refused = {
+      {{"--hold-slots", "-1"}, "--hold-slots must be between 1 and 1048576"},
+      {{"--hold-slots", "1048577"}, "--hold-slots must be between 1 and 1048576"},
+      {{"--hold-slots", "1", "--algorithm", "sliding_window_log", "--limit", "10", "--window-ms", "1000"},
+       "--hold-slots: the reservation holds the bench's limit too"},
+      {{"--hold-slots", "1", "--lease-max", "5"}, "--hold-slots: the reservation holds the bench's limit too"},
+  };
+  for (const auto& c : refused) {
+    std::vector<std::string> args = {"bench", "--store", server_->url()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Ran ran = run_cli(args);
+    EXPECT_NE(ran.status, 0) << c.message;
+    EXPECT_NE(ran.output.find(c.message), std::string::npos) << "expected '" << c.message << "' in: " << ran.output;
+  }
+}
+
+TEST(BenchCli, MemoryHeldSlotIsReleasedAfterEachRequest) {
+  auto j = run_bench_json({"--store", "memory://", "--keys", "1", "--requests", "300", "--concurrency", "1",
+                           "--capacity", "10", "--rate", "0.000001", "--hold-slots", "1"});
+  expect_counts_add_up(j, 300);
+  EXPECT_EQ(j["errors"].get<std::int64_t>(), 0) << j.dump();
+  EXPECT_EQ(j["allowed"].get<std::int64_t>(), 10);
+  EXPECT_EQ(j["hold_slots"].get<std::int64_t>(), 1);
+}
+
 TEST(BenchCli, UnixSocketRunAllowsExactlyCapacity) {
   const auto socket = std::filesystem::temp_directory_path() /
                       ("ratekeeper-bench-" + std::to_string(::getpid()) + ".sock");

@@ -769,6 +769,65 @@ TEST_P(StoreSuite, ConcurrencySlotsAreHeldUntilReleasedRenewedOrExpired) {
   EXPECT_EQ(local, expected);
 }
 
+// lua/concurrency.lua and algorithms::concurrency (through MemoryStore) on one random time
+// sequence: reservations taking slots, releases, renewals (some after the slot expired) and
+// peeks, with time moving on by up to 3 s a step over slots of 5 s: every answer is the same.
+TEST_P(StoreSuite, ConcurrencySlotsMatchTheMemoryStoreOnOneTimeSequence) {
+  const Limit slots = *Limit::make(Algorithm::concurrency, 3, 5 * kMicrosPerSecond);
+  const Limit bucket = *Limit::make(Algorithm::token_bucket, 1000, kMicrosPerSecond);
+  const std::string k = key("slots-mirror", "r:slots");
+  const std::string b = key("slots-mirror", "r:rate");
+  MemoryStore memory;
+  std::vector<std::string> open;
+  std::uint64_t x = 0x2545f4914f6cdd1dull;
+  auto next = [&](std::uint64_t n) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x % n;
+  };
+  Micros now = kT0;
+  for (int step = 0; step < 300; ++step) {
+    now += static_cast<Micros>(next(3'000'000));
+    const auto op = next(4);
+    std::string redis_answer, memory_answer;
+    auto both = [&](auto call) {
+      redis_answer = call(*store_);
+      memory_answer = call(memory);
+    };
+    if (op == 0 || open.empty()) {
+      const std::string rec = key("slots-mirror", fmt::format("r:reservation:{}", step));
+      both([&](Store& s) {
+        auto r = reserve_at(s, rec, 60 * kMicrosPerSecond, {{b, bucket, 1}, {k, slots, 1}}, now);
+        return r ? fmt::format("reserve {} {} {} {} {}", r->decision.allowed, r->recorded, r->items[1].remaining,
+                               r->items[1].retry_after, r->items[1].reset_after)
+                 : r.error().message;
+      });
+      if (redis_answer.starts_with("reserve true")) open.push_back(rec);
+    } else if (op == 1) {
+      const auto at = next(open.size());
+      const std::string rec = open[at];
+      open.erase(open.begin() + static_cast<std::ptrdiff_t>(at));
+      both([&](Store& s) {
+        auto r = settle_at(s, rec, {{b, bucket, kAsEstimated}, {k, slots, kAsEstimated}}, now);
+        return r ? fmt::format("release {}", *r) : r.error().message;
+      });
+    } else if (op == 2) {
+      const std::string rec = open[next(open.size())];
+      both([&](Store& s) {
+        auto r = renew_at(s, rec, {{b, bucket, 0}, {k, slots, 0}}, 60 * kMicrosPerSecond, now);
+        return r ? fmt::format("renew {}", *r) : r.error().message;
+      });
+    } else {
+      both([&](Store& s) {
+        auto r = s.check_sync({{k, slots, 0}}, now);
+        return r ? fmt::format("peek {} {}", r->decision.remaining, r->decision.reset_after) : r.error().message;
+      });
+    }
+    ASSERT_EQ(redis_answer, memory_answer) << "step " << step << " at " << now - kT0;
+  }
+}
+
 TEST_P(StoreSuite, AConcurrencySlotIsTakenOnlyByAReservation) {
   const Limit slots = *Limit::make(Algorithm::concurrency, 3, 10 * kMicrosPerSecond);
   auto plain = store_->check_sync({{key("unheld", "r"), slots, 1}});
