@@ -1,10 +1,12 @@
 // `ratekeeper bench`: drives a store with a fixed number of decisions in flight and reports
 // decisions per second, allowed/denied/error counts and latency percentiles.
 //
-// Every decision goes through Store::check. Exactly `concurrency` decisions are outstanding
-// at any time: each completion issues the next one from its callback. A store that completes
-// on the caller's stack (memory://) is driven by `threads` threads instead, one decision
-// after the other on each; a Redis store's callbacks run on its I/O threads.
+// Every decision goes through Store::check, or, with --settle-cost or --hold-slots, through
+// Store::reserve and, once admitted, Store::settle (two store calls). Exactly `concurrency`
+// decisions are outstanding at any time: each completion issues the next one from its
+// callback. A store that completes on the caller's stack (memory://) is driven by `threads`
+// threads instead, one decision after the other on each; a Redis store's callbacks run on
+// its I/O threads.
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -61,6 +63,7 @@ struct BenchOptions {
   std::int64_t lease_ttl_ms = 1000;
   double pace = 0;  // > 0: decisions issued at most this many per second
   std::int64_t settle_cost = -1;  // >= 0: each decision reserves `cost`, then settles to this
+  std::int64_t hold_slots = 0;    // > 0: each decision also holds one of this many concurrency slots, then releases it
   bool json = false;
 
   // Whether each limit option was given on the command line.
@@ -81,14 +84,20 @@ constexpr std::uint8_t kDenied = 1;
 constexpr std::uint8_t kErrorBase = 2;
 constexpr std::size_t kErrorCodes = static_cast<std::size_t>(ErrorCode::redirect) + 1;
 
+// --hold-slots: how long a slot (and a reservation's record) lasts when never released.
+constexpr Micros kSlotTtl = 60 * kMicrosPerSecond;
+
 // One benchmark run. Thread-safe: completions may arrive on any thread. Must outlive every
 // callback it hands to the store (the caller destroys the store first).
 class Run {
  public:
   Run(store::Store& store, std::vector<std::string> keys, std::vector<std::uint32_t> key_of_request,
-      Limit limit, std::int64_t cost, store::LeasePolicy lease, double pace, std::int64_t settle_cost)
+      Limit limit, std::int64_t cost, store::LeasePolicy lease, double pace, std::int64_t settle_cost,
+      std::vector<std::string> slot_keys, std::optional<Limit> slots)
       : store_(store),
         keys_(std::move(keys)),
+        slot_keys_(std::move(slot_keys)),
+        slots_(slots),
         key_of_request_(std::move(key_of_request)),
         limit_(limit),
         cost_(cost),
@@ -161,6 +170,7 @@ class Run {
   std::vector<store::CheckItem> items_of(std::int64_t i) const {
     std::vector<store::CheckItem> items;
     items.push_back(store::CheckItem{keys_[key_of_request_[i]], limit_, cost_, 0, lease_});
+    if (slots_) items.push_back(store::CheckItem{slot_keys_[key_of_request_[i]], *slots_, 1});
     return items;
   }
 
@@ -169,23 +179,26 @@ class Run {
     if (i >= requests_) return;
     wait_turn(i);
     latency_ns_[i] = steady_ns();
-    if (settle_cost_ >= 0) return reserve_and_settle(i);
+    if (settle_cost_ >= 0 || slots_) return reserve_and_settle(i);
     // Two words of capture: std::function keeps it inline, no allocation.
     store_.check(items_of(i), std::nullopt, [this, i](Result<store::CheckOutcome> r) { complete(i, std::move(r)); });
   }
 
-  // --settle-cost: the decision reserves `cost` under a record of its own (in its key's slot),
-  // and an admitted one is settled to settle_cost_ before it completes.
+  // --settle-cost, --hold-slots: the decision reserves `cost` (and takes a concurrency slot)
+  // under a record of its own (in its key's cluster slot), and an admitted one is settled
+  // before it completes: the rate item to settle_cost_ (kAsEstimated without --settle-cost:
+  // left as reserved), the concurrency slot released.
   std::string record_of(std::int64_t i) const {
     return fmt::format("{}:reservation:{}", keys_[key_of_request_[i]], i);
   }
 
   void reserve_and_settle(std::int64_t i) {
-    store_.reserve(store::ReservationRecord{record_of(i), 60 * kMicrosPerSecond}, items_of(i), std::nullopt,
+    store_.reserve(store::ReservationRecord{record_of(i), kSlotTtl}, items_of(i), std::nullopt,
                    [this, i](Result<store::CheckOutcome> r) {
                      if (!r || !r->decision.allowed) return complete(i, std::move(r));
                      auto items = items_of(i);
-                     items[0].cost = settle_cost_;
+                     items[0].cost = settle_cost_ >= 0 ? settle_cost_ : store::kAsEstimated;
+                     if (slots_) items[1].cost = store::kAsEstimated;
                      store_.settle(record_of(i), std::move(items), std::nullopt,
                                    [this, i, admitted = std::move(*r)](Result<bool> settled) mutable {
                                      if (!settled) return complete(i, std::unexpected(std::move(settled.error())));
@@ -244,6 +257,8 @@ class Run {
 
   store::Store& store_;
   const std::vector<std::string> keys_;
+  const std::vector<std::string> slot_keys_;  // --hold-slots: the concurrency key next to each key
+  const std::optional<Limit> slots_;           // --hold-slots: the concurrency limit
   const std::vector<std::uint32_t> key_of_request_;
   const Limit limit_;
   const std::int64_t cost_;
@@ -365,10 +380,13 @@ int run_bench(const BenchOptions& o) {
   }
 
   std::vector<std::string> keys;
+  std::vector<std::string> slot_keys;  // --hold-slots: "<key>:slots", the same hash tag
   keys.reserve(static_cast<std::size_t>(o.keys));
+  if (o.hold_slots > 0) slot_keys.reserve(static_cast<std::size_t>(o.keys));
   for (std::int64_t k = 0; k < o.keys; ++k) {
     auto key = limiter::make_key(limiter::kDefaultPrefix, fmt::format("bench:{}", k), "bench");
     if (!key) return fail(key.error().message);
+    if (o.hold_slots > 0) slot_keys.push_back(*key + ":slots");
     keys.push_back(std::move(*key));
   }
   std::vector<std::uint32_t> key_of_request(static_cast<std::size_t>(o.requests));
@@ -401,9 +419,26 @@ int run_bench(const BenchOptions& o) {
       return fail("--settle-cost: only token_bucket and fixed_window limits, unleased, can be reserved");
     }
   }
+  std::optional<Limit> slots;
+  if (o.hold_slots != 0) {
+    if (o.hold_slots < 0 || o.hold_slots > algorithms::kMaxConcurrency) {
+      return fail(fmt::format("--hold-slots must be between 1 and {} (0: no slot), got {}", algorithms::kMaxConcurrency,
+                              o.hold_slots));
+    }
+    if (!store->supports_reservations()) {
+      return fail(fmt::format("--hold-slots: store {} does not hold reservations", kind));
+    }
+    if (!algorithms::reservable(limit->algorithm) || leasing != nullptr) {
+      return fail("--hold-slots: the reservation holds the bench's limit too: only token_bucket and fixed_window "
+                  "limits, unleased, can be reserved");
+    }
+    auto l = Limit::make(Algorithm::concurrency, o.hold_slots, kSlotTtl);
+    if (!l) return fail("--hold-slots: " + l.error().message);
+    slots = *l;
+  }
 
   auto run = std::make_unique<Run>(*store, std::move(keys), std::move(key_of_request), *limit, o.cost, lease, o.pace,
-                                   o.settle_cost);
+                                   o.settle_cost, std::move(slot_keys), slots);
   const std::int64_t chains = std::min(o.concurrency, o.requests);
   run->set_start();
   const auto t0 = SteadyClock::now();
@@ -469,6 +504,10 @@ int run_bench(const BenchOptions& o) {
     j["period_us"] = limit->period;
     j["cost"] = o.cost;
     if (o.settle_cost >= 0) j["settle_cost"] = o.settle_cost;
+    if (slots) {
+      j["hold_slots"] = slots->capacity;
+      j["slot_ttl_us"] = slots->period;
+    }
     j["keys"] = o.keys;
     j["concurrency"] = o.concurrency;
     j["threads"] = o.threads;
@@ -504,6 +543,12 @@ int run_bench(const BenchOptions& o) {
     text += fmt::format("store         {}\n", redis::redact_url(o.store_url));
     text += fmt::format("limit         {} capacity={} period={}us cost={}\n",
                         to_string(limit->algorithm), limit->capacity, limit->period, o.cost);
+    if (o.settle_cost >= 0 || slots) {
+      std::string held;
+      if (o.settle_cost >= 0) held += fmt::format(", settled to cost {}", o.settle_cost);
+      if (slots) held += fmt::format(", holding one of {} slots (ttl {}us) until released", slots->capacity, slots->period);
+      text += fmt::format("reservation   each decision reserved{}\n", held);
+    }
     text += fmt::format("load          {} requests over {} keys, concurrency {}, threads {}\n",
                         o.requests, o.keys, o.concurrency, o.threads);
     text += fmt::format("elapsed       {:.3f} s\n", elapsed_s);
@@ -581,6 +626,12 @@ void register_bench_command(CLI::App& app) {
                   "Each decision reserves --cost, and one admitted is settled to this actual cost (two store calls; "
                   "-1: a plain check)")
       ->check(CLI::Range(std::int64_t{-1}, algorithms::kMaxCharged))
+      ->capture_default_str();
+  sub->add_option("--hold-slots", o->hold_slots,
+                  "Each decision also takes, in the same reservation, one of this many concurrency slots of a key "
+                  "next to its own (same hash tag, slot ttl 60 s), and one admitted releases it (two store calls); "
+                  "with --settle-cost the limit is settled to that cost, without it left as reserved (token_bucket, "
+                  "fixed_window; 0: no slot)")
       ->capture_default_str();
   sub->add_flag("--json", o->json, "Print one JSON line instead of text");
   sub->callback([o] {

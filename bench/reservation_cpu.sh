@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Redis CPU per request with a reservation (reserve, then settle: two script calls) next to a
-# plain check, side by side in one run against one redis-server (started here on a free
-# loopback port, no persistence, stopped at exit), over the same keys. Redis CPU is
-# Δ(used_cpu_sys + used_cpu_user) of `INFO cpu` over a row divided by its requests; each row
-# runs after FLUSHALL and CONFIG RESETSTAT; the rows are interleaved within each of --repeat
-# runs and the table shows medians. Builds nothing: ratekeeper comes from $RATEKEEPER
-# (default ./build/ratekeeper).
+# Redis CPU per request with a reservation (reserve, then settle: two script calls) and per
+# request holding a concurrency slot (reserve, then release) next to a plain check, in one
+# run against one redis-server (started here on a free loopback port, no persistence, stopped
+# at exit), over the same keys. Redis CPU is Δ(used_cpu_sys + used_cpu_user) of `INFO cpu`
+# over a row divided by its requests; each row runs after FLUSHALL and CONFIG RESETSTAT; the
+# rows are interleaved within each of --repeat runs and the table shows medians. Builds
+# nothing: ratekeeper comes from $RATEKEEPER (default ./build/ratekeeper).
 #
 #   bench/reservation_cpu.sh [--requests N] [--keys K] [--concurrency C] [--repeat R]
 #
@@ -14,6 +14,10 @@
 #   check, one call        the same with --max-batch 1: one script call per check
 #   reserve + settle       --cost 100 --settle-cost 60: each request reserves 100, then
 #                          settles to 60 (the difference given back), one call each way
+#   hold a slot + release  --hold-slots S: each request reserves its cost and one of S
+#                          concurrency slots of a key next to its own (same hash tag), then
+#                          releases the slot (settles at the estimate), one call each way;
+#                          S = max(1000, concurrency): the slots never deny
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +43,7 @@ for v in requests keys concurrency repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "reservation_cpu.sh: --$v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [[ -x $ratekeeper ]] || { echo "reservation_cpu.sh: no executable at '$ratekeeper' (set RATEKEEPER)" >&2; exit 2; }
+slots=$((concurrency > 1000 ? concurrency : 1000))
 for tool in redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "reservation_cpu.sh: $tool not found" >&2; exit 2; }
 done
@@ -94,6 +99,7 @@ for ((r = 1; r <= repeat; r++)); do
   row "check, coalesced"
   row "check, one call" --max-batch 1
   row "reserve + settle" --cost 100 --settle-cost 60
+  row "hold a slot + release" --hold-slots "$slots"
 done
 
 python3 - "$workdir/rows" "$requests" "$keys" "$concurrency" "$repeat" <<'PY'
@@ -110,10 +116,11 @@ for name, runs in rows.items():
     med[name] = [statistics.median(r[i] for r in runs) for i in range(3)]
     print(f"| {name} | {med[name][0]:.0f} | {med[name][1]:.2f} | {med[name][2]:.3f} |")
 base = med.get("check, one call")
-res = med.get("reserve + settle")
-if base and res and base[1] > 0:
-    print(f"reserve + settle / check, one call: Redis CPU {res[1] / base[1]:.2f}x")
 co = med.get("check, coalesced")
-if co and res and co[1] > 0:
-    print(f"reserve + settle / check, coalesced: Redis CPU {res[1] / co[1]:.2f}x")
+for name in ("reserve + settle", "hold a slot + release"):
+    res = med.get(name)
+    if base and res and base[1] > 0:
+        print(f"{name} / check, one call: Redis CPU {res[1] / base[1]:.2f}x")
+    if co and res and co[1] > 0:
+        print(f"{name} / check, coalesced: Redis CPU {res[1] / co[1]:.2f}x")
 PY
