@@ -65,6 +65,11 @@ rules:
     match: {path_prefix: /api/stream/}
     identity: {type: header, header: X-User-ID}
     limits: [{name: rate, capacity: 3, refill_rate: 1}, {name: slots, algorithm: concurrency, limit: 1, slot_ttl: 10s}]
+  - name: api_team
+    match: {path_prefix: /api/team/}
+    identity: {type: header, header: X-User-ID}
+    limits: [{capacity: 2, refill_rate: 1}]
+    parent: {identity: {type: header, header: X-Org-ID, prefix: org}, limits: [{capacity: 3, refill_rate: 1}]}
   - name: shadow_all
     match: {path_prefix: /}
     shadow: true

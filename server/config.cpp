@@ -351,12 +351,68 @@ void read_tiers(const Reader& r, const YAML::Node& node, const std::string& path
   }
 }
 
+// An identity: `type` (ip, header, api_key, user_or_ip), `header`, `default`, `prefix`.
+limiter::IdentitySpec read_identity(const Reader& r, const YAML::Node& id, const std::string& ip) {
+  limiter::IdentitySpec spec;
+  r.expect_map(id, ip, {"type", "header", "default", "prefix"});
+  const auto type = id["type"] ? r.string(id["type"], Reader::field(ip, "type")) : "ip";
+  if (type == "ip")
+    spec.kind = IdentityKind::ip;
+  else if (type == "header")
+    spec.kind = IdentityKind::header;
+  else if (type == "api_key")
+    spec.kind = IdentityKind::api_key;
+  else if (type == "user_or_ip")
+    spec.kind = IdentityKind::user_or_ip;
+  else
+    r.fail(Reader::field(ip, "type"),
+           fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
+  if (id["header"]) {
+    spec.header = r.string(id["header"], Reader::field(ip, "header"));
+    if (!http_token(spec.header)) {
+      r.fail(Reader::field(ip, "header"), "must be an HTTP header name");
+    }
+  }
+  if (spec.kind == IdentityKind::ip) {
+    for (auto f : {"header", "default", "prefix"}) {
+      if (id[f]) r.fail(Reader::field(ip, f), "not used by identity type ip");
+    }
+  } else if (spec.header.empty()) {
+    spec.header =
+        spec.kind == IdentityKind::api_key ? "X-API-Key" : "X-User-ID";
+  }
+  if (id["default"]) {
+    if (spec.kind != IdentityKind::header) {
+      r.fail(Reader::field(ip, "default"), "only identity type header takes a default");
+    }
+    spec.default_value = r.string(id["default"], Reader::field(ip, "default"));
+  }
+  if (id["prefix"]) {
+    spec.prefix = r.string(id["prefix"], Reader::field(ip, "prefix"));
+  }
+  if (!spec.default_value.empty()) {
+    // The identity of every request without the header, made as the middleware makes it and
+    // escaped as its key will be: a default that cannot be one would answer each such
+    // request 400.
+    auto identity = limiter::header_identity(spec.header, spec.prefix,
+                                             spec.default_value);
+    if (identity) identity = limiter::escape_identity(*identity);
+    if (!identity) {
+      r.fail(Reader::field(ip, "default"),
+             fmt::format("not a usable identity ({}): every request without {} would be "
+                         "rejected",
+                         identity.error().message, spec.header));
+    }
+  }
+  return spec;
+}
+
 // A rule, and in `match` the HTTP requests it applies to.
 limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::string& path,
                         FailureMode default_mode, http::RuleMatch& match) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
-                "shadow", "on_store_error", "on_limit", "max_delay", "lease", "usage"});
+                "shadow", "on_store_error", "on_limit", "max_delay", "lease", "usage", "parent"});
   limiter::Rule rule;
   rule.on_store_error = default_mode;
   if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
@@ -401,58 +457,16 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
       }
     }
   }
-  if (const auto id = node["identity"]) {
-    const auto ip = Reader::field(path, "identity");
-    r.expect_map(id, ip, {"type", "header", "default", "prefix"});
-    const auto type = id["type"] ? r.string(id["type"], Reader::field(ip, "type")) : "ip";
-    if (type == "ip")
-      rule.identity.kind = IdentityKind::ip;
-    else if (type == "header")
-      rule.identity.kind = IdentityKind::header;
-    else if (type == "api_key")
-      rule.identity.kind = IdentityKind::api_key;
-    else if (type == "user_or_ip")
-      rule.identity.kind = IdentityKind::user_or_ip;
-    else
-      r.fail(Reader::field(ip, "type"),
-             fmt::format("must be ip, header, api_key or user_or_ip, got '{}'", type));
-    if (id["header"]) {
-      rule.identity.header = r.string(id["header"], Reader::field(ip, "header"));
-      if (!http_token(rule.identity.header)) {
-        r.fail(Reader::field(ip, "header"), "must be an HTTP header name");
-      }
-    }
-    if (rule.identity.kind == IdentityKind::ip) {
-      for (auto f : {"header", "default", "prefix"}) {
-        if (id[f]) r.fail(Reader::field(ip, f), "not used by identity type ip");
-      }
-    } else if (rule.identity.header.empty()) {
-      rule.identity.header =
-          rule.identity.kind == IdentityKind::api_key ? "X-API-Key" : "X-User-ID";
-    }
-    if (id["default"]) {
-      if (rule.identity.kind != IdentityKind::header) {
-        r.fail(Reader::field(ip, "default"), "only identity type header takes a default");
-      }
-      rule.identity.default_value = r.string(id["default"], Reader::field(ip, "default"));
-    }
-    if (id["prefix"]) {
-      rule.identity.prefix = r.string(id["prefix"], Reader::field(ip, "prefix"));
-    }
-    if (!rule.identity.default_value.empty()) {
-      // The identity of every request without the header, made as the middleware makes it and
-      // escaped as its key will be: a default that cannot be one would answer each such
-      // request 400.
-      auto identity = limiter::header_identity(rule.identity.header, rule.identity.prefix,
-                                               rule.identity.default_value);
-      if (identity) identity = limiter::escape_identity(*identity);
-      if (!identity) {
-        r.fail(Reader::field(ip, "default"),
-               fmt::format("not a usable identity ({}): every request without {} would be "
-                           "rejected",
-                           identity.error().message, rule.identity.header));
-      }
-    }
+  if (const auto id = node["identity"]) rule.identity = read_identity(r, id, Reader::field(path, "identity"));
+  if (const auto parent = node["parent"]) {
+    const auto pp = Reader::field(path, "parent");
+    r.expect_map(parent, pp, {"identity", "limits"});
+    limiter::ParentSpec spec;
+    if (!parent["identity"]) r.fail(Reader::field(pp, "identity"), "required field missing");
+    spec.identity = read_identity(r, parent["identity"], Reader::field(pp, "identity"));
+    if (!parent["limits"]) r.fail(Reader::field(pp, "limits"), "required field missing");
+    spec.limits = read_policy(r, parent["limits"], Reader::field(pp, "limits"));
+    rule.parent = std::move(spec);
   }
   if (node["tiered"]) rule.tiered = r.boolean(node["tiered"], Reader::field(path, "tiered"));
   if (node["limits"]) {

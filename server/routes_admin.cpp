@@ -52,7 +52,8 @@ void Api::Routes::keys(const Request& request, Responder respond) {
   if (!rule_name || rule_name->empty()) return respond(bad_request("`rule` must be given"));
   if (!identity || identity->empty()) return respond(bad_request("`identity` must be given"));
   const std::string tier = query_param(query, "tier").value_or("");
-  auto app = limiter_.application(*rule_name, *identity, 0, tier);
+  const std::string parent = query_param(query, "parent").value_or("");
+  auto app = limiter_.application(*rule_name, *identity, 0, tier, parent);
   if (!app) return respond(bad_request(app.error().message));
   // Per-endpoint rules count each path on keys of its own: the path as the rules see it.
   if (app->rule->bucket == limiter::BucketScope::per_endpoint) {

@@ -40,6 +40,17 @@ Parsed<std::optional<std::int64_t>> cost_of(const json& object, std::string_view
   return cost;
 }
 
+// The optional `parent` of a check (a rule with a parent: the parent's identity), empty when
+// absent.
+Parsed<std::string> parent_of(const json& object, std::string_view field) {
+  const auto it = object.find("parent");
+  if (it == object.end()) return std::string();
+  if (!it->is_string() || it->get_ref<const std::string&>().empty()) {
+    return Invalid(fmt::format("`{}` must be a non-empty string", field));
+  }
+  return it->get<std::string>();
+}
+
 // The optional `tier` of a check, empty when absent.
 Parsed<std::string> tier_of(const json& object, std::string_view field) {
   const auto it = object.find("tier");
@@ -154,6 +165,8 @@ void Api::Routes::check(const Request& request, Responder respond) {
   if (!cost) return respond(bad_request(cost.error()));
   auto tier = tier_of(parsed, "tier");
   if (!tier) return respond(bad_request(tier.error()));
+  auto parent = parent_of(parsed, "parent");
+  if (!parent) return respond(bad_request(parent.error()));
   const auto reservation = reservation_of(parsed);
   if (!reservation) return respond(bad_request(reservation.error()));
   const auto& rule_name = rule_it->get_ref<const std::string&>();
@@ -181,9 +194,10 @@ void Api::Routes::check(const Request& request, Responder respond) {
   };
   const auto& identity = identity_it->get_ref<const std::string&>();
   if (*reservation) {
-    return limiter_.reserve(rule_name, identity, cost->value_or(1), **reservation, std::move(answered), *tier);
+    return limiter_.reserve(rule_name, identity, cost->value_or(1), **reservation, std::move(answered), *tier,
+                            *parent);
   }
-  limiter_.check(rule_name, identity, cost->value_or(1), std::move(answered), *tier);
+  limiter_.check(rule_name, identity, cost->value_or(1), std::move(answered), *tier, *parent);
 }
 
 namespace {
@@ -192,7 +206,7 @@ namespace {
 // check that reserved gave them, `reservation` its id, and the members `extra` of the call.
 struct HeldCall {
   json body;
-  std::string rule, identity, tier, id;
+  std::string rule, identity, tier, parent, id;
 };
 
 Parsed<HeldCall> held_call(const Request& request, std::initializer_list<std::string_view> known) {
@@ -209,6 +223,9 @@ Parsed<HeldCall> held_call(const Request& request, std::initializer_list<std::st
   if (!id) return Invalid(id.error());
   auto tier = tier_of(out.body, "tier");
   if (!tier) return Invalid(tier.error());
+  auto parent = parent_of(out.body, "parent");
+  if (!parent) return Invalid(parent.error());
+  out.parent = std::move(*parent);
   out.rule = std::move(*rule);
   out.identity = std::move(*identity);
   out.id = std::move(*id);
@@ -232,21 +249,21 @@ std::function<void(Result<bool>)> answer_held(Responder respond, const char* fie
 
 // POST /v1/settle: `cost` the actual cost; the slots the reservation holds are released too.
 void Api::Routes::settle(const Request& request, Responder respond) {
-  auto call = held_call(request, {"rule", "identity", "tier", "reservation", "cost"});
+  auto call = held_call(request, {"rule", "identity", "tier", "parent", "reservation", "cost"});
   if (!call) return respond(bad_request(call.error()));
   const auto cost = cost_of(call->body, "cost");
   if (!cost) return respond(bad_request(cost.error()));
   if (!*cost) return respond(bad_request("`cost` (the actual cost) is required"));
-  auto app = limiter_.application(call->rule, call->identity, 0, call->tier);
+  auto app = limiter_.application(call->rule, call->identity, 0, call->tier, call->parent);
   if (!app) return respond(bad_request(app.error().message));
   limiter_.settle(std::move(*app), call->id, **cost, answer_held(std::move(respond), "settled"));
 }
 
 // POST /v1/release: the request ended; its slots given back, its cost left as reserved.
 void Api::Routes::release(const Request& request, Responder respond) {
-  auto call = held_call(request, {"rule", "identity", "tier", "reservation"});
+  auto call = held_call(request, {"rule", "identity", "tier", "parent", "reservation"});
   if (!call) return respond(bad_request(call.error()));
-  auto app = limiter_.application(call->rule, call->identity, 0, call->tier);
+  auto app = limiter_.application(call->rule, call->identity, 0, call->tier, call->parent);
   if (!app) return respond(bad_request(app.error().message));
   limiter_.settle(std::move(*app), call->id, std::nullopt, answer_held(std::move(respond), "released"));
 }
@@ -254,7 +271,7 @@ void Api::Routes::release(const Request& request, Responder respond) {
 // POST /v1/renew: a heartbeat; the reservation kept `reservation_ttl_ms` more (default 5
 // minutes), its slots their slot_ttl more.
 void Api::Routes::renew(const Request& request, Responder respond) {
-  auto call = held_call(request, {"rule", "identity", "tier", "reservation", "reservation_ttl_ms"});
+  auto call = held_call(request, {"rule", "identity", "tier", "parent", "reservation", "reservation_ttl_ms"});
   if (!call) return respond(bad_request(call.error()));
   Micros ttl = kDefaultReservationTtl;
   if (call->body.contains("reservation_ttl_ms")) {
@@ -263,7 +280,7 @@ void Api::Routes::renew(const Request& request, Responder respond) {
     if (!given) return respond(bad_request(given.error()));
     ttl = **given;
   }
-  auto app = limiter_.application(call->rule, call->identity, 0, call->tier);
+  auto app = limiter_.application(call->rule, call->identity, 0, call->tier, call->parent);
   if (!app) return respond(bad_request(app.error().message));
   limiter_.renew(std::move(*app), call->id, ttl, answer_held(std::move(respond), "renewed"));
 }
@@ -326,7 +343,7 @@ void Api::Routes::check_list(const json& checks, Responder respond) {
     if (!item.is_object()) {
       return respond(bad_request(fmt::format("`checks[{}]` must be an object", i)));
     }
-    if (auto key = unknown_member(item, {"rule", "identity", "cost", "tier"})) {
+    if (auto key = unknown_member(item, {"rule", "identity", "cost", "tier", "parent"})) {
       return respond(bad_request(fmt::format("`{}` is not a field of a check", field(*key))));
     }
     auto rule = required_string(item, "rule", field("rule"));
@@ -337,7 +354,9 @@ void Api::Routes::check_list(const json& checks, Responder respond) {
     if (!cost) return respond(bad_request(cost.error()));
     const auto tier = tier_of(item, field("tier"));
     if (!tier) return respond(bad_request(tier.error()));
-    auto app = limiter_.application(*rule, *identity, cost->value_or(0), *tier);
+    const auto parent = parent_of(item, field("parent"));
+    if (!parent) return respond(bad_request(parent.error()));
+    auto app = limiter_.application(*rule, *identity, cost->value_or(0), *tier, *parent);
     if (!app) {
       return respond(bad_request(fmt::format("`checks[{}]`: {}", i, app.error().message)));
     }

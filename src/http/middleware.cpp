@@ -69,13 +69,8 @@ Result<limiter::AppliedRule> Middleware::resolve(const limiter::Rule& rule,
   return resolve_at(rule, request, *path);
 }
 
-Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
-                                                    const Request& request,
-                                                    std::string_view path) const {
-  limiter::AppliedRule app;
-  app.rule = &rule;
-  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(path);
-
+Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, const Request& request,
+                                            bool& ip_fallback, std::string& user_id) const {
   auto ip_identity = [&]() -> Result<std::string> {
     // Without trusted proxies the client is the peer, whose text is already canonical when
     // it is a plain dotted quad (the common case): no parsing, no formatting.
@@ -93,51 +88,57 @@ Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
     return "ip:" + ip->to_string();
   };
   auto header_identity = [&](std::string_view value) {
-    return limiter::header_identity(rule.identity.header, rule.identity.prefix, value);
+    return limiter::header_identity(spec.header, spec.prefix, value);
   };
-
-  std::string user_id;  // for the tier table
-  Result<std::string> identity = std::string();
-  switch (rule.identity.kind) {
+  ip_fallback = false;
+  switch (spec.kind) {
     case IdentityKind::ip:
-      identity = ip_identity();
-      break;
+      return ip_identity();
     case IdentityKind::header: {
-      auto value = request.header(rule.identity.header);
-      if (!value && !rule.identity.default_value.empty()) value = rule.identity.default_value;
+      auto value = request.header(spec.header);
+      if (!value && !spec.default_value.empty()) value = spec.default_value;
       if (value) {
         user_id = std::string(*value);
-        identity = header_identity(*value);
-      } else {
-        identity = ip_identity();
-        app.ip_fallback = true;
+        return header_identity(*value);
       }
       break;
     }
     case IdentityKind::user_or_ip: {
-      auto value = request.header(rule.identity.header);
+      auto value = request.header(spec.header);
       if (value && !value->empty()) {
         user_id = std::string(*value);
-        identity = header_identity(*value);
-      } else {
-        identity = ip_identity();
-        app.ip_fallback = true;
+        return header_identity(*value);
       }
       break;
     }
     case IdentityKind::api_key: {
-      auto value = request.header(rule.identity.header);
-      if (value && !value->empty()) {
-        identity = limiter::api_key_identity(*value);
-      } else {
-        identity = ip_identity();
-        app.ip_fallback = true;
-      }
+      auto value = request.header(spec.header);
+      if (value && !value->empty()) return limiter::api_key_identity(*value);
       break;
     }
   }
+  ip_fallback = true;
+  return ip_identity();
+}
+
+Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
+                                                    const Request& request,
+                                                    std::string_view path) const {
+  limiter::AppliedRule app;
+  app.rule = &rule;
+  if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(path);
+
+  std::string user_id;  // for the tier table
+  auto identity = identity_of(rule.identity, request, app.ip_fallback, user_id);
   if (!identity) return std::unexpected(identity.error());
   app.identity = std::move(*identity);
+  if (rule.parent) {
+    bool parent_ip = false;
+    std::string parent_id;
+    auto parent = identity_of(rule.parent->identity, request, parent_ip, parent_id);
+    if (!parent) return std::unexpected(parent.error());
+    app.parent = std::move(*parent);
+  }
 
   if (rule.tiered) {
     const auto& tiers = limiter_->tiers();

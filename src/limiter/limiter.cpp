@@ -157,7 +157,26 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       rule_part += *path;
       rule_key = rule_part;
     }
-    out.limits.reserve(policy->size());
+    // A hierarchy: the rule's keys of this identity go to the parent's slot.
+    std::string_view slot_identity = out.identity;
+    std::string child_part;
+    if (!app.parent.empty()) {
+      if (!rule->parent) {
+        return make_error(ErrorCode::invalid_argument, fmt::format("rule '{}' has no parent", rule->name));
+      }
+      auto child = escape_identity(out.identity);
+      if (!child) {
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("rule '{}': identity: {}", rule->name, child.error().message));
+      }
+      child_part.reserve(rule_key.size() + 1 + child->size());
+      child_part += rule_key;
+      child_part += ':';
+      child_part += *child;
+      slot_identity = app.parent;
+    }
+    const std::string_view child_key = child_part.empty() ? rule_key : std::string_view(child_part);
+    out.limits.reserve(policy->size() + (app.parent.empty() ? 0 : rule->parent->limits.size()));
     bool holds_slots = false;
     Micros slot_ttl = 0;
     for (const auto& named : *policy) {
@@ -186,13 +205,44 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
         lo.policy_name += '.';
         lo.policy_name += named.name;
       }
-      auto key = make_key(config_.prefix, out.identity, rule_key, suffix);
+      auto key = make_key(config_.prefix, slot_identity, child_key, suffix);
       if (!key) {
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': {}", rule->name, key.error().message));
       }
       lo.limit = named.limit;
       lo.key = std::move(*key);
+    }
+    if (!app.parent.empty()) {
+      // The parent's limits: "<rule>.parent[.<limit>]", keys <prefix>:{<parent>}:<rule>:parent[:<limit>].
+      const Policy& parent = rule->parent->limits;
+      for (const auto& named : parent) {
+        if (named.limit.algorithm == algorithms::Algorithm::concurrency) {
+          holds_slots = holds_slots || out.cost > 0;
+          slot_ttl = std::max(slot_ttl, named.limit.period);
+        }
+        if (auto ok = algorithms::validate_cost(named.limit, item_cost(named.limit, out.cost)); !ok) {
+          return make_error(ErrorCode::invalid_argument,
+                            fmt::format("rule '{}': parent: {}", rule->name, ok.error().message));
+        }
+        LimitOutcome& lo = out.limits.emplace_back();
+        lo.parent = true;
+        lo.policy_name = rule->name + ".parent";
+        std::string suffix = "parent";
+        if (parent.size() > 1) {
+          lo.policy_name += '.';
+          lo.policy_name += named.name;
+          suffix += ':';
+          suffix += named.name;
+        }
+        auto key = make_key(config_.prefix, app.parent, rule_key, suffix);
+        if (!key) {
+          return make_error(ErrorCode::invalid_argument,
+                            fmt::format("rule '{}': parent: {}", rule->name, key.error().message));
+        }
+        lo.limit = named.limit;
+        lo.key = std::move(*key);
+      }
     }
     if (holds_slots && app.reservation.empty() && !rule->shadow) {
       return make_error(ErrorCode::invalid_argument,
@@ -223,7 +273,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
                                         rule->name, algorithms::to_string(lo.limit.algorithm)));
         }
       }
-      auto record = reservation_record(out.identity, rule->name, app.reservation);
+      auto record = reservation_record(slot_identity, rule->name, app.reservation);
       if (!record) return std::unexpected(std::move(record.error()));
       prepared->reservation = std::move(app.reservation);
       prepared->reserving = prepared->enforcing.size() - 1;
@@ -275,7 +325,10 @@ void Limiter::reset(AppliedRule application, std::function<void(Result<ResetOutc
   auto outcome = keys_of(std::move(application));
   if (!outcome) return done(std::unexpected(std::move(outcome.error())));
   auto held = std::make_shared<ResetOutcome>();
-  for (auto& lo : outcome->limits) held->keys.push_back(std::move(lo.key));
+  // A parent's keys are its children's too: a reset of one identity leaves them.
+  for (auto& lo : outcome->limits) {
+    if (!lo.parent) held->keys.push_back(std::move(lo.key));
+  }
   if (local_) local_->reset(held->keys, [](Result<std::int64_t>) {});
   store_->reset(held->keys, [held, keep_alive = weak_from_this().lock(), done = std::move(done)](Result<std::int64_t> r) {
     if (!r) return done(std::unexpected(std::move(r.error())));
@@ -526,7 +579,7 @@ Result<Evaluation> Limiter::evaluate_sync(std::vector<AppliedRule> rules,
 }
 
 Result<AppliedRule> Limiter::application(std::string_view rule_name, std::string_view identity,
-                                         std::int64_t cost, std::string_view tier) const {
+                                         std::int64_t cost, std::string_view tier, std::string_view parent) const {
   const Rule* rule = find_rule(rule_name);
   if (rule == nullptr) {
     return make_error(ErrorCode::invalid_argument,
@@ -535,9 +588,17 @@ Result<AppliedRule> Limiter::application(std::string_view rule_name, std::string
   if (cost < 0) {
     return make_error(ErrorCode::invalid_argument, fmt::format("cost must be >= 0, got {}", cost));
   }
+  if (rule->parent && parent.empty()) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("rule '{}' has a parent: give the parent's identity", rule->name));
+  }
+  if (!rule->parent && !parent.empty()) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("rule '{}' has no parent", rule->name));
+  }
   AppliedRule app;
   app.rule = rule;
   app.identity = std::string(identity);
+  app.parent = std::string(parent);
   app.cost = cost;
   app.ip_fallback = identity.starts_with("ip:") && rule->identity.kind != IdentityKind::ip;
   if (rule->tiered) {
@@ -551,8 +612,8 @@ Result<AppliedRule> Limiter::application(std::string_view rule_name, std::string
 }
 
 void Limiter::check(std::string_view rule_name, std::string_view identity, std::int64_t cost,
-                    VerdictCallback done, std::string_view tier) {
-  auto app = application(rule_name, identity, cost, tier);
+                    VerdictCallback done, std::string_view tier, std::string_view parent) {
+  auto app = application(rule_name, identity, cost, tier, parent);
   if (!app) {
     done(std::unexpected(app.error()));
     return;
@@ -607,8 +668,8 @@ Result<std::string> Limiter::reservation_record(std::string_view identity, std::
 }
 
 void Limiter::reserve(std::string_view rule_name, std::string_view identity, std::int64_t estimate, Micros ttl,
-                      VerdictCallback done, std::string_view tier) {
-  auto app = application(rule_name, identity, estimate, tier);
+                      VerdictCallback done, std::string_view tier, std::string_view parent) {
+  auto app = application(rule_name, identity, estimate, tier, parent);
   if (!app) return done(std::unexpected(app.error()));
   app->reservation = new_reservation_id();
   app->reservation_ttl = ttl;
@@ -624,9 +685,11 @@ Result<Limiter::Held> Limiter::held(AppliedRule application, std::string_view id
   if (!valid_reservation_id(id)) {
     return make_error(ErrorCode::invalid_argument, "a reservation id is 32 lowercase hex digits");
   }
+  // The record lives in the slot of the application's keys: its parent's, when it has one.
+  std::string slot_identity = application.parent.empty() ? application.identity : application.parent;
   auto outcome = keys_of(std::move(application));
   if (!outcome) return std::unexpected(std::move(outcome.error()));
-  auto record = reservation_record(outcome->identity, outcome->rule->name, id);
+  auto record = reservation_record(slot_identity, outcome->rule->name, id);
   if (!record) return std::unexpected(std::move(record.error()));
   Held h;
   h.record = std::move(*record);

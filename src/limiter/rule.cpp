@@ -75,6 +75,7 @@ Micros shortest_slot_ttl(const Rule& rule, const Tiers& tiers) noexcept {
   };
   scan(rule.limits);
   scan(rule.ip_limits);
+  if (rule.parent) scan(rule.parent->limits);
   if (rule.tiered) {
     for (const auto& [name, policy] : tiers.levels) scan(policy);
   }

@@ -84,6 +84,9 @@ std::optional<std::string> refused_limit(const Rule& rule, const Tiers& tiers, b
     return describe("a limit", *l);
   }
   if (const NamedLimit* l = first(rule.ip_limits)) return describe("an ip_limits limit", *l);
+  if (rule.parent) {
+    if (const NamedLimit* l = first(rule.parent->limits)) return describe("a parent limit", *l);
+  }
   return std::nullopt;
 }
 
@@ -167,6 +170,7 @@ void check_usage(Issues& out, const std::string& path, const Rule& rule, const T
   };
   check_estimate(rule.limits);
   check_estimate(rule.ip_limits);
+  if (rule.parent) check_estimate(rule.parent->limits);
   if (rule.tiered) {
     for (const auto& [name, policy] : tiers.levels) check_estimate(policy);
   }
@@ -182,16 +186,29 @@ void check_concurrency(Issues& out, const std::string& path, const Rule& rule, c
   }
 }
 
-void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
-  if (!valid_name(rule.name)) out.add(path + ".name", std::string(kNameRule));
-  const auto& id = rule.identity;
+void check_identity(Issues& out, const std::string& path, const IdentitySpec& id) {
   if (id.kind != IdentityKind::ip && id.header.empty()) {
-    out.add(path + ".identity.header",
-            fmt::format("required for identity type {}", to_string(id.kind)));
+    out.add(path + ".header", fmt::format("required for identity type {}", to_string(id.kind)));
   }
   if (!id.prefix.empty() && (!valid_name(id.prefix) || id.prefix == "ip" || id.prefix == "key")) {
-    out.add(path + ".identity.prefix", std::string(kNameRule) + " and not 'ip' or 'key'");
+    out.add(path + ".prefix", std::string(kNameRule) + " and not 'ip' or 'key'");
   }
+}
+
+// parent: an identity and limits of its own (named when several), each admitting the rule's
+// cost; not with a per-endpoint bucket (the parent's keys are the rule's, not an endpoint's).
+void check_parent(Issues& out, const std::string& path, const Rule& rule) {
+  if (!rule.parent) return;
+  const auto field = path + ".parent";
+  check_identity(out, field + ".identity", rule.parent->identity);
+  check_policy(out, field + ".limits", rule.parent->limits, rule.cost, path + ".cost");
+  if (rule.bucket == BucketScope::per_endpoint) out.add(field, "not with bucket: per_endpoint");
+}
+
+void check_rule(Issues& out, const std::string& path, const Rule& rule, const Tiers& tiers) {
+  if (!valid_name(rule.name)) out.add(path + ".name", std::string(kNameRule));
+  check_identity(out, path + ".identity", rule.identity);
+  const auto& id = rule.identity;
   const auto cost_field = path + ".cost";
   if (rule.cost < 0) out.add(cost_field, "must be >= 0");
   if (rule.tiered) {
@@ -215,6 +232,7 @@ void check_rule(Issues& out, const std::string& path, const Rule& rule, const Ti
   check_lease(out, path, rule, tiers);
   check_usage(out, path, rule, tiers);
   check_concurrency(out, path, rule, tiers);
+  check_parent(out, path, rule);
 }
 
 }  // namespace

@@ -114,6 +114,10 @@ class Middleware {
   MiddlewareOptions options_;
   Result<limiter::AppliedRule> resolve_at(const limiter::Rule& rule, const Request& request,
                                           std::string_view path) const;
+  // The identity `spec` gives a request ("ip:…", "user:…", "key:…"); ip_fallback: the IP stood
+  // in for a missing header; user_id: the header's value, when it gave one.
+  Result<std::string> identity_of(const limiter::IdentitySpec& spec, const Request& request, bool& ip_fallback,
+                                  std::string& user_id) const;
 
   struct Route {
     const RuleMatch* match;     // in options_

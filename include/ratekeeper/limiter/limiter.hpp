@@ -80,6 +80,9 @@ struct AppliedRule {
   // a concurrency limit and a cost above 0 must reserve.
   std::string reservation;
   Micros reservation_ttl = 0;
+  // The parent's identity (Rule::parent): its limits are checked with the rule's, and the
+  // rule's keys placed in its slot. Empty: the rule's limits alone, under its identity.
+  std::string parent;
 };
 
 // A reservation's id: 32 lowercase hex digits (128 random bits).
@@ -88,7 +91,10 @@ bool valid_reservation_id(std::string_view id) noexcept;
 
 // One limit's decision within a rule.
 struct LimitOutcome {
-  std::string policy_name;  // "<rule>" or "<rule>.<limit>" (tiers: "<rule>.<tier>[.<limit>]")
+  // "<rule>" or "<rule>.<limit>" (tiers: "<rule>.<tier>[.<limit>]"; a parent's:
+  // "<rule>.parent[.<limit>]")
+  std::string policy_name;
+  bool parent = false;  // a limit of the parent's (AppliedRule::parent), shared by its children
   algorithms::Limit limit;
   algorithms::Decision decision;
   std::string key;
@@ -169,15 +175,18 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // an "ip:" identity of a non-IP rule takes the rule's IP policy. Unknown rule or negative
   // cost → invalid_argument; the identity and the cost against the limits are checked when
   // evaluated.
+  // `parent`: the parent's identity of a rule with a parent (required then, refused
+  // otherwise).
   Result<AppliedRule> application(std::string_view rule_name, std::string_view identity,
-                                  std::int64_t cost, std::string_view tier = {}) const;
+                                  std::int64_t cost, std::string_view tier = {},
+                                  std::string_view parent = {}) const;
 
   // The decision API (POST /v1/check): one rule, an identity given by the caller, a cost.
   // Unknown rule, bad identity, negative cost or cost above a limit → invalid_argument.
   // Shadow rules answer allowed (their real decision is counted and logged).
   // `tier`: tiered rules only; empty → from the users table for "user:<id>", else default.
   void check(std::string_view rule_name, std::string_view identity, std::int64_t cost,
-             VerdictCallback done, std::string_view tier = {});
+             VerdictCallback done, std::string_view tier = {}, std::string_view parent = {});
   Result<Verdict> check_sync(std::string_view rule_name, std::string_view identity,
                              std::int64_t cost, std::string_view tier = {});
 
@@ -186,7 +195,7 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // A shadow rule, or a rule with other limits than token buckets and fixed windows, is an
   // invalid_argument.
   void reserve(std::string_view rule_name, std::string_view identity, std::int64_t estimate, Micros ttl,
-               VerdictCallback done, std::string_view tier = {});
+               VerdictCallback done, std::string_view tier = {}, std::string_view parent = {});
   // Settles reservation `id` of one application to its `actual` cost, 0 .. 2^41 (Store::settle:
   // what is below the estimate given back, what is above charged as debt, once), and gives
   // back the concurrency slots it holds. nullopt: released, the rate limits left as reserved

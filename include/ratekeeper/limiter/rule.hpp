@@ -78,6 +78,16 @@ struct UsageSpec {
   friend bool operator==(const UsageSpec&, const UsageSpec&) = default;
 };
 
+// A parent above a rule's identity (an organisation above its users): its own identity and
+// limits, checked with the rule's in the same atomic call. The rule's keys of an identity with
+// a parent live in the parent's Redis Cluster slot (<prefix>:{<parent>}:<rule>:<identity>
+// [:<limit>]; the parent's: <prefix>:{<parent>}:<rule>:parent[:<limit>]), so a request is
+// admitted only when both admit, and a denial by either charges neither.
+struct ParentSpec {
+  IdentitySpec identity;
+  Policy limits;
+};
+
 struct Rule {
   std::string name;  // which HTTP requests it applies to: http/rule_match.hpp
   IdentitySpec identity;
@@ -94,6 +104,7 @@ struct Rule {
   // window and token bucket limits only, not with on_limit delay.
   store::LeasePolicy lease;
   UsageSpec usage;  // the cost from the response; disabled: `cost`
+  std::optional<ParentSpec> parent;  // a hierarchy: the parent's limits checked with the rule's
 };
 
 // Whether any of `rules` admits from leases (then the store stack has a LeasingStore).

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 
 #include <algorithm>
@@ -14,11 +15,13 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "algorithms/step.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/limiter/rate_limiters.hpp"
 #include "redis/key_slot.hpp"
 #include "ratekeeper/store/denial_cache.hpp"
@@ -922,6 +925,77 @@ TEST_P(StoreSuite, AReservationHoldingSlotsAcrossClusterSlotsIsUndoneWhenAnother
     if (free != 1) std::this_thread::sleep_for(5ms);
   }
   EXPECT_EQ(free, 1);
+}
+
+// A hierarchy (an organisation above its users) on several instances: every key of one
+// organisation is in one slot, so each request is one atomic call (no cross-slot check on a
+// cluster); the organisation admits exactly its limit over all its users, each user at most
+// its own, and a denial by either charges neither.
+TEST_P(StoreSuite, AParentAndItsChildrenAreExactAcrossInstances) {
+  constexpr std::int64_t kOrg = 20;
+  constexpr std::int64_t kUser = 8;
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  limiter::LimiterConfig config;
+  config.prefix = fmt::format("h{}", ::getpid());
+  limiter::Rule members;
+  members.name = fmt::format("members-{}", name_of(GetParam()));
+  members.identity = {limiter::IdentityKind::header, "X-User-ID", "", "user"};
+  members.limits = {{"", *Limit::make(Algorithm::fixed_window, kUser, algorithms::kMaxWindow)}};
+  members.parent = limiter::ParentSpec{{limiter::IdentityKind::header, "X-Org-ID", "", "org"},
+                                       {{"", *Limit::make(Algorithm::fixed_window, kOrg, algorithms::kMaxWindow)}}};
+  config.rules = {members};
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<std::shared_ptr<limiter::Limiter>> limiters;
+  for (int i = 0; i < 3; ++i) {
+    StoreOptions o;
+    o.url = url_of(GetParam());
+    o.command_timeout = 5 * kMicrosPerSecond;
+    auto opened = open_store(o);
+    ASSERT_TRUE(opened) << opened.error().message;
+    stores.push_back(std::move(*opened));
+    limiters.push_back(std::make_shared<limiter::Limiter>(config, *stores.back()));
+  }
+  const std::string org = fmt::format("org:{}", info->name());
+  std::atomic<std::int64_t> errors{0};
+  std::array<std::atomic<std::int64_t>, 4> admitted{};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      limiter::Limiter& l = *limiters[static_cast<std::size_t>(t) % limiters.size()];
+      for (int i = 0; i < 12; ++i) {
+        const int user = (t + i) % 4;
+        auto app = l.application(members.name, fmt::format("user:{}", user), 1, {}, org);
+        if (!app) {
+          ++errors;
+          continue;
+        }
+        auto ev = l.evaluate_sync({*app});
+        if (!ev || ev->by_failure_policy) {
+          ++errors;
+          continue;
+        }
+        std::set<std::uint16_t> slots;
+        for (const auto& lo : ev->rules[0].limits) slots.insert(redis::key_slot(lo.key));
+        if (slots.size() != 1) ++errors;
+        if (ev->allowed) ++admitted[static_cast<std::size_t>(user)];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::int64_t total = 0;
+  for (const auto& a : admitted) {
+    EXPECT_LE(a.load(), kUser);
+    total += a.load();
+  }
+  EXPECT_EQ(total, kOrg);  // 72 asked: the organisation admits exactly its limit
+  // What each key holds is what was admitted: the denials charged nothing.
+  auto peek = limiters[0]->application(members.name, "user:0", 0, {}, org);
+  ASSERT_TRUE(peek);
+  auto ev = limiters[0]->evaluate_sync({*peek});
+  ASSERT_TRUE(ev) << ev.error().message;
+  EXPECT_EQ(ev->rules[0].limits[0].decision.remaining, kUser - admitted[0].load());
+  EXPECT_EQ(ev->rules[0].limits[1].decision.remaining, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,

@@ -721,6 +721,58 @@ TEST(ValidateTest, ConcurrencyLimitsTakeOneSlotAndAreNotShadowed) {
   EXPECT_NE(issues[0].reason.find("holds no concurrency slot"), std::string::npos) << issues[0].reason;
 }
 
+// A rule with a parent: the parent's limits are checked with the child's, in the parent's
+// slot; a denial by either charges neither; each child has its own keys, the parent one.
+TEST_F(LimiterTest, AParentAndItsChildrenAreChargedAllOrNothing) {
+  Rule members = ip_rule("members", {{"", bucket(3, 0.001)}});
+  members.identity = {IdentityKind::header, "X-User-ID", "", "user"};
+  members.parent = ParentSpec{{IdentityKind::header, "X-Org-ID", "", "org"}, {{"", bucket(5, 0.001)}}};
+  Limiter l(config({members}), store, &clock);
+  auto member = [&](std::string user, std::int64_t cost = 1) {
+    AppliedRule a = app(l, "members", std::move(user));
+    a.parent = "org:acme";
+    a.cost = cost;
+    return l.evaluate_sync({a});
+  };
+  const auto first = member("user:a");
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_EQ(first->rules[0].limits.size(), 2u);
+  const auto& child = first->rules[0].limits[0];
+  const auto& parent = first->rules[0].limits[1];
+  EXPECT_EQ(child.policy_name, "members");
+  EXPECT_EQ(parent.policy_name, "members.parent");
+  EXPECT_TRUE(parent.parent);
+  EXPECT_EQ(child.key, "ratelimit:{org:acme}:members:user:a");
+  EXPECT_EQ(parent.key, "ratelimit:{org:acme}:members:parent");
+  EXPECT_TRUE(member("user:a")->allowed);
+  EXPECT_TRUE(member("user:a")->allowed);
+  // a's own limit (3) denies: the parent is not charged.
+  EXPECT_FALSE(member("user:a")->allowed);
+  EXPECT_EQ(remaining("ratelimit:{org:acme}:members:parent", bucket(5, 0.001)), 2);
+  EXPECT_TRUE(member("user:b")->allowed);
+  EXPECT_TRUE(member("user:b")->allowed);
+  // The parent (5) denies: b is not charged either.
+  const auto over = member("user:b");
+  EXPECT_FALSE(over->allowed);
+  EXPECT_TRUE(over->rules[0].limits[0].decision.allowed);
+  EXPECT_FALSE(over->rules[0].limits[1].decision.allowed);
+  EXPECT_EQ(remaining("ratelimit:{org:acme}:members:user:b", bucket(3, 0.001)), 1);
+  // Another organisation is not charged for acme's.
+  AppliedRule other = app(l, "members", "user:a");
+  other.parent = "org:other";
+  EXPECT_TRUE(l.evaluate_sync({other})->allowed);
+
+  // The decision API's form: the parent is required, and refused for a rule without one.
+  EXPECT_FALSE(l.application("members", "user:a", 1));
+  EXPECT_TRUE(l.application("members", "user:a", 1, {}, "org:acme"));
+  // A reset of one member leaves the parent's keys.
+  std::optional<Result<Limiter::ResetOutcome>> reset;
+  l.reset(*l.application("members", "user:b", 0, {}, "org:acme"), [&](auto r) { reset = std::move(r); });
+  ASSERT_TRUE(reset && *reset);
+  EXPECT_EQ((*reset)->keys, (std::vector<std::string>{"ratelimit:{org:acme}:members:user:b"}));
+  EXPECT_EQ(remaining("ratelimit:{org:acme}:members:parent", bucket(5, 0.001)), 0);
+}
+
 class FailurePolicyTest : public LimiterTest {
  protected:
   FailingStore failing;

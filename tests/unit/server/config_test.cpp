@@ -297,6 +297,35 @@ TEST(ConfigTest, ConcurrencyLimitsAreReadAndBadOnesNamedWithTheirPath) {
                "rules[2].lease", "is concurrency");
 }
 
+TEST(ConfigTest, AParentIsReadAndBadOnesNamedWithTheirPath) {
+  const auto config = parse_config(kRules +
+                                   "  - {name: c, identity: {type: header, header: X-User-ID}, limits: [{capacity: 5, "
+                                   "refill_rate: 1}], parent: {identity: {type: header, header: X-Org-ID, prefix: "
+                                   "org, default: none}, limits: [{capacity: 50, refill_rate: 10}]}}\n",
+                                   "test.yaml");
+  const auto& parent = config.limiter.rules[2].parent;
+  ASSERT_TRUE(parent.has_value());
+  EXPECT_EQ(parent->identity.header, "X-Org-ID");
+  EXPECT_EQ(parent->identity.prefix, "org");
+  EXPECT_EQ(parent->identity.default_value, "none");
+  EXPECT_EQ(parent->limits[0].limit, *algorithms::Limit::token_bucket(50, 10));
+  auto rule = [](const std::string& extra) {
+    return kRules + "  - {name: c, limits: [{capacity: 5, refill_rate: 1}]" + extra + "}\n";
+  };
+  expect_error(rule(", parent: {limits: [{capacity: 5, refill_rate: 1}]}"), "rules[2].parent.identity",
+               "required field missing");
+  expect_error(rule(", parent: {identity: {type: header, header: X-Org-ID}}"), "rules[2].parent.limits",
+               "required field missing");
+  expect_error(rule(", parent: {identity: {type: bogus}, limits: [{capacity: 5, refill_rate: 1}]}"),
+               "rules[2].parent.identity.type", "must be ip, header");
+  expect_error(rule(", parent: {identity: {type: ip}, limits: [{capacity: 1, refill_rate: 1}], size: 2}"),
+               "rules[2].parent.size", "unknown field");
+  expect_error(rule(", cost: 3, parent: {identity: {type: ip}, limits: [{capacity: 2, refill_rate: 1}]}"),
+               "rules[2].cost", "exceeds capacity 2");
+  expect_error(rule(", bucket: per_endpoint, parent: {identity: {type: ip}, limits: [{capacity: 5, refill_rate: 1}]}"),
+               "rules[2].parent", "not with bucket: per_endpoint");
+}
+
 TEST(ConfigTest, BadUsageIsNamedWithItsPath) {
   const std::string ok = "response_header: X-Cost, estimate: 5";
   auto rule = [](std::string extra, std::string usage) {

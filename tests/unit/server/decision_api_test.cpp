@@ -51,6 +51,11 @@ rules:
   - name: quota
     match: {path: /quota}
     limits: [{capacity: 4, refill_rate: 0.001}]
+  - name: members
+    match: {path_prefix: /members}
+    identity: {type: header, header: X-User-ID}
+    limits: [{capacity: 2, refill_rate: 0.001}]
+    parent: {identity: {type: header, header: X-Org-ID, prefix: org}, limits: [{capacity: 3, refill_rate: 0.001}]}
   - name: inflight
     match: {path: /inflight}
     identity: {type: header, header: X-User-ID}
@@ -453,6 +458,47 @@ rules:
   EXPECT_EQ(get(), 200);  // the slot of the first is back
   EXPECT_EQ(get(), 429);  // the rate limit
   EXPECT_EQ(limiter.metrics().reservations(0, limiter::Reservation::released), 2u);
+}
+
+// A rule with a parent: the decision API names the parent's identity (`parent`), a described
+// request resolves it from its header; the parent's limit is shared by its children.
+TEST_F(DecisionApiTest, AParentIsNamedOrResolvedAndSharedByItsChildren) {
+  const json alice{{"rule", "members"}, {"identity", "user:alice"}, {"parent", "org:acme"}};
+  const auto first = check(alice);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(json::parse(first.body).at("remaining"), 1);
+  const auto bob = check(described("GET", "/members/x", {{"X-User-ID", "bob"}, {"X-Org-ID", "acme"}}));
+  ASSERT_EQ(bob.status, 200) << bob.body;
+  const auto limits = json::parse(bob.body).at("limits");
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[1].at("policy"), "members.parent");
+  EXPECT_EQ(limits[1].at("remaining"), 1);  // alice's and bob's
+  const auto listed = check({{"checks", json::array({json{{"rule", "members"}, {"identity", "user:carol"},
+                                                          {"parent", "org:acme"}}})}});
+  EXPECT_EQ(listed.status, 200) << listed.body;
+  const auto full = check({{"rule", "members"}, {"identity", "user:dave"}, {"parent", "org:acme"}});
+  EXPECT_EQ(full.status, 429) << full.body;  // the organisation's 3 are taken
+  EXPECT_EQ(check({{"rule", "members"}, {"identity", "user:dave"}, {"parent", "org:other"}}).status, 200);
+
+  const auto missing = check({{"rule", "members"}, {"identity", "user:alice"}});
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(missing.body.find("has a parent"), std::string::npos) << missing.body;
+  EXPECT_EQ(check({{"rule", "quota"}, {"identity", "user:alice"}, {"parent", "org:acme"}}).status, 400);
+  EXPECT_EQ(check({{"rule", "members"}, {"identity", "user:alice"}, {"parent", 7}}).status, 400);
+
+  // /admin/keys: the parent names the keys; a reset leaves the parent's.
+  auto admin = [&](const char* method, const std::string& query) {
+    return send(http::Request{method, "/admin/keys?" + query, {}, {}, {}, 0}, "127.0.0.1");
+  };
+  EXPECT_EQ(admin("GET", "rule=members&identity=user:alice").status, 400);
+  const auto keys = admin("GET", "rule=members&identity=user:alice&parent=org:acme");
+  ASSERT_EQ(keys.status, 200) << keys.body;
+  EXPECT_NE(keys.body.find("ratelimit:{org:acme}:members:parent"), std::string::npos) << keys.body;
+  const auto reset = admin("DELETE", "rule=members&identity=user:alice&parent=org:acme");
+  ASSERT_EQ(reset.status, 200) << reset.body;
+  EXPECT_NE(reset.body.find("ratelimit:{org:acme}:members:user:alice"), std::string::npos) << reset.body;
+  EXPECT_EQ(reset.body.find(":parent"), std::string::npos) << reset.body;
+  EXPECT_EQ(check({{"rule", "members"}, {"identity", "user:alice"}, {"parent", "org:acme"}}).status, 429);
 }
 
 TEST_F(DecisionApiTest, BadReservationsAndSettlementsAre400sNamingTheField) {
