@@ -31,7 +31,7 @@ void Api::Routes::auth(Request subrequest, Responder respond) {
   original.headers = std::move(subrequest.headers);
   middleware_.handle(original, [this, respond = std::move(respond)](
                                    http::MiddlewareResult result) mutable {
-    if (result.usage && result.usage->heartbeat > 0) {
+    if (result.usage && result.usage->slot_ttl > 0) {
       // nginx never says when the request it asked about ends: a slot would be held until it
       // expired. Concurrency limits are for the proxy and the decision API.
       middleware_.release(*result.usage);

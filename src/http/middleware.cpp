@@ -30,6 +30,7 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     routes_.push_back(Route{&match, rule});
     has_defaults_ = has_defaults_ || match.unmatched;
   }
+  for (const auto& rule : limiter.config().rules) slot_ttls_.push_back(limiter::shortest_slot_ttl(rule, limiter.tiers()));
 }
 
 namespace {
@@ -221,7 +222,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
   // internal error (one reservation per request), logged.
   std::optional<UsageReservation> usage;
   for (auto& app : *apps) {
-    const Micros slot_ttl = limiter::shortest_slot_ttl(*app.rule, limiter_->tiers());
+    const Micros slot_ttl = slot_ttls_[limiter_->rule_index(app.rule)];
     if (!app.rule->usage.enabled() && slot_ttl == 0) continue;
     if (usage) {
       if (slot_ttl == 0) continue;
@@ -242,7 +243,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
     }
     app.reservation = limiter::new_reservation_id();
     app.reservation_ttl = app.rule->usage.enabled() ? app.rule->usage.ttl : slot_ttl;
-    usage = UsageReservation{app, app.reservation, slot_ttl / 3};
+    usage = UsageReservation{app, app.reservation, slot_ttl};
   }
   limiter_->evaluate(
       std::move(*apps), [this, usage = std::move(usage), done = std::move(done)](Result<limiter::Evaluation> ev) mutable {
@@ -301,7 +302,7 @@ void Middleware::release(const UsageReservation& usage) {
 }
 
 void Middleware::renew(const UsageReservation& usage) {
-  const Micros ttl = usage.costed() ? usage.application.rule->usage.ttl : usage.heartbeat * 3;
+  const Micros ttl = usage.costed() ? usage.application.rule->usage.ttl : usage.slot_ttl;
   limiter_->renew(usage.application, usage.id, ttl,
                   [log = holding_log_, rule = usage.application.rule->name](Result<bool> r) {
                     if (!r || *r) return;  // a store failure is logged by the limiter

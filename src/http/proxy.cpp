@@ -284,7 +284,7 @@ std::string_view reason_of(int status) {
 // An admitted request's reservation and the middleware (its generation: the limiter) that
 // made it: settled to the cost its response reports, or released when the request ends, once,
 // whichever way it ends (the destructor ends it when nothing else did); renewed every
-// reservation.heartbeat meanwhile when it holds concurrency slots.
+// reservation.heartbeat() meanwhile when it holds concurrency slots.
 //  - head(): the response's head is there. A rule with `response_header` takes the header's
 //    cost: settled now, or, when the request holds slots, at its end (the slots are held while
 //    the body streams). A rule with `response_json` starts reading the body (feed()).
@@ -297,7 +297,7 @@ class PendingUsage {
  public:
   PendingUsage(UsageReservation reservation, std::shared_ptr<Middleware> middleware, const net::any_io_executor& ex)
       : reservation_(std::move(reservation)), middleware_(std::move(middleware)) {
-    if (reservation_.heartbeat > 0) {
+    if (reservation_.heartbeat() > 0) {
       heartbeat_ = std::make_shared<Heartbeat>(ex, reservation_, middleware_);
       Heartbeat::arm(heartbeat_);
     }
@@ -340,7 +340,7 @@ class PendingUsage {
     Heartbeat(const net::any_io_executor& ex, UsageReservation r, std::shared_ptr<Middleware> m)
         : timer(ex), reservation(std::move(r)), middleware(std::move(m)) {}
     static void arm(const std::shared_ptr<Heartbeat>& h) {
-      h->timer.expires_after(to_duration(h->reservation.heartbeat));
+      h->timer.expires_after(to_duration(h->reservation.heartbeat()));
       h->timer.async_wait([h](beast::error_code ec) {
         if (ec || h->stopped) return;
         h->middleware->renew(h->reservation);

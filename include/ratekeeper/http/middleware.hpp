@@ -28,9 +28,11 @@ namespace ratekeeper::http {
 struct UsageReservation {
   limiter::AppliedRule application;  // the rule, identity, tier and endpoint it was made under
   std::string id;
-  // The rule may hold concurrency slots: renew them every `heartbeat` while the request lasts
-  // (a third of the shortest slot_ttl); 0: it holds none.
-  Micros heartbeat = 0;
+  // The shortest slot_ttl of the rule's concurrency limits (limiter::shortest_slot_ttl); 0: it
+  // holds no slot.
+  Micros slot_ttl = 0;
+  // While the request lasts, its slots are renewed this often: a third of slot_ttl; 0: never.
+  Micros heartbeat() const noexcept { return slot_ttl / 3; }
   // The rule's cost comes from the response (`usage`); else the reservation is only released.
   bool costed() const noexcept { return application.rule->usage.enabled(); }
 };
@@ -124,6 +126,8 @@ class Middleware {
     const limiter::Rule* rule;  // in the limiter
   };
   std::vector<Route> routes_;
+  // limiter::shortest_slot_ttl of each rule of the limiter, by its index: computed once.
+  std::vector<Micros> slot_ttls_;
   bool has_defaults_ = false;  // some route is `unmatched`
   std::shared_ptr<RequestMetrics> metrics_;
   std::unique_ptr<LogLimit> usage_log_;  // responses without a valid usage header
