@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ratekeeper/core/log_limit.hpp"
+
 #include "algorithms/step.hpp"
 
 namespace ratekeeper::store::detail {
@@ -147,6 +149,23 @@ void CrossSlotChecks::part_answered(const std::shared_ptr<Check>& check, std::si
                        });
   }
   if (failed) failed_done(std::unexpected(*check->error));
+}
+
+void CrossSlotChecks::undo_sent() noexcept {
+  partial_.fetch_add(1, std::memory_order_relaxed);
+  refunds_sent_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CrossSlotChecks::undo_answered(std::string_view record, const Result<bool>& answer) {
+  if (answer) return;
+  refunds_failed_.fetch_add(1, std::memory_order_relaxed);
+  static LogLimit log;
+  if (std::uint64_t suppressed = 0; log.admit(suppressed)) {
+    spdlog::warn("redis-cluster: the reservation {} was denied or failed on another slot, and giving back what it "
+                 "reserved failed: its estimate stays and its slots are held until they expire: {}{}",
+                 record, answer.error().message,
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
 }
 
 void CrossSlotChecks::refund_answered(const std::shared_ptr<Check>& check, std::size_t p,

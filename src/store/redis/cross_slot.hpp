@@ -33,6 +33,12 @@ class CrossSlotChecks {
   std::uint64_t refunds_sent() const noexcept { return refunds_sent_.load(std::memory_order_relaxed); }
   std::uint64_t refunds_failed() const noexcept { return refunds_failed_.load(std::memory_order_relaxed); }
 
+  // A reservation across slots (RedisStore::reserve) whose other slots denied or failed: the
+  // part it reserved is given back by a settlement at 0, counted as a partial check and a
+  // refund. Call when it is sent; then with its answer (a failure is logged: that part stays).
+  void undo_sent() noexcept;
+  void undo_answered(std::string_view record, const Result<bool>& answer);
+
  private:
   struct Check;
   void part_answered(const std::shared_ptr<Check>& check, std::size_t part, Result<TimedOutcome> outcome);

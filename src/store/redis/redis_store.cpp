@@ -384,7 +384,9 @@ void RedisStore::reserve_across_slots(ReservationRecord record, std::vector<Chec
             if (admitted && (!second || !second->decision.allowed)) {
               std::vector<CheckItem> undo;
               for (std::size_t i : a->here) undo.push_back(CheckItem{a->items[i].key, a->items[i].limit, 0});
-              settle(a->record, std::move(undo), a->now, [](Result<bool>) {});
+              cross_slot_->undo_sent();
+              settle(a->record, std::move(undo), a->now,
+                     [this, record = a->record](Result<bool> r) { cross_slot_->undo_answered(record, r); });
             }
             if (!second) return a->done(std::unexpected(std::move(second.error())));
             answer(first, *second, admitted);
