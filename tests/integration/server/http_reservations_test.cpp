@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <map>
 #include <string>
 
 #include <sstream>
@@ -132,6 +135,59 @@ TEST(Reservations, TheDocumentedSessionAnswersAsWritten) {
     ++asked;
   }
   EXPECT_EQ(asked, 3);
+}
+
+// The documented session of a concurrency limit (docs/decision-api.md), run against the
+// documented configuration with the documented rule added: the same answers, each documented
+// reservation id standing for the one answered in its place, and a denial's reset_after_ms
+// (the time since the slots were taken) left out.
+TEST(Reservations, TheDocumentedConcurrencySessionAnswersAsWritten) {
+  std::string session, fragment;
+  for (const auto& block : fenced_blocks(RATEKEEPER_SOURCE_DIR "/docs/decision-api.md")) {
+    if (block.marker == "concurrency-session") session = block.text;
+    if (block.marker == "yaml: config fragment of rules" && block.text.find("name: streams") != std::string::npos) {
+      fragment = block.text;
+    }
+  }
+  ASSERT_FALSE(session.empty());
+  ASSERT_FALSE(fragment.empty());
+  YAML::Node config = YAML::Load(doc_block("docs/decision-api.md", "yaml"));
+  config["rules"].push_back(YAML::Load(fragment));
+  RedisServer redis;
+  const auto process = serve(YAML::Dump(config), redis.url());
+  HttpClient client(process->port());
+  std::map<std::string, std::string> ids;  // documented → answered
+  std::istringstream lines(session);
+  std::string command, documented;
+  int asked = 0;
+  while (std::getline(lines, command) && std::getline(lines, documented)) {
+    const std::string prefix = "$ curl -s localhost:8080";
+    ASSERT_TRUE(command.starts_with(prefix)) << command;
+    const auto target_end = command.find(" -d '");
+    ASSERT_NE(target_end, std::string::npos) << command;
+    const std::string target = command.substr(prefix.size(), target_end - prefix.size());
+    auto body = json::parse(command.substr(target_end + 5, command.size() - target_end - 6));
+    if (body.contains("reservation")) {
+      ASSERT_TRUE(ids.contains(body["reservation"])) << command;
+      body["reservation"] = ids[body["reservation"]];
+    }
+    auto expected = json::parse(documented);
+    const auto answer = client.post(target, body.dump());
+    ASSERT_EQ(answer.status, expected.value("allowed", true) ? 200 : 429) << command << ": " << answer.body;
+    auto answered = json::parse(answer.body);
+    if (expected.contains("reservation")) {
+      ASSERT_TRUE(answered.contains("reservation")) << answer.body;
+      ids[expected["reservation"]] = answered["reservation"];
+      answered["reservation"] = expected["reservation"];
+    }
+    if (!expected.value("allowed", true)) {
+      answered.erase("reset_after_ms");
+      expected.erase("reset_after_ms");
+    }
+    EXPECT_EQ(answered, expected) << command << "\nanswered:   " << answer.body;
+    ++asked;
+  }
+  EXPECT_EQ(asked, 7);
 }
 
 }  // namespace
