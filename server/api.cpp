@@ -18,7 +18,7 @@ void Api::Routes::handle(Request request, Responder respond) {
   own(std::move(request), std::move(respond));
 }
 
-// /healthz, /readyz, /metrics, /v1/check, /v1/settle, /v1/release, /v1/renew, /v1/auth, /admin/keys, /admin/top, /admin/reload.
+// /healthz, /readyz, /metrics, /v1/check, /v1/settle, /v1/release, /v1/renew, /v1/auth, /admin/keys, /admin/top, /admin/overrides, /admin/reload.
 void Api::Routes::own(Request request, Responder respond) {
   const std::string_view path = request.path();
   const std::string_view method = request.method;
@@ -69,6 +69,13 @@ void Api::Routes::own(Request request, Responder respond) {
       return respond(error_response(403, "/admin/top is accepted from loopback only"));
     }
     return respond(top_denied(request));
+  }
+  if (path == "/admin/overrides") {
+    if (method != "GET" && method != "PUT" && method != "DELETE") return respond(not_allowed("GET, PUT, DELETE"));
+    if (!from_loopback(request)) {
+      return respond(error_response(403, "/admin/overrides is accepted from loopback only"));
+    }
+    return overrides(request, std::move(respond));
   }
   if (path == "/admin/reload" && options_.reload) {
     if (method != "POST") return respond(not_allowed("POST"));

@@ -655,7 +655,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
                 "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
-                "admin", "grpc", "demo_api", "tls", "access_log"});
+                "admin", "grpc", "demo_api", "tls", "access_log", "overrides"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
     if (!listen) r.fail("listen", listen.error().message);
@@ -807,6 +807,12 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (a["max_lines_per_second"]) {
       log.max_lines_per_second = static_cast<double>(
           r.integer(a["max_lines_per_second"], "access_log.max_lines_per_second", 0, 10'000'000));
+    }
+  }
+  if (const auto o = root["overrides"]) {
+    r.expect_map(o, "overrides", {"refresh"});
+    if (o["refresh"]) {
+      c.overrides_refresh = r.duration(o["refresh"], "overrides.refresh", 10 * kMicrosPerMilli, 3600 * kMicrosPerSecond);
     }
   }
   if (c.upstream && c.admin.port != 0 && c.admin.port == c.http.port &&

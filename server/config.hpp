@@ -108,6 +108,10 @@ struct Config {
   // `tls`: the `listen` listener speaks TLS (its files are read at load: again on reload).
   std::optional<ListenerTls> tls;
   std::optional<GrpcConfig> grpc;  // set: serve the gRPC rate limit service too
+  // `overrides.refresh`: how often the per-identity overrides (limiter/overrides.hpp) are read
+  // again from the store when they changed; a change on another instance takes effect here
+  // within it. 10 ms .. 1 h.
+  Micros overrides_refresh = 1 * kMicrosPerSecond;
 };
 
 // A sliding window log key holds one sorted-set entry (about 50-100 bytes in Redis) per unit

@@ -3,7 +3,8 @@
 // dispatches (and serves /healthz, /metrics, /admin/reload), routes_demo.cpp the demo API,
 // routes_decision.cpp the decision API (/v1/check), routes_auth.cpp nginx's auth_request
 // (/v1/auth), routes_health.cpp readiness and the HTTP server's metrics, routes_admin.cpp
-// the inspection and reset of keys (/admin/keys) and the most denied identities (/admin/top);
+// the inspection and reset of keys (/admin/keys), the most denied identities (/admin/top) and
+// the per-identity overrides (/admin/overrides);
 // the helpers they share are in routes_support.cpp. Internal to the program.
 
 #include <fmt/format.h>
@@ -130,6 +131,10 @@ class Api::Routes {
   // /admin/top?rule=[&minutes=5][&n=10]: the identities the rule denied most over the last
   // minutes, in this process (limiter/top_denied.hpp). Loopback only.
   Response top_denied(const Request& request) const;
+  // /admin/overrides: GET lists the per-identity overrides in the store (limiter/overrides.hpp);
+  // PUT {"rule", "identity", "factor", "note"?} sets one; DELETE ?rule=&identity= removes one.
+  // Every change is logged (an audit line). Loopback only.
+  void overrides(const Request& request, Responder respond);
 
   limiter::Limiter& limiter_;
   http::Middleware& middleware_;

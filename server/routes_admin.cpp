@@ -1,8 +1,12 @@
 // /admin/keys: one identity's keys under one rule, inspected (GET) or reset (DELETE).
 // /admin/top: the identities a rule denied most over the last minutes, in this process.
+// /admin/overrides: the per-identity overrides, listed (GET), set (PUT) or removed (DELETE).
 #include "routes.hpp"
 
+#include <fmt/chrono.h>
+
 #include <charconv>
+#include <chrono>
 #include <expected>
 
 #include "ratekeeper/algorithms/limit.hpp"
@@ -43,7 +47,105 @@ json identity_json(const limiter::RuleOutcome& outcome, std::string_view rule) {
   return json{{"rule", rule}, {"identity", outcome.identity}, {"tier", outcome.tier}};
 }
 
+json override_json(const limiter::Override& o) {
+  const auto seconds = std::chrono::sys_seconds(std::chrono::seconds(o.set_at / kMicrosPerSecond));
+  return json{{"rule", o.rule},
+              {"identity", o.identity},
+              {"factor", o.factor},
+              {"note", o.note},
+              {"set_by", o.set_by},
+              {"set_at", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", seconds)}};
+}
+
+// The body of PUT /admin/overrides: {"rule", "identity", "factor", "note"?}.
+std::expected<limiter::Override, std::string> override_body(std::string_view body) {
+  const json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return std::unexpected("body is not valid JSON");
+  if (!parsed.is_object()) return std::unexpected("body must be a JSON object");
+  for (const auto& [name, value] : parsed.items()) {
+    if (name != "rule" && name != "identity" && name != "factor" && name != "note") {
+      return std::unexpected(fmt::format("unknown field `{}` (rule, identity, factor, note)", name.substr(0, 64)));
+    }
+  }
+  limiter::Override o;
+  const auto rule = parsed.find("rule");
+  if (rule == parsed.end() || !rule->is_string() || rule->get_ref<const std::string&>().empty()) {
+    return std::unexpected("`rule` must be a rule's name");
+  }
+  o.rule = rule->get<std::string>();
+  const auto identity = parsed.find("identity");
+  if (identity == parsed.end() || !identity->is_string() || identity->get_ref<const std::string&>().empty()) {
+    return std::unexpected("`identity` must be a non-empty string (\"user:42\", \"ip:192.0.2.7\")");
+  }
+  o.identity = identity->get<std::string>();
+  const auto factor = parsed.find("factor");
+  if (factor == parsed.end() || !factor->is_number()) {
+    return std::unexpected(fmt::format("`factor` must be a number from {} to {}", limiter::kMinOverrideFactor,
+                                       limiter::kMaxOverrideFactor));
+  }
+  o.factor = factor->get<double>();
+  if (const auto note = parsed.find("note"); note != parsed.end()) {
+    if (!note->is_string()) return std::unexpected("`note` must be a string");
+    o.note = note->get<std::string>();
+  }
+  return o;
+}
+
 }  // namespace
+
+void Api::Routes::overrides(const Request& request, Responder respond) {
+  const std::string peer = request.peer_address;
+  if (request.method == "GET") {
+    return limiter_.list_overrides([this, respond = std::move(respond)](Result<std::vector<limiter::Override>> r) {
+      if (!r) return respond(error_response(503, r.error().message));
+      json list = json::array();
+      for (const auto& o : *r) list.push_back(override_json(o));
+      respond(json_response(200, json_text(json{{"in_effect_version", limiter_.overrides().version()},
+                                                {"overrides", std::move(list)}})));
+    });
+  }
+  if (request.method == "PUT") {
+    auto o = override_body(request.body);
+    if (!o) return respond(bad_request(o.error()));
+    o->set_by = peer;
+    o->set_at = SystemClock::instance().now();
+    const json answer = override_json(*o);
+    // As keys spell it (control bytes escaped): a log line cannot be split.
+    const std::string who = limiter::escape_identity(o->identity).value_or("(invalid identity)");
+    const std::string rule = o->rule;
+    const std::string factor = fmt::format("{}", o->factor);
+    const std::string note = o->note.empty() ? std::string("none") : fmt::format("{:?}", o->note);
+    return limiter_.set_override(std::move(*o), [answer, who, rule, factor, note, peer,
+                                                  respond = std::move(respond)](Result<store::TableWrite> r) {
+      if (!r) {
+        log_failure("override", who, rule, peer, r.error());
+        const int status = r.error().code == ErrorCode::invalid_argument ? 400 : 503;
+        return respond(error_response(status, r.error().message));
+      }
+      spdlog::info("admin: {} set the override of {} under rule '{}' to x{}{} (note: {})", peer, who, rule, factor,
+                   r->existed ? ", replacing the one before" : "", note);
+      json body = answer;
+      body["replaced"] = r->existed;
+      respond(json_response(200, json_text(body)));
+    });
+  }
+  const std::string_view query = request.query();
+  const auto rule = query_param(query, "rule");
+  const auto identity = query_param(query, "identity");
+  if (!rule || rule->empty()) return respond(bad_request("`rule` must be given"));
+  if (!identity || identity->empty()) return respond(bad_request("`identity` must be given"));
+  const std::string who = limiter::escape_identity(*identity).value_or("(invalid identity)");
+  limiter_.remove_override(*rule, *identity, [who, rule = *rule, identity = *identity, peer,
+                                              respond = std::move(respond)](Result<bool> r) {
+    if (!r) {
+      log_failure("override removal", who, rule, peer, r.error());
+      const int status = r.error().code == ErrorCode::invalid_argument ? 400 : 503;
+      return respond(error_response(status, r.error().message));
+    }
+    if (*r) spdlog::info("admin: {} removed the override of {} under rule '{}'", peer, who, rule);
+    respond(json_response(200, json_text(json{{"rule", rule}, {"identity", identity}, {"removed", *r}})));
+  });
+}
 
 void Api::Routes::keys(const Request& request, Responder respond) {
   const std::string_view query = request.query();

@@ -122,6 +122,7 @@ std::shared_ptr<Generation> build_generation(Config config, std::optional<rls::R
   }
   // Counters survive a reload one way: each component continues the running one's.
   if (running != nullptr) {
+    g->limiter->share_overrides(*running->limiter);
     g->limiter->continue_metrics(*running->limiter);
     g->middleware->continue_metrics(*running->middleware);
     if (g->rls_service && running->rls_service) g->rls_service->continue_metrics(*running->rls_service);
@@ -228,6 +229,36 @@ void warn_if_unreachable(EventLoop& loop, std::shared_ptr<StoreWatch> watch, con
   }, after);
 }
 
+// The per-identity overrides, read again from the store every `overrides.refresh` (the
+// configuration of the moment's) from start until stopped (before the store goes).
+struct OverridesRefresh {
+  std::mutex mu;
+  bool stopped = false;
+};
+
+// Stops the refresh when it goes: declared after the store, it goes first, on every way out.
+struct OverridesRefreshStop {
+  std::shared_ptr<OverridesRefresh> state;
+  ~OverridesRefreshStop() {
+    const std::lock_guard lock(state->mu);
+    state->stopped = true;
+  }
+};
+
+void refresh_overrides(EventLoop& loop, SharedValue<Generation>& current, std::shared_ptr<OverridesRefresh> state,
+                       Micros after) {
+  loop.post(0, [&loop, &current, state, after] {
+    const std::lock_guard lock(state->mu);
+    if (state->stopped) return;
+    const std::shared_ptr<Generation> g = current.load();
+    const Micros every = g->config.overrides_refresh;
+    // A failure is logged and counted by the limiter (the table held stays in effect).
+    g->limiter->refresh_overrides([&loop, &current, state, every](Result<bool>) {
+      refresh_overrides(loop, current, state, every);
+    });
+  }, after);
+}
+
 // Every listener up, or the reason one is not (the exit status is 1).
 Result<void> listen_all(http::Server& server, http::Proxy* proxy, rls::GrpcServer* grpc) {
   if (auto listening = server.listen(); !listening) return listening;
@@ -325,6 +356,7 @@ int serve(const ServeArgs& args) {
   }
   std::unique_ptr<store::Store> store = std::move(opened->store);
   store::LeasingStore* leasing = opened->leasing;
+  const OverridesRefreshStop overrides_refresh{std::make_shared<OverridesRefresh>()};
   Process process;
   process.denial_cache = opened->denial_cache;
   process.loop = loop;
@@ -380,6 +412,7 @@ int serve(const ServeArgs& args) {
           if (process.denial_cache != nullptr) process.denial_cache->clear();
         });
     reloader.store(running_reloader.get());
+    refresh_overrides(*loop, current, overrides_refresh.state, 0);
 
     if (config.upstream) {
       proxy = std::make_unique<http::Proxy>(options, *config.upstream, [&current] {
@@ -433,6 +466,10 @@ int serve(const ServeArgs& args) {
     // The store goes first: callbacks it still holds refer to the limiter. Leases' unused
     // units go back to the store then.
     if (leasing != nullptr) leasing->shutdown();
+    {
+      const std::lock_guard lock(overrides_refresh.state->mu);
+      overrides_refresh.state->stopped = true;
+    }
     {
       const std::lock_guard lock(store_watch->mu);
       store_watch->store = nullptr;

@@ -11,6 +11,7 @@
 #include <random>
 #include <span>
 #include <stdexcept>
+#include <tuple>
 
 #include "algorithms/step.hpp"
 #include "ratekeeper/algorithms/lease.hpp"
@@ -75,6 +76,8 @@ Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
   if (any_local) local_ = std::make_unique<store::MemoryStore>();
   policy_ = FailurePolicy{config_.instances, std::max<Micros>(config_.deny_retry_after, 1),
                           local_.get()};
+  overrides_ = std::make_shared<Overrides>();
+  overrides_key_ = config_.prefix + ":{overrides}";
 }
 
 Limiter::~Limiter() = default;
@@ -112,6 +115,8 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     }
   }
   auto prepared = std::make_shared<Prepared>();
+  // The overrides in effect (nullptr: none), one table for the whole evaluation.
+  const std::shared_ptr<const Overrides::Table> overrides = overrides_->table();
   if (rules.size() > shadow) prepared->enforcing.reserve(rules.size() - shadow);
   if (shadow > 0) prepared->shadow.reserve(shadow);
   prepared->items.reserve(enforcing_limits);
@@ -141,6 +146,17 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': no tier '{}'", rule->name, out.tier));
       }
+    }
+    // A per-identity override scales the limits chosen (the parent's below, by its own).
+    Policy scaled;
+    const Override* parent_override = nullptr;
+    if (overrides) {
+      if (const Override* o = overrides->find(rule->name, out.identity)) {
+        scaled = scale_policy(*policy, o->factor, rule->cost);
+        policy = &scaled;
+        out.factor = o->factor;
+      }
+      if (!app.parent.empty()) parent_override = overrides->find(rule->name, app.parent);
     }
 
     std::string rule_part;
@@ -215,7 +231,12 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     }
     if (!app.parent.empty()) {
       // The parent's limits: "<rule>.parent[.<limit>]", keys <prefix>:{<parent>}:<rule>:parent[:<limit>].
-      const Policy& parent = rule->parent->limits;
+      Policy parent_scaled;
+      if (parent_override != nullptr) {
+        parent_scaled = scale_policy(rule->parent->limits, parent_override->factor, rule->cost);
+        out.parent_factor = parent_override->factor;
+      }
+      const Policy& parent = parent_override != nullptr ? parent_scaled : rule->parent->limits;
       for (const auto& named : parent) {
         if (named.limit.algorithm == algorithms::Algorithm::concurrency) {
           holds_slots = holds_slots || out.cost > 0;
@@ -775,7 +796,64 @@ Result<Verdict> Limiter::check_sync(std::string_view rule_name, std::string_view
 
 void Limiter::write_metrics(MetricsWriter& out) const {
   metrics_->write(out, store_->health(), store_->kind());
+  overrides_->write_metrics(out);
   store_->write_metrics(out);
+}
+
+void Limiter::refresh_overrides(std::function<void(Result<bool>)> done) {
+  // The table lives as long as the refresh, whichever limiter holds it by then.
+  std::shared_ptr<Overrides> overrides = overrides_;
+  Overrides& table = *overrides;
+  table.refresh(*store_, overrides_key_, [overrides = std::move(overrides), done = std::move(done)](Result<bool> r) {
+    done(std::move(r));
+  });
+}
+
+void Limiter::set_override(Override o, std::function<void(Result<store::TableWrite>)> done) {
+  if (find_rule(o.rule) == nullptr) {
+    return done(make_error(ErrorCode::invalid_argument, fmt::format("unknown rule '{}'", o.rule.substr(0, 64))));
+  }
+  if (auto ok = validate_override(o); !ok) return done(std::unexpected(std::move(ok.error())));
+  std::string field = override_field(o.rule, o.identity);
+  std::string value = override_value(o);
+  store_->write_table(overrides_key_, std::move(field), std::move(value), kMaxOverrides,
+                      [this, keep_alive = weak_from_this().lock(), done = std::move(done)](Result<store::TableWrite> written) mutable {
+                        if (!written) return done(std::move(written));
+                        // In effect here before the answer; a failed refresh is logged, retried by the next.
+                        refresh_overrides([written = std::move(written), done = std::move(done)](Result<bool>) mutable {
+                          done(std::move(written));
+                        });
+                      });
+}
+
+void Limiter::remove_override(std::string_view rule, std::string_view identity, std::function<void(Result<bool>)> done) {
+  if (!valid_name(rule)) return done(make_error(ErrorCode::invalid_argument, "`rule` is not a rule's name"));
+  if (auto escaped = escape_identity(identity); !escaped) {
+    return done(make_error(ErrorCode::invalid_argument, fmt::format("identity: {}", escaped.error().message)));
+  }
+  store_->write_table(overrides_key_, override_field(rule, identity), std::nullopt, kMaxOverrides,
+                      [this, keep_alive = weak_from_this().lock(), done = std::move(done)](Result<store::TableWrite> written) mutable {
+                        if (!written) return done(std::unexpected(std::move(written.error())));
+                        const bool existed = written->existed;
+                        refresh_overrides([existed, done = std::move(done)](Result<bool>) { done(existed); });
+                      });
+}
+
+void Limiter::list_overrides(std::function<void(Result<std::vector<Override>>)> done) const {
+  // A version never held (-1): the whole table.
+  store_->read_table(overrides_key_, -1, [done = std::move(done)](Result<std::optional<store::SharedTable>> read) {
+    if (!read) return done(std::unexpected(std::move(read.error())));
+    std::vector<Override> out;
+    if (*read) {
+      for (const auto& [field, value] : (*read)->entries) {
+        if (auto o = parse_override(field, value)) out.push_back(std::move(*o));
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const Override& a, const Override& b) {
+      return std::tie(a.rule, a.identity) < std::tie(b.rule, b.identity);
+    });
+    done(std::move(out));
+  });
 }
 
 std::string Limiter::metrics_text() const {

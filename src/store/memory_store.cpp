@@ -172,12 +172,22 @@ struct MemoryStore::Reservations {
   std::unordered_map<std::string, Record> records;
 };
 
+struct MemoryStore::Tables {
+  struct Table {
+    std::int64_t version = 0;
+    std::unordered_map<std::string, std::string> entries;
+  };
+  std::mutex mu;
+  std::unordered_map<std::string, Table> tables;
+};
+
 MemoryStore::MemoryStore(MemoryStoreOptions options)
     : options_(options),
       shard_mask_(shard_count(options) - 1),
       max_per_shard_(std::max<std::size_t>(1, (options.max_keys + shard_mask_) / (shard_mask_ + 1))),
       shards_(std::make_unique<Shard[]>(shard_mask_ + 1)),
-      reservations_(std::make_unique<Reservations>()) {
+      reservations_(std::make_unique<Reservations>()),
+      tables_(std::make_unique<Tables>()) {
   if (options_.clock == nullptr) options_.clock = &SystemClock::instance();
 }
 
@@ -417,6 +427,49 @@ void MemoryStore::reset(std::vector<std::string> keys, ResetCallback done) {
     shard.map.erase(it);
   }
   done(live);
+}
+
+void MemoryStore::read_table(std::string key, std::int64_t known_version, TableCallback done) {
+  // `done` runs once the lock is let go, as every answer here.
+  auto answer = [&]() -> std::optional<SharedTable> {
+    std::lock_guard lock(tables_->mu);
+    const auto it = tables_->tables.find(key);
+    const std::int64_t version = it == tables_->tables.end() ? 0 : it->second.version;
+    if (version == known_version) return std::nullopt;
+    SharedTable out{version, {}};
+    if (it != tables_->tables.end()) out.entries.assign(it->second.entries.begin(), it->second.entries.end());
+    return out;
+  }();
+  done(std::move(answer));
+}
+
+void MemoryStore::write_table(std::string key, std::string field, std::optional<std::string> value,
+                              std::size_t max_entries, TableWriteCallback done) {
+  if (field.empty()) return done(make_error(ErrorCode::invalid_argument, "an entry needs a name"));
+  auto answer = [&]() -> Result<TableWrite> {
+    std::lock_guard lock(tables_->mu);
+    auto it = tables_->tables.find(key);
+    const bool existed = it != tables_->tables.end() && it->second.entries.contains(field);
+    if (!value && !existed) return TableWrite{it == tables_->tables.end() ? 0 : it->second.version, false};
+    if (value && !existed && it != tables_->tables.end() && it->second.entries.size() >= max_entries) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("the table holds {} entries: remove one first", max_entries));
+    }
+    if (it == tables_->tables.end()) it = tables_->tables.emplace(key, Tables::Table{}).first;
+    Tables::Table& table = it->second;
+    if (value) {
+      table.entries.insert_or_assign(std::move(field), std::move(*value));
+    } else {
+      table.entries.erase(field);
+    }
+    if (table.entries.empty()) {
+      tables_->tables.erase(it);  // emptied: its version goes with it (0)
+      return TableWrite{0, existed};
+    }
+    table.version = std::max(table.version + 1, options_.clock->now());
+    return TableWrite{table.version, existed};
+  }();
+  done(std::move(answer));
 }
 
 void MemoryStore::reserve(ReservationRecord reservation, std::vector<CheckItem> items, std::optional<Micros> now_opt,

@@ -27,6 +27,14 @@ void Store::reset(std::vector<std::string>, ResetCallback done) {
   done(make_error(ErrorCode::invalid_argument, "this store cannot reset keys"));
 }
 
+void Store::read_table(std::string, std::int64_t, TableCallback done) {
+  done(make_error(ErrorCode::invalid_argument, "this store holds no shared table"));
+}
+
+void Store::write_table(std::string, std::string, std::optional<std::string>, std::size_t, TableWriteCallback done) {
+  done(make_error(ErrorCode::invalid_argument, "this store holds no shared table"));
+}
+
 void Store::reserve(ReservationRecord, std::vector<CheckItem>, std::optional<Micros>, CheckCallback done) {
   done(make_error(ErrorCode::invalid_argument, "this store does not hold reservations"));
 }

@@ -28,6 +28,7 @@
 #include "ratekeeper/limiter/decision_log.hpp"
 #include "ratekeeper/limiter/failure_policy.hpp"
 #include "ratekeeper/limiter/metrics.hpp"
+#include "ratekeeper/limiter/overrides.hpp"
 #include "ratekeeper/limiter/rule.hpp"
 #include "ratekeeper/limiter/top_denied.hpp"
 #include "ratekeeper/store/store.hpp"
@@ -107,6 +108,8 @@ struct RuleOutcome {
   bool shadow = false;
   bool by_failure_policy = false;
   std::int64_t cost = 1;          // what the request takes from each of the rule's limits
+  double factor = 1;              // a per-identity override's (limiter/overrides.hpp); 1: none
+  double parent_factor = 1;       // the parent identity's override
   algorithms::Decision decision;  // combined over the rule's limits
   std::size_t binding = 0;        // index in `limits` of the limit `decision` comes from
   std::vector<LimitOutcome> limits;
@@ -228,6 +231,28 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // evaluate().
   void reset(AppliedRule application, std::function<void(Result<ResetOutcome>)> done);
 
+  // Per-identity overrides (limiter/overrides.hpp): an identity's limits under a rule (and a
+  // parent identity's limits under a rule with a parent) multiplied by a factor, in effect
+  // wherever the rule is checked, in the shared table <prefix>:{overrides} of the store.
+  Overrides& overrides() noexcept { return *overrides_; }
+  // Takes `previous`'s overrides (a reloaded configuration keeps them in effect). Call before
+  // the first check: not thread-safe.
+  void share_overrides(const Limiter& previous) { overrides_ = previous.overrides_; }
+  const std::string& overrides_key() const noexcept { return overrides_key_; }
+  // Reads the shared table again when it changed (Overrides::refresh). `done` as for evaluate().
+  void refresh_overrides(std::function<void(Result<bool>)> done);
+  // Sets one override (its rule one of this limiter's, validate_override), then refreshes, so
+  // that this process applies it at once; the others do at their next refresh. Answers the
+  // table's version and whether an override of the rule and identity was replaced. A full
+  // table (kMaxOverrides) is an invalid_argument. `done` as for evaluate().
+  void set_override(Override o, std::function<void(Result<store::TableWrite>)> done);
+  // Removes one override (its identity then has the rule's own limits again); answers whether
+  // it existed. `done` as for evaluate().
+  void remove_override(std::string_view rule, std::string_view identity, std::function<void(Result<bool>)> done);
+  // Every override in the store's table now (not the copy in effect here), sorted by rule and
+  // identity; entries that do not parse are left out. `done` as for evaluate().
+  void list_overrides(std::function<void(Result<std::vector<Override>>)> done) const;
+
   const Tiers& tiers() const noexcept { return config_.tiers; }
   const LimiterConfig& config() const noexcept { return config_; }
   Metrics& metrics() noexcept { return *metrics_; }
@@ -286,6 +311,8 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   FailurePolicy policy_;
   LogLimit policy_log_;  // the lines of checks answered by the failure policy
   LogLimit settle_log_;  // the lines of settlements the store failed
+  std::shared_ptr<Overrides> overrides_;
+  std::string overrides_key_;  // <prefix>:{overrides}
 };
 
 }  // namespace ratekeeper::limiter

@@ -72,6 +72,15 @@ class LeasingStore final : public Store {
              SettleCallback done) override {
     inner_->renew(std::move(record), std::move(items), ttl, now, std::move(done));
   }
+  // Shared tables pass through to the inner store.
+  bool supports_tables() const noexcept override { return inner_->supports_tables(); }
+  void read_table(std::string key, std::int64_t known_version, TableCallback done) override {
+    inner_->read_table(std::move(key), known_version, std::move(done));
+  }
+  void write_table(std::string key, std::string field, std::optional<std::string> value, std::size_t max_entries,
+                   TableWriteCallback done) override {
+    inner_->write_table(std::move(key), std::move(field), std::move(value), max_entries, std::move(done));
+  }
   Store& inner() noexcept { return *inner_; }
 
   // Returns the unused units of every lease expired by now (steady reading) to the inner

@@ -55,6 +55,13 @@ class MemoryStore final : public Store {
   void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
              SettleCallback done) override;
 
+  // Shared tables, held in process (versions on the store's clock, as Redis's on its TIME).
+  // `done` runs before the call returns.
+  bool supports_tables() const noexcept override { return true; }
+  void read_table(std::string key, std::int64_t known_version, TableCallback done) override;
+  void write_table(std::string key, std::string field, std::optional<std::string> value, std::size_t max_entries,
+                   TableWriteCallback done) override;
+
   // Synchronous forms. Thread-safe. check_one allocates nothing for a key already present.
   Result<Decision> check_one(std::string_view key, const Limit& limit, std::int64_t cost,
                              std::optional<Micros> now = {});
@@ -70,6 +77,7 @@ class MemoryStore final : public Store {
  private:
   struct Shard;
   struct Reservations;
+  struct Tables;
   Shard& shard_for(std::string_view key, std::size_t* index = nullptr) const;
   // check_batch without refusing concurrency items of cost 1 (reserve() holds them).
   Result<CheckOutcome> batch(std::span<const CheckItem> items, std::optional<Micros> now);
@@ -82,6 +90,7 @@ class MemoryStore final : public Store {
   std::size_t max_per_shard_;
   std::unique_ptr<Shard[]> shards_;
   std::unique_ptr<Reservations> reservations_;
+  std::unique_ptr<Tables> tables_;
   mutable std::atomic<std::uint64_t> reclaimed_{0};
   mutable std::atomic<std::uint64_t> rejected_full_{0};
 };

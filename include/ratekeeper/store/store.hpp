@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <utility>
 
 #include "ratekeeper/algorithms/decision.hpp"
 #include "ratekeeper/algorithms/limit.hpp"
@@ -99,6 +100,24 @@ Result<void> validate_renewal(std::string_view record, std::span<const CheckItem
 Result<void> refuse_unheld_slots(std::span<const CheckItem> items);
 std::unexpected<Error> unheld_slot(std::string_view key);
 
+// A shared table (Store::read_table): its version (0: it holds nothing) and its entries,
+// field → value, in no order.
+struct SharedTable {
+  std::int64_t version = 0;
+  std::vector<std::pair<std::string, std::string>> entries;
+};
+// nullopt: the table's version is still the one the reader knew.
+using TableCallback = std::function<void(Result<std::optional<SharedTable>>)>;
+// A write's outcome: the table's version after it, and whether the entry existed before.
+struct TableWrite {
+  std::int64_t version = 0;
+  bool existed = false;
+};
+using TableWriteCallback = std::function<void(Result<TableWrite>)>;
+
+// The most entries a shared table holds; a write of one more is refused.
+inline constexpr std::size_t kMaxTableEntries = 100'000;
+
 struct StoreHealth {
   bool ready = true;
   std::string detail;  // "ok", or why not: breaker open, connection refused...
@@ -167,6 +186,19 @@ class Store {
                       SettleCallback done);
   virtual void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
                      SettleCallback done);
+
+  // Shared tables: a few settings every instance reads, under one key (in one cluster slot),
+  // with a version that every change moves on (never back, even when the table is emptied
+  // and written again), so that a reader asks for the entries only when they changed.
+  // read_table() answers nullopt when the version is still `known_version`, else every entry;
+  // write_table() sets `field` (not empty) to `value`, or removes it when `value` is nullopt,
+  // in one atomic step, refusing (invalid_argument) a new entry in a table that holds
+  // `max_entries` (at most kMaxTableEntries). Thread-safe; `done` as for check(). The defaults
+  // answer invalid_argument.
+  virtual bool supports_tables() const noexcept { return false; }
+  virtual void read_table(std::string key, std::int64_t known_version, TableCallback done);
+  virtual void write_table(std::string key, std::string field, std::optional<std::string> value,
+                           std::size_t max_entries, TableWriteCallback done);
 
   // The store's own metrics (a decorator: its own, then its inner store's). Thread-safe.
   virtual void write_metrics(MetricsWriter&) const {}

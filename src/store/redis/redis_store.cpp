@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <mutex>
 #include <utility>
 
@@ -240,6 +241,96 @@ void RedisStore::reset(std::vector<std::string> keys, ResetCallback done) {
     auto done = std::move(owned->done);
     owned.reset();
     done(integer_reply(std::move(reply), "reset"));
+  };
+  lane().client->send(owned->call);
+}
+
+namespace {
+
+// A table's version as a script answers it: decimal text (a Lua number past 2^31 cannot be
+// an integer reply).
+Result<std::int64_t> table_version(const redis::Reply& reply, std::string_view script) {
+  std::int64_t version = 0;
+  const auto* end = reply.str.data() + reply.str.size();
+  if (reply.type != redis::Reply::Type::string ||
+      std::from_chars(reply.str.data(), end, version).ptr != end || version < 0) {
+    return make_error(ErrorCode::protocol, fmt::format("{} reply: expected a version, got {}", script, reply.to_string()));
+  }
+  return version;
+}
+
+// A table's call and the strings its argument vector points into, alive until answered.
+struct TableCall {
+  std::string key;
+  std::vector<std::string> args;
+  detail::ScriptCall call;
+};
+
+}  // namespace
+
+void RedisStore::read_table(std::string key, std::int64_t known_version, TableCallback done) {
+  auto owned = std::make_shared<TableCall>();
+  owned->key = std::move(key);
+  owned->args.push_back(fmt::format("{}", known_version));
+  owned->call.argv.call("table_read", std::span(&owned->key, 1), owned->args);
+  owned->call.deadline = clock_->steady() + command_timeout_;
+  owned->call.slot = slot_of(owned->key);
+  owned->call.done = [owned, known_version, done = std::move(done)](Result<redis::Reply> reply) mutable {
+    owned.reset();
+    auto answer = [&]() -> Result<std::optional<SharedTable>> {
+      if (!reply) return std::unexpected(std::move(reply.error()));
+      if (reply->is_error()) return make_error(ErrorCode::reply, reply->str);
+      auto& e = reply->elements;
+      if (!reply->is_array() || e.empty() || e.size() % 2 != 1) {
+        return make_error(ErrorCode::protocol, fmt::format("table_read reply: {}", reply->to_string()));
+      }
+      auto version = table_version(e[0], "table_read");
+      if (!version) return std::unexpected(std::move(version.error()));
+      if (e.size() == 1 && *version == known_version) return std::optional<SharedTable>();
+      SharedTable table{*version, {}};
+      table.entries.reserve(e.size() / 2);
+      for (std::size_t i = 1; i + 1 < e.size(); i += 2) {
+        if (e[i].type != redis::Reply::Type::string || e[i + 1].type != redis::Reply::Type::string) {
+          return make_error(ErrorCode::protocol, "table_read reply: an entry that is not two strings");
+        }
+        table.entries.emplace_back(std::move(e[i].str), std::move(e[i + 1].str));
+      }
+      return std::optional<SharedTable>(std::move(table));
+    }();
+    done(std::move(answer));
+  };
+  lane().client->send(owned->call);
+}
+
+void RedisStore::write_table(std::string key, std::string field, std::optional<std::string> value,
+                             std::size_t max_entries, TableWriteCallback done) {
+  if (field.empty()) return done(make_error(ErrorCode::invalid_argument, "an entry needs a name"));
+  auto owned = std::make_shared<TableCall>();
+  owned->key = std::move(key);
+  owned->args.push_back(fmt::format("{}", std::min(max_entries, kMaxTableEntries)));
+  owned->args.push_back(std::move(field));
+  if (value) owned->args.push_back(std::move(*value));
+  owned->call.argv.call("table_write", std::span(&owned->key, 1), owned->args);
+  owned->call.deadline = clock_->steady() + command_timeout_;
+  owned->call.slot = slot_of(owned->key);
+  owned->call.done = [owned, done = std::move(done)](Result<redis::Reply> reply) mutable {
+    owned.reset();
+    auto answer = [&]() -> Result<TableWrite> {
+      if (!reply) return std::unexpected(std::move(reply.error()));
+      if (reply->is_error()) {
+        // The script's refusal (a full table) is the caller's to fix.
+        const bool refused = reply->str.find("remove one first") != std::string::npos;
+        return make_error(refused ? ErrorCode::invalid_argument : ErrorCode::reply, reply->str);
+      }
+      const auto& e = reply->elements;
+      if (!reply->is_array() || e.size() != 2 || !e[1].is_integer()) {
+        return make_error(ErrorCode::protocol, fmt::format("table_write reply: {}", reply->to_string()));
+      }
+      auto version = table_version(e[0], "table_write");
+      if (!version) return std::unexpected(std::move(version.error()));
+      return TableWrite{*version, e[1].integer == 1};
+    }();
+    done(std::move(answer));
   };
   lane().client->send(owned->call);
 }

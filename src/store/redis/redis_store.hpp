@@ -104,6 +104,11 @@ class RedisStore final : public Store {
               SettleCallback done) override;
   void renew(std::string record, std::vector<CheckItem> items, Micros ttl, std::optional<Micros> now,
              SettleCallback done) override;
+  // One call of lua/table.lua each, bounded by the command timeout.
+  bool supports_tables() const noexcept override { return true; }
+  void read_table(std::string key, std::int64_t known_version, TableCallback done) override;
+  void write_table(std::string key, std::string field, std::optional<std::string> value, std::size_t max_entries,
+                   TableWriteCallback done) override;
   void write_metrics(MetricsWriter& out) const override;
 
   struct Stats {

@@ -998,6 +998,168 @@ TEST_P(StoreSuite, AParentAndItsChildrenAreExactAcrossInstances) {
   EXPECT_EQ(ev->rules[0].limits[1].decision.remaining, 0);
 }
 
+// The answer of a call of `store` (or of a limiter) that takes a callback.
+template <class T, class Call>
+T answer_of(Call&& call) {
+  std::promise<T> promise;
+  auto future = promise.get_future();
+  call([&promise](T r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+using TableRead = Result<std::optional<SharedTable>>;
+
+TEST_P(StoreSuite, ASharedTableMovesItsVersionOnEveryChangeAsTheMemoryStore) {
+  MemoryStore memory;
+  const std::string key = this->key("table", "overrides");
+  for (Store* store : {static_cast<Store*>(store_.get()), static_cast<Store*>(&memory)}) {
+    SCOPED_TRACE(std::string(store->kind()));
+    ASSERT_TRUE(store->supports_tables());
+    auto read = [&](std::int64_t known) {
+      return answer_of<TableRead>([&](auto done) { store->read_table(key, known, std::move(done)); });
+    };
+    auto write = [&](std::string field, std::optional<std::string> value, std::size_t max = 10) {
+      return answer_of<Result<TableWrite>>(
+          [&](auto done) { store->write_table(key, std::move(field), std::move(value), max, std::move(done)); });
+    };
+    auto empty = read(0);
+    ASSERT_TRUE(empty) << empty.error().message;
+    EXPECT_FALSE(empty->has_value());  // never written: version 0, as known
+
+    auto first = write("r:user:1", "one");
+    ASSERT_TRUE(first) << first.error().message;
+    EXPECT_FALSE(first->existed);
+    EXPECT_GT(first->version, 0);
+    auto whole = read(0);
+    ASSERT_TRUE(whole && whole->has_value());
+    EXPECT_EQ((*whole)->version, first->version);
+    ASSERT_EQ((*whole)->entries.size(), 1u);
+    EXPECT_EQ((*whole)->entries[0], (std::pair<std::string, std::string>{"r:user:1", "one"}));
+    auto same = read(first->version);
+    ASSERT_TRUE(same);
+    EXPECT_FALSE(same->has_value());  // unchanged: nothing sent back
+
+    auto replaced = write("r:user:1", "uno");
+    ASSERT_TRUE(replaced);
+    EXPECT_TRUE(replaced->existed);
+    EXPECT_GT(replaced->version, first->version);
+    auto second = write("r:user:2", "two", 2);
+    ASSERT_TRUE(second);
+    EXPECT_GT(second->version, replaced->version);
+    auto full = write("r:user:3", "three", 2);
+    ASSERT_FALSE(full);
+    EXPECT_EQ(full.error().code, ErrorCode::invalid_argument) << full.error().message;
+    auto changed = read(first->version);
+    ASSERT_TRUE(changed && changed->has_value());
+    EXPECT_EQ((*changed)->version, second->version);
+    auto entries = (*changed)->entries;
+    std::sort(entries.begin(), entries.end());
+    EXPECT_EQ(entries, (std::vector<std::pair<std::string, std::string>>{{"r:user:1", "uno"}, {"r:user:2", "two"}}));
+
+    auto removed = write("r:user:1", std::nullopt);
+    ASSERT_TRUE(removed);
+    EXPECT_TRUE(removed->existed);
+    EXPECT_GT(removed->version, second->version);
+    auto again = write("r:user:1", std::nullopt);
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(again->existed);
+    EXPECT_EQ(again->version, removed->version);  // nothing changed
+    auto emptied = write("r:user:2", std::nullopt);
+    ASSERT_TRUE(emptied);
+    EXPECT_TRUE(emptied->existed);
+    EXPECT_EQ(emptied->version, 0);  // the table is gone, its version with it
+    auto gone = read(removed->version);
+    ASSERT_TRUE(gone && gone->has_value());
+    EXPECT_EQ((*gone)->version, 0);
+    EXPECT_TRUE((*gone)->entries.empty());
+    auto anew = write("r:user:4", "four");
+    ASSERT_TRUE(anew);
+    EXPECT_GT(anew->version, removed->version);  // never an old version again
+    EXPECT_FALSE(write("", "nameless"));
+    ASSERT_TRUE(write("r:user:4", std::nullopt));
+  }
+}
+
+TEST_P(StoreSuite, AnOverrideSetOnOneInstanceIsExactOnEveryInstanceAfterItsRefresh) {
+  constexpr std::int64_t kLimit = 5;
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  limiter::LimiterConfig config;
+  config.prefix = fmt::format("o{}-{}", ::getpid(), name_of(GetParam()));
+  limiter::Rule api;
+  api.name = "api";
+  api.identity = {limiter::IdentityKind::header, "X-User-ID", "", "user"};
+  api.limits = {{"", *Limit::make(Algorithm::fixed_window, kLimit, algorithms::kMaxWindow)}};
+  config.rules = {api};
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<std::shared_ptr<limiter::Limiter>> limiters;
+  for (int i = 0; i < 3; ++i) {
+    StoreOptions o;
+    o.url = url_of(GetParam());
+    o.command_timeout = 5 * kMicrosPerSecond;
+    auto opened = open_store(o);
+    ASSERT_TRUE(opened) << opened.error().message;
+    stores.push_back(std::move(*opened));
+    limiters.push_back(std::make_shared<limiter::Limiter>(config, *stores.back()));
+  }
+  const std::string customer = fmt::format("user:{}", info->name());
+  // Admitted of `asks` checks of `identity`, from 6 threads over the 3 instances.
+  auto burst = [&](const std::string& identity, int asks) {
+    std::atomic<std::int64_t> admitted{0};
+    std::atomic<std::int64_t> errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t) {
+      threads.emplace_back([&, t] {
+        limiter::Limiter& l = *limiters[static_cast<std::size_t>(t) % limiters.size()];
+        for (int i = t; i < asks; i += 6) {
+          auto v = l.check_sync("api", identity, 1);
+          if (!v || v->by_failure_policy) {
+            ++errors;
+          } else if (v->decision.allowed) {
+            ++admitted;
+          }
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_EQ(errors.load(), 0);
+    return admitted.load();
+  };
+  auto refresh_all = [&] {
+    for (auto& l : limiters) {
+      auto r = answer_of<Result<bool>>([&](auto done) { l->refresh_overrides(std::move(done)); });
+      ASSERT_TRUE(r) << r.error().message;
+    }
+  };
+  refresh_all();
+  limiter::Override o{"api", customer, 4, "pays for more", "test", 0};
+  auto set = answer_of<Result<TableWrite>>([&](auto done) { limiters[0]->set_override(o, std::move(done)); });
+  ASSERT_TRUE(set) << set.error().message;
+  EXPECT_FALSE(set->existed);
+  refresh_all();
+  for (auto& l : limiters) EXPECT_EQ(l->overrides().version(), set->version);
+  EXPECT_EQ(burst(customer, 60), 4 * kLimit);  // 60 asked, over 3 instances: 4 × 5 exactly
+  EXPECT_EQ(burst("user:someone-else", 30), kLimit);  // others keep the rule's limit
+
+  auto listed = answer_of<Result<std::vector<limiter::Override>>>(
+      [&](auto done) { limiters[2]->list_overrides(std::move(done)); });
+  ASSERT_TRUE(listed) << listed.error().message;
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].identity, customer);
+  EXPECT_EQ((*listed)[0].factor, 4);
+  EXPECT_EQ((*listed)[0].note, "pays for more");
+
+  auto removed = answer_of<Result<bool>>(
+      [&](auto done) { limiters[1]->remove_override("api", customer, std::move(done)); });
+  ASSERT_TRUE(removed) << removed.error().message;
+  EXPECT_TRUE(*removed);
+  refresh_all();
+  // The rule's own limit again: the 20 counted are above it.
+  EXPECT_EQ(burst(customer, 12), 0);
+  auto peek = limiters[0]->check_sync("api", customer, 0);
+  ASSERT_TRUE(peek);
+  EXPECT_EQ(peek->decision.limit, kLimit);
+}
+
 INSTANTIATE_TEST_SUITE_P(Topologies, StoreSuite,
                          ::testing::Values(Topology::standalone, Topology::cluster, Topology::sentinel),
                          [](const ::testing::TestParamInfo<Topology>& info) {
