@@ -4,9 +4,13 @@
 // JSON); a 200 names a configured rule and its keys, each in one hash tag; the inspection
 // consumes nothing (the second GET sees what the first saw, every limit full), and the reset
 // names the keys inspected, none of which held state. /admin/top (rule, minutes, n): 200 or
-// 400; a 200 reports no denial (nothing was checked).
+// 400; a 200 reports no denial (nothing was checked). /admin/overrides: the input as the body of
+// a PUT, 200 or 400; a 200 is an override of a configured rule, listed exactly as set, applied
+// to the identity's keys (each limit scaled by its factor), and removed by a DELETE that names
+// it, leaving the list empty; a DELETE with the input as its query is a 200 or a 400.
 
 #include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,6 +43,63 @@ void require_keys(const json& keys, const std::string& rule) {
   }
 }
 
+// `s` as a query parameter's value: every byte but the unreserved ones percent-encoded.
+std::string percent_encode(std::string_view s) {
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+// The input as an override: set, listed, applied, removed.
+void exercise_overrides(fuzz::ApiFixture& api, const std::string& input) {
+  const auto loopback = [&](std::string method, std::string target, std::string body = {}) {
+    return api.handle(http::Request{std::move(method), std::move(target), {}, std::move(body), {}, 0}, "127.0.0.1");
+  };
+  const auto removal = loopback("DELETE", "/admin/overrides?" + input);
+  fuzz::require(removal.status == 200 || removal.status == 400);
+  const auto set = loopback("PUT", "/admin/overrides", input);
+  fuzz::require(set.status == 200 || set.status == 400);
+  if (set.status != 200) {
+    fuzz::require(json::parse(loopback("GET", "/admin/overrides").body).at("overrides").empty());
+    return;
+  }
+  const json o = json::parse(set.body);
+  const std::string rule = o.at("rule").get<std::string>();
+  const std::string identity = o.at("identity").get<std::string>();
+  const double factor = o.at("factor").get<double>();
+  fuzz::require(factor >= limiter::kMinOverrideFactor && factor <= limiter::kMaxOverrideFactor);
+  const json listed = json::parse(loopback("GET", "/admin/overrides").body).at("overrides");
+  fuzz::require(listed.size() == 1 && listed[0].at("rule") == rule && listed[0].at("identity") == identity &&
+                listed[0].at("factor") == o.at("factor"));
+  // Applied to the identity's keys: each limit is the rule's scaled (untiered rules without a
+  // parent or per-endpoint keys: their keys need more than a rule and an identity).
+  const limiter::Rule* r = nullptr;
+  for (const auto& rule_of : fuzz::ApiFixture::config().limiter.rules) {
+    if (rule_of.name == rule) r = &rule_of;
+  }
+  fuzz::require(r != nullptr);
+  const std::string query = "rule=" + percent_encode(rule) + "&identity=" + percent_encode(identity);
+  if (!r->tiered && !r->parent && r->bucket == limiter::BucketScope::shared && !identity.starts_with("ip:")) {
+    const auto seen = loopback("GET", "/admin/keys?" + query);
+    if (seen.status == 200) {
+      const json limits = json::parse(seen.body).at("limits");
+      fuzz::require(limits.size() == r->limits.size());
+      for (std::size_t i = 0; i < limits.size(); ++i) {
+        fuzz::require(limits[i].at("limit") == limiter::scale_limit(r->limits[i].limit, factor, r->cost).capacity);
+      }
+    }
+  }
+  const auto removed = loopback("DELETE", "/admin/overrides?" + query);
+  fuzz::require(removed.status == 200 && json::parse(removed.body).at("removed") == true);
+  fuzz::require(json::parse(loopback("GET", "/admin/overrides").body).at("overrides").empty());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -50,6 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const json report = json::parse(top.body);
     fuzz::require(report.at("denials") == 0 && report.at("identities").empty());
   }
+  exercise_overrides(api, query);
   const auto first = ask(api, "GET", query);
   fuzz::require(first.status == 200 || first.status == 400);
   const auto reset = ask(api, "DELETE", query);

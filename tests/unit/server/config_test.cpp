@@ -880,5 +880,15 @@ TEST(Config, StoreTlsOptions) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(ConfigTest, TheOverridesRefreshIsADurationWithinItsBounds) {
+  EXPECT_EQ(parse_config(kRules, "test.yaml").overrides_refresh, 1 * kMicrosPerSecond);
+  EXPECT_EQ(parse_config("overrides: {refresh: 250ms}\n" + kRules, "test.yaml").overrides_refresh,
+            250 * kMicrosPerMilli);
+  expect_error("overrides: {refresh: 1ms}\n" + kRules, "overrides.refresh", "at least");
+  expect_error("overrides: {refresh: 2h}\n" + kRules, "overrides.refresh", "at most");
+  expect_error("overrides: {refresh: soon}\n" + kRules, "overrides.refresh", "");
+  expect_error("overrides: {every: 1s}\n" + kRules, "overrides.every", "unknown field");
+}
+
 }  // namespace
 }  // namespace ratekeeper::server
