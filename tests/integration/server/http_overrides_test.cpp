@@ -7,10 +7,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <nlohmann/json.hpp>
+#include <set>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/doc_blocks.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -151,6 +157,90 @@ TEST(Overrides, AStoreFailureIsA503AndTheRefreshSaysSoInTheLog) {
   EXPECT_TRUE(eventually([&] {
     return server->log().find("overrides: the table could not be read, the 1 held stay in effect") != std::string::npos;
   })) << server->log();
+}
+
+// docs/openapi.yaml lists the fields of the answers: every required field is there, and
+// nothing else.
+TEST(Overrides, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
+  const auto schemas = YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
+  auto required = [&](const char* schema) {
+    std::set<std::string> out;
+    for (const auto& field : schemas[schema]["required"]) out.insert(field.as<std::string>());
+    return out;
+  };
+  auto keys = [](const json& object) {
+    std::set<std::string> out;
+    for (const auto& [key, value] : object.items()) out.insert(key);
+    return out;
+  };
+  RedisServer redis;
+  const auto server = serve(std::string(kConfig), redis.url());
+  HttpClient client(server->port());
+  const auto set = put_override(client, {{"rule", "api"}, {"identity", "user:1"}, {"factor", 2}});
+  ASSERT_EQ(set.status, 200) << set.body;
+  auto with_replaced = required("Override");
+  with_replaced.insert("replaced");
+  EXPECT_EQ(keys(json::parse(set.body)), with_replaced);
+  EXPECT_EQ(required("OverrideRequest"), (std::set<std::string>{"rule", "identity", "factor"}));
+  const auto list = json::parse(client.get("/admin/overrides").body);
+  EXPECT_EQ(keys(list), required("OverrideList"));
+  ASSERT_EQ(list["overrides"].size(), 1u);
+  EXPECT_EQ(keys(list["overrides"][0]), required("Override"));
+  const auto removed = client.request(HttpRequest{"DELETE", "/admin/overrides?rule=api&identity=user:1", {}, {}});
+  EXPECT_EQ(keys(json::parse(removed.body)), required("OverrideRemoval"));
+}
+
+// A documented answer and an actual one with what depends on when the session runs (the
+// time an override was set, the table's version) checked for its form and set aside.
+json comparable(json answer) {
+  if (answer.contains("set_at")) {
+    EXPECT_TRUE(std::regex_match(answer["set_at"].get<std::string>(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
+        << answer;
+    answer.erase("set_at");
+  }
+  if (answer.contains("in_effect_version")) {
+    EXPECT_GT(answer["in_effect_version"].get<std::int64_t>(), 0);
+    answer.erase("in_effect_version");
+  }
+  if (answer.contains("overrides")) {
+    for (auto& o : answer["overrides"]) o = comparable(o);
+  }
+  return answer;
+}
+
+// The documented session (docs/configuration.md, "Per-identity overrides") against the
+// configuration of the session before it, on a real redis-server: each `$ curl` line's
+// request (method, target, body) and the answer written under it.
+TEST(Overrides, TheDocumentedSessionAnswersAsWritten) {
+  std::string config, session, last_yaml;
+  for (const auto& block : fenced_blocks(std::filesystem::path(RATEKEEPER_SOURCE_DIR) / "docs/configuration.md")) {
+    if (block.language == "yaml") last_yaml = block.text;
+    if (block.marker == "admin-overrides-session") {
+      config = last_yaml;
+      session = block.text;
+    }
+  }
+  ASSERT_FALSE(config.empty());
+  ASSERT_FALSE(session.empty());
+  RedisServer redis;
+  const auto server = serve(config, redis.url());
+  HttpClient client(server->port());
+  std::istringstream lines(session);
+  std::string command, documented;
+  int asked = 0;
+  const std::regex curl(R"(^\$ curl -s (?:-X (\w+) )?'?(http://127\.0\.0\.1:8080[^' ]+)'?(?: -d '(.*)')?$)");
+  while (std::getline(lines, command) && std::getline(lines, documented)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(command, m, curl)) << command;
+    const std::string method = m[1].matched ? m[1].str() : "GET";
+    const std::string target = m[2].str().substr(std::string_view("http://127.0.0.1:8080").size());
+    const auto answer = client.request(HttpRequest{method, target, {}, m[3].str()});
+    ASSERT_EQ(answer.status, 200) << command << ": " << answer.body;
+    EXPECT_EQ(comparable(json::parse(answer.body)), comparable(json::parse(documented, nullptr, false)))
+        << command << "\nanswered:   " << answer.body << "\ndocumented: " << documented;
+    ++asked;
+  }
+  EXPECT_EQ(asked, 4);
 }
 
 }  // namespace
