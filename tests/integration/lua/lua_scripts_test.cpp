@@ -521,7 +521,7 @@ TEST(LuaScripts, EmbedsEveryScriptAndEachLoads) {
   EXPECT_EQ(names, (std::set<std::string>{"token_bucket", "sliding_window_log",
                                           "sliding_window_counter", "fixed_window", "multi", "batch", "multi_at",
                                           "multi_delay", "refund", "lease", "reset", "reserve",
-                                          "settle", "renew"}));
+                                          "settle", "renew", "table_read", "table_write"}));
 }
 
 // A settlement reads its record only when it is one: a key of another type or another
