@@ -22,6 +22,9 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   # tests/recipes: the seed's FastAPI application under uvicorn (Debian's /usr/bin/python3);
   # bench/http_wrk.sh: the same application with the seed's own limiter on Redis (redis-py)
   python3-fastapi python3-uvicorn python3-redis
+  # the Python package (python/): its native module (pybind11), its tests (pytest, httpx, the
+  # documented FastAPI application under uvicorn) and the rules its decorators add (PyYAML)
+  pybind11-dev python3-dev python3-pytest python3-httpx python3-yaml
   # tests/edge: the WebSocket client and upstream (curl and openssl are above)
   python3-websockets openssl
   # tests/edge: the alerting rules and the exposition checked by promtool

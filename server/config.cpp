@@ -409,7 +409,7 @@ limiter::IdentitySpec read_identity(const Reader& r, const YAML::Node& id, const
 
 // A rule, and in `match` the HTTP requests it applies to.
 limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::string& path,
-                        FailureMode default_mode, http::RuleMatch& match) {
+                        FailureMode default_mode, http::RuleMatch& match, bool& by_name_only) {
   r.expect_map(node, path,
                {"name", "match", "identity", "limits", "ip_limits", "tiered", "cost", "bucket",
                 "shadow", "on_store_error", "on_limit", "max_delay", "lease", "usage", "parent"});
@@ -417,7 +417,15 @@ limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::stri
   rule.on_store_error = default_mode;
   if (!node["name"]) r.fail(Reader::field(path, "name"), "required field missing");
   rule.name = r.string(node["name"], Reader::field(path, "name"));
-  if (const auto m = node["match"]) {
+  by_name_only = false;
+  if (const auto m = node["match"]; m && m.IsScalar()) {
+    // `match: false`: no HTTP request selects the rule; it is checked by name (the decision
+    // API, an application's own code).
+    if (r.boolean(m, Reader::field(path, "match"))) {
+      r.fail(Reader::field(path, "match"), "a mapping (methods, path, path_prefix, unmatched), or false");
+    }
+    by_name_only = true;
+  } else if (m) {
     const auto mp = Reader::field(path, "match");
     r.expect_map(m, mp, {"methods", "path", "path_prefix", "unmatched"});
     if (m["unmatched"]) {
@@ -825,9 +833,10 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     if (!rules.IsSequence()) r.fail("rules", "must be a list");
     for (std::size_t i = 0; i < rules.size(); ++i) {
       http::RuleMatch match;
-      auto rule = read_rule(r, rules[i], Reader::index("rules", i), default_mode, match);
+      bool by_name_only = false;
+      auto rule = read_rule(r, rules[i], Reader::index("rules", i), default_mode, match, by_name_only);
       match.rule = rule.name;
-      c.middleware.matches.push_back(std::move(match));
+      if (!by_name_only) c.middleware.matches.push_back(std::move(match));
       c.limiter.rules.push_back(std::move(rule));
     }
   }

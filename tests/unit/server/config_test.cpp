@@ -890,5 +890,18 @@ TEST(ConfigTest, TheOverridesRefreshIsADurationWithinItsBounds) {
   expect_error("overrides: {every: 1s}\n" + kRules, "overrides.every", "unknown field");
 }
 
+TEST(ConfigTest, ARuleWithMatchFalseIsCheckedByNameOnly) {
+  const auto c = parse_config(R"(
+rules:
+  - {name: everywhere, limits: [{rate: 1/s}]}
+  - {name: by_name, match: false, limits: [{rate: 1/s}]}
+)", "test.yaml");
+  ASSERT_EQ(c.limiter.rules.size(), 2u);
+  ASSERT_EQ(c.middleware.matches.size(), 1u);
+  EXPECT_EQ(c.middleware.matches[0].rule, "everywhere");
+  expect_error("rules:\n  - {name: a, match: true, limits: [{rate: 1/s}]}\n", "rules[0].match", "or false");
+  expect_error("rules:\n  - {name: a, match: sometimes, limits: [{rate: 1/s}]}\n", "rules[0].match", "");
+}
+
 }  // namespace
 }  // namespace ratekeeper::server

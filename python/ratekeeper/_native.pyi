@@ -1,0 +1,98 @@
+from typing import Awaitable, Iterable, Optional, Sequence, Tuple, Union
+
+_Header = Tuple[Union[str, bytes], Union[str, bytes]]
+
+class StoreError(RuntimeError):
+    """The store failed and no failure policy answered."""
+
+class Decision:
+    """One check of a rule for an identity."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def remaining(self) -> int: ...
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the request could be admitted; 0 when allowed."""
+    @property
+    def reset_after(self) -> float:
+        """Seconds until the limit is full again."""
+    @property
+    def by_failure_policy(self) -> bool:
+        """The store failed and the rule's failure policy answered."""
+    @property
+    def rule(self) -> str: ...
+    @property
+    def identity(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """RateLimit-Policy, RateLimit (and Retry-After when denied), as configured."""
+    def __bool__(self) -> bool: ...
+
+class RequestDecision:
+    """The answer to an HTTP request, as the ratekeeper server gives it."""
+
+    @property
+    def admitted(self) -> bool: ...
+    @property
+    def status(self) -> int:
+        """200 admitted, 429 rate limited, 400 a request the rules cannot read, 500."""
+    @property
+    def body(self) -> bytes:
+        """The JSON body of a rejection; empty when admitted."""
+    @property
+    def content_type(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """To add to the response, admitted or not."""
+    @property
+    def delay(self) -> float:
+        """Admitted, to be served after this many seconds (on_limit: delay)."""
+    @property
+    def rule(self) -> str: ...
+    @property
+    def holds_reservation(self) -> bool:
+        """The request holds a reservation: release (or settle) it when it ends."""
+
+class Limiter:
+    def __init__(
+        self,
+        config: Optional[str] = None,
+        *,
+        yaml: Optional[str] = None,
+        store: Optional[str] = None,
+        threads: int = 1,
+        source: str = "<yaml>",
+    ) -> None:
+        """A configuration file, or its text as `yaml` (named `source` in errors); `store`
+        replaces its store URL; `threads` run the store's event loop.
+
+        Raises ValueError naming the file, field and reason of an invalid configuration."""
+    def check(self, rule: str, identity: str, cost: int = 1, *, tier: str = "", parent: str = "") -> Decision: ...
+    def check_async(
+        self, rule: str, identity: str, cost: int = 1, *, tier: str = "", parent: str = ""
+    ) -> Awaitable[Decision]: ...
+    def check_rule_request(
+        self, rule: str, method: str, path: str, headers: Iterable[_Header], client: str
+    ) -> Decision: ...
+    def check_rule_request_async(
+        self, rule: str, method: str, path: str, headers: Iterable[_Header], client: str
+    ) -> Awaitable[Decision]: ...
+    def check_request(self, method: str, path: str, headers: Iterable[_Header], client: str) -> RequestDecision: ...
+    def check_request_async(
+        self, method: str, path: str, headers: Iterable[_Header], client: str
+    ) -> Awaitable[RequestDecision]: ...
+    def release(self, decision: RequestDecision) -> None: ...
+    def settle(self, decision: RequestDecision, cost: int) -> None: ...
+    def close(self) -> None: ...
+    def refresh_overrides(self) -> None: ...
+    def metrics(self) -> str: ...
+    @property
+    def rules(self) -> list[str]: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def store_kind(self) -> str: ...

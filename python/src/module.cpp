@@ -1,0 +1,487 @@
+// ratekeeper._native: the C++ limiter in a Python process. A Limiter is built from
+// ratekeeper's YAML configuration (the file `serve` reads: rules, matches, identities, tiers,
+// trusted proxies, headers, failure policies, store URL), over its own store and event loop.
+// Every call has a synchronous form, which releases the GIL while the store answers, and an
+// asyncio form, which returns a future the store's thread completes through the loop's
+// call_soon_threadsafe: the event loop never blocks on the store.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "config.hpp"
+#include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/http/client_ip.hpp"
+#include "ratekeeper/http/headers.hpp"
+#include "ratekeeper/http/middleware.hpp"
+#include "ratekeeper/limiter/limiter.hpp"
+#include "ratekeeper/store/leasing_store.hpp"
+#include "ratekeeper/store/open_store.hpp"
+
+namespace py = pybind11;
+
+namespace ratekeeper::python {
+namespace {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+double seconds(Micros t) { return static_cast<double>(t) / kMicrosPerSecond; }
+
+// One check of a rule for an identity (Limiter::evaluate of one application).
+struct Decision {
+  bool allowed = true;
+  std::int64_t limit = 0;
+  std::int64_t remaining = 0;
+  double retry_after = 0;  // seconds, 0 when allowed
+  double reset_after = 0;  // seconds until the limit is full again
+  bool by_failure_policy = false;
+  std::string rule;
+  std::string identity;
+  Headers headers;  // RateLimit-Policy, RateLimit (and Retry-After when denied), per the configuration
+};
+
+// The middleware's answer to a request (http::Middleware::handle).
+struct RequestDecision {
+  bool admitted = true;
+  int status = 200;  // 200 admitted; 429 limited; 400 a request the rules cannot read; 500
+  std::string body;  // the JSON of a rejection (the seed's body on 429); empty when admitted
+  std::string content_type;
+  Headers headers;  // to add to the response, admitted or not
+  double delay = 0;  // admitted, to be served after this many seconds (on_limit: delay)
+  std::string rule;  // the rule the answer came from; empty when none applied
+  // Admitted with a reservation (a concurrency or usage rule): the request holds it until
+  // Limiter.release (or settle) is called when it ends.
+  std::shared_ptr<http::UsageReservation> reservation;
+};
+
+// Errors of the store that no failure policy answered.
+PyObject* store_error = nullptr;
+
+[[noreturn]] void raise(const Error& error) {
+  if (error.code == ErrorCode::invalid_argument) throw py::value_error(error.message);
+  PyErr_SetString(store_error, error.message.c_str());
+  throw py::error_already_set();
+}
+
+Decision decision_of(const limiter::Evaluation& ev, const http::HeaderOptions& options) {
+  Decision d;
+  d.allowed = ev.allowed;
+  d.limit = ev.decision.limit;
+  d.remaining = std::max<std::int64_t>(0, ev.decision.remaining);
+  d.retry_after = ev.allowed ? 0 : seconds(ev.decision.retry_after);
+  d.reset_after = seconds(ev.decision.reset_after);
+  d.by_failure_policy = ev.by_failure_policy;
+  if (!ev.rules.empty()) {
+    d.rule = ev.rules.front().rule->name;
+    d.identity = ev.rules.front().identity;
+  }
+  for (auto& [name, value] : http::rate_limit_headers(ev, options)) d.headers.emplace_back(name, value);
+  return d;
+}
+
+RequestDecision request_decision_of(http::MiddlewareResult r) {
+  RequestDecision d;
+  d.admitted = r.admitted;
+  d.status = r.status;
+  d.body = std::move(r.body);
+  d.content_type = std::move(r.content_type);
+  for (auto& [name, value] : r.headers) d.headers.emplace_back(std::move(name), std::move(value));
+  d.delay = seconds(r.delay);
+  d.rule = std::move(r.rule);
+  if (r.usage) d.reservation = std::make_shared<http::UsageReservation>(std::move(*r.usage));
+  return d;
+}
+
+// A request as the middleware reads it. `headers`: (name, value) pairs as received (bytes or
+// str; ASGI gives bytes), `client`: the socket peer's address.
+http::Request request_of(std::string method, std::string path, const py::iterable& headers, std::string client) {
+  http::Request request;
+  request.method = std::move(method);
+  request.target = std::move(path);
+  if (request.target.empty() || request.target.front() != '/') {
+    throw py::value_error("path must start with / (the path and query as received)");
+  }
+  for (const auto& item : headers) {
+    const auto pair = item.cast<py::sequence>();
+    if (pair.size() != 2) throw py::value_error("headers must be (name, value) pairs");
+    auto text = [](const py::handle& h) {
+      if (py::isinstance<py::bytes>(h)) return h.cast<std::string>();
+      if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+      throw py::type_error("a header's name and value are bytes or str");
+    };
+    request.headers.emplace_back(text(pair[0]), text(pair[1]));
+  }
+  if (!client.empty()) {
+    const auto ip = http::parse_ip(client);
+    if (!ip) throw py::value_error("client must be an IP address");
+    request.peer_address = ip->to_string();
+  }
+  return request;
+}
+
+// An asyncio future and its loop, completed from a store thread. Its Python objects are
+// touched (and let go) only with the GIL held.
+class Pending {
+ public:
+  Pending() {
+    loop_ = py::module_::import("asyncio").attr("get_running_loop")();
+    future_ = loop_.attr("create_future")();
+  }
+  ~Pending() {
+    py::gil_scoped_acquire gil;
+    future_ = py::object();
+    loop_ = py::object();
+  }
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+
+  const py::object& future() const { return future_; }
+
+  // Completes the future on its loop's thread with `value`, or with the exception `error`
+  // (a cancelled future or a closed loop: dropped). Called without the GIL.
+  void resolve(std::function<py::object()> value) {
+    py::gil_scoped_acquire gil;
+    try {
+      deliver(value(), py::none());
+    } catch (py::error_already_set& e) {
+      deliver(py::none(), e.value());
+    }
+  }
+  void fail(const Error& error) {
+    py::gil_scoped_acquire gil;
+    const py::object type = error.code == ErrorCode::invalid_argument
+                                ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
+                                : py::reinterpret_borrow<py::object>(store_error);
+    deliver(py::none(), type(error.message));
+  }
+
+ private:
+  void deliver(const py::object& value, const py::object& error) {
+    try {
+      loop_.attr("call_soon_threadsafe")(resolver(), future_, value, error);
+    } catch (py::error_already_set&) {
+      // The loop is closed: nobody awaits any more.
+    }
+  }
+
+  // set_result / set_exception unless the future is done already (cancelled).
+  static const py::object& resolver() {
+    static py::object* fn = new py::object(py::cpp_function([](py::object future, py::object value, py::object error) {
+      if (future.attr("done")().cast<bool>()) return;
+      if (!error.is_none()) {
+        future.attr("set_exception")(error);
+      } else {
+        future.attr("set_result")(value);
+      }
+    }));
+    return *fn;
+  }
+
+  py::object loop_;
+  py::object future_;
+};
+
+class Limiter;
+std::mutex live_mu;
+std::unordered_set<Limiter*> live;  // closed at interpreter exit
+
+class Limiter {
+ public:
+  // `path`: a configuration file; `yaml`: its text instead; `store`: a store URL replacing the
+  // file's. Invalid configuration: ValueError naming the file, field and reason.
+  Limiter(std::optional<std::string> path, std::optional<std::string> yaml, std::optional<std::string> store,
+          int threads, std::string source) {
+    if (path.has_value() == yaml.has_value()) throw py::value_error("give either a configuration file or yaml");
+    if (threads < 1 || threads > 64) throw py::value_error("threads must be from 1 to 64");
+    try {
+      config_ = path ? server::load_config(*path) : server::parse_config(*yaml, source);
+    } catch (const server::ConfigError& e) {
+      throw py::value_error(e.what());
+    } catch (const std::exception& e) {
+      throw py::value_error(fmt::format("configuration: {}", e.what()));
+    }
+    if (store) {
+      config_.store.url = *store;
+    } else if (!config_.store_configured) {
+      config_.store.url = "memory://";
+    }
+    if (config_.limiter.decision_log.enabled) config_.limiter.decision_log.sink = limiter::stdout_decision_sink();
+    loop_ = std::make_shared<EventLoop>(static_cast<std::size_t>(threads));
+    config_.store.loop = loop_;
+    auto opened = store::open_store_stack(config_.store, {.denied_cache_keys = config_.denied_cache_keys,
+                                                          .leases = limiter::any_leased(config_.limiter.rules)});
+    if (!opened) throw py::value_error(fmt::format("store: {}", opened.error().message));
+    stack_ = std::move(*opened);
+    try {
+      limiter_ = std::make_shared<limiter::Limiter>(config_.limiter, *stack_.store);
+      middleware_ = std::make_unique<http::Middleware>(*limiter_, config_.middleware);
+    } catch (const std::exception& e) {
+      throw py::value_error(e.what());
+    }
+    refresh_overrides();
+    const std::lock_guard lock(live_mu);
+    live.insert(this);
+  }
+
+  ~Limiter() { close(); }
+
+  // Waits for nothing in flight: callbacks still held by the store answer with an error.
+  void close() {
+    {
+      const std::lock_guard lock(live_mu);
+      live.erase(this);
+    }
+    py::gil_scoped_release release;
+    const std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (stack_.leasing != nullptr) stack_.leasing->shutdown();
+    stack_.store.reset();  // its callbacks refer to the limiter
+    middleware_.reset();
+    limiter_.reset();
+    loop_.reset();
+  }
+
+  Decision check(const std::string& rule, const std::string& identity, std::int64_t cost, const std::string& tier,
+                 const std::string& parent) {
+    return evaluate_now(application(rule, identity, cost, tier, parent));
+  }
+
+  py::object check_async(const std::string& rule, const std::string& identity, std::int64_t cost,
+                         const std::string& tier, const std::string& parent) {
+    return evaluate_later(application(rule, identity, cost, tier, parent));
+  }
+
+  // One rule (matched or not) for a request: its identity resolved from the request as the
+  // rule says (header, API key, client IP behind the trusted proxies).
+  Decision check_rule_request(const std::string& rule, std::string method, std::string path,
+                              const py::iterable& headers, std::string client) {
+    return evaluate_now(resolved(rule, request_of(std::move(method), std::move(path), headers, std::move(client))));
+  }
+
+  py::object check_rule_request_async(const std::string& rule, std::string method, std::string path,
+                                      const py::iterable& headers, std::string client) {
+    return evaluate_later(resolved(rule, request_of(std::move(method), std::move(path), headers, std::move(client))));
+  }
+
+  RequestDecision check_request(std::string method, std::string path, const py::iterable& headers,
+                                std::string client) {
+    open();
+    const http::Request request = request_of(std::move(method), std::move(path), headers, std::move(client));
+    http::MiddlewareResult result;
+    {
+      py::gil_scoped_release release;
+      result = middleware_->handle_sync(request);
+    }
+    return request_decision_of(std::move(result));
+  }
+
+  py::object check_request_async(std::string method, std::string path, const py::iterable& headers,
+                                 std::string client) {
+    open();
+    const http::Request request = request_of(std::move(method), std::move(path), headers, std::move(client));
+    auto pending = std::make_shared<Pending>();
+    py::object future = pending->future();
+    {
+      py::gil_scoped_release release;
+      middleware_->handle(request, [pending](http::MiddlewareResult r) mutable {
+        pending->resolve([&] { return py::cast(request_decision_of(std::move(r))); });
+        pending.reset();
+      });
+    }
+    return future;
+  }
+
+  // The request ended: the slots of its reservation are given back (its estimate stays).
+  void release(const RequestDecision& decision) {
+    open();
+    if (!decision.reservation) return;
+    py::gil_scoped_release release;
+    middleware_->release(*decision.reservation);
+  }
+
+  // The request's response reported its cost (a `usage` rule): the reservation is settled to it.
+  void settle(const RequestDecision& decision, std::int64_t cost) {
+    open();
+    if (!decision.reservation) return;
+    if (cost < 0) throw py::value_error("cost must be >= 0");
+    py::gil_scoped_release release;
+    middleware_->settle(*decision.reservation, cost, "the application");
+  }
+
+  std::vector<std::string> rules() const {
+    std::vector<std::string> out;
+    for (const auto& r : config_.limiter.rules) out.push_back(r.name);
+    return out;
+  }
+
+  bool ready() const {
+    const std::lock_guard lock(mu_);
+    return !closed_ && stack_.store->health().ready;
+  }
+
+  std::string store_kind() const {
+    const std::lock_guard lock(mu_);
+    return closed_ ? std::string("closed") : std::string(stack_.store->kind());
+  }
+
+  std::string metrics() const {
+    open();
+    return limiter_->metrics_text();
+  }
+
+  void refresh_overrides() {
+    open();
+    limiter_->refresh_overrides([](Result<bool>) {});
+  }
+
+ private:
+  void open() const {
+    if (closed_) throw py::value_error("the limiter is closed");
+  }
+
+  Decision evaluate_now(limiter::AppliedRule app) {
+    Result<limiter::Evaluation> ev;
+    {
+      py::gil_scoped_release release;
+      ev = limiter_->evaluate_sync({std::move(app)});
+    }
+    if (!ev) raise(ev.error());
+    return decision_of(*ev, config_.middleware.headers);
+  }
+
+  py::object evaluate_later(limiter::AppliedRule app) {
+    auto pending = std::make_shared<Pending>();
+    py::object future = pending->future();
+    const http::HeaderOptions headers = config_.middleware.headers;
+    auto keep = limiter_;
+    {
+      py::gil_scoped_release release;
+      keep->evaluate({std::move(app)}, [pending, headers](Result<limiter::Evaluation> ev) mutable {
+        if (ev) {
+          pending->resolve([&] { return py::cast(decision_of(*ev, headers)); });
+        } else {
+          pending->fail(ev.error());
+        }
+        pending.reset();
+      });
+    }
+    return future;
+  }
+
+  limiter::AppliedRule resolved(const std::string& rule, const http::Request& request) const {
+    open();
+    const limiter::Rule* r = limiter_->find_rule(rule);
+    if (r == nullptr) throw py::value_error(fmt::format("unknown rule '{}'", rule.substr(0, 64)));
+    auto app = middleware_->resolve(*r, request);
+    if (!app) raise(app.error());
+    return std::move(*app);
+  }
+
+  limiter::AppliedRule application(const std::string& rule, const std::string& identity, std::int64_t cost,
+                                   const std::string& tier, const std::string& parent) const {
+    open();
+    auto app = limiter_->application(rule, identity, cost, tier, parent);
+    if (!app) raise(app.error());
+    return std::move(*app);
+  }
+
+  server::Config config_;
+  std::shared_ptr<EventLoop> loop_;
+  store::StoreStack stack_;
+  std::shared_ptr<limiter::Limiter> limiter_;
+  std::unique_ptr<http::Middleware> middleware_;
+  mutable std::mutex mu_;
+  bool closed_ = false;
+};
+
+}  // namespace
+}  // namespace ratekeeper::python
+
+PYBIND11_MODULE(_native, m) {
+  using namespace ratekeeper::python;
+  m.doc() = "ratekeeper's limiter, in process (see ratekeeper/__init__.py)";
+  store_error = PyErr_NewExceptionWithDoc("ratekeeper._native.StoreError",
+                                          "The store failed and no failure policy answered.", PyExc_RuntimeError,
+                                          nullptr);
+  m.attr("StoreError") = py::handle(store_error);
+
+  py::class_<Decision>(m, "Decision")
+      .def_readonly("allowed", &Decision::allowed)
+      .def_readonly("limit", &Decision::limit)
+      .def_readonly("remaining", &Decision::remaining)
+      .def_readonly("retry_after", &Decision::retry_after)
+      .def_readonly("reset_after", &Decision::reset_after)
+      .def_readonly("by_failure_policy", &Decision::by_failure_policy)
+      .def_readonly("rule", &Decision::rule)
+      .def_readonly("identity", &Decision::identity)
+      .def_readonly("headers", &Decision::headers)
+      .def("__bool__", [](const Decision& d) { return d.allowed; })
+      .def("__repr__", [](const Decision& d) {
+        return fmt::format("Decision(allowed={}, limit={}, remaining={}, retry_after={})", d.allowed ? "True" : "False",
+                           d.limit, d.remaining, d.retry_after);
+      });
+
+  py::class_<RequestDecision>(m, "RequestDecision")
+      .def_readonly("admitted", &RequestDecision::admitted)
+      .def_readonly("status", &RequestDecision::status)
+      .def_property_readonly("body", [](const RequestDecision& d) { return py::bytes(d.body); })
+      .def_readonly("content_type", &RequestDecision::content_type)
+      .def_readonly("headers", &RequestDecision::headers)
+      .def_readonly("delay", &RequestDecision::delay)
+      .def_readonly("rule", &RequestDecision::rule)
+      .def_property_readonly("holds_reservation", [](const RequestDecision& d) { return d.reservation != nullptr; })
+      .def("__repr__", [](const RequestDecision& d) {
+        return fmt::format("RequestDecision(admitted={}, status={}, rule='{}')", d.admitted ? "True" : "False",
+                           d.status, d.rule);
+      });
+
+  py::class_<Limiter>(m, "Limiter")
+      .def(py::init<std::optional<std::string>, std::optional<std::string>, std::optional<std::string>, int,
+                    std::string>(),
+           py::arg("config") = py::none(), py::kw_only(), py::arg("yaml") = py::none(),
+           py::arg("store") = py::none(), py::arg("threads") = 1, py::arg("source") = "<yaml>")
+      .def("check", &Limiter::check, py::arg("rule"), py::arg("identity"), py::arg("cost") = 1,
+           py::kw_only(), py::arg("tier") = "", py::arg("parent") = "")
+      .def("check_async", &Limiter::check_async, py::arg("rule"), py::arg("identity"), py::arg("cost") = 1,
+           py::kw_only(), py::arg("tier") = "", py::arg("parent") = "")
+      .def("check_rule_request", &Limiter::check_rule_request, py::arg("rule"), py::arg("method"), py::arg("path"),
+           py::arg("headers"), py::arg("client"))
+      .def("check_rule_request_async", &Limiter::check_rule_request_async, py::arg("rule"), py::arg("method"),
+           py::arg("path"), py::arg("headers"), py::arg("client"))
+      .def("check_request", &Limiter::check_request, py::arg("method"), py::arg("path"), py::arg("headers"),
+           py::arg("client"))
+      .def("check_request_async", &Limiter::check_request_async, py::arg("method"), py::arg("path"),
+           py::arg("headers"), py::arg("client"))
+      .def("release", &Limiter::release, py::arg("decision"))
+      .def("settle", &Limiter::settle, py::arg("decision"), py::arg("cost"))
+      .def("close", &Limiter::close)
+      .def("refresh_overrides", &Limiter::refresh_overrides)
+      .def_property_readonly("rules", &Limiter::rules)
+      .def_property_readonly("ready", &Limiter::ready)
+      .def_property_readonly("store_kind", &Limiter::store_kind)
+      .def("metrics", &Limiter::metrics);
+
+  // Store threads must not call into an interpreter that is going away: every limiter still
+  // open is closed first.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    std::vector<Limiter*> open;
+    {
+      const std::lock_guard lock(live_mu);
+      open.assign(live.begin(), live.end());
+    }
+    for (Limiter* l : open) l->close();
+  }));
+}

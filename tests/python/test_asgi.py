@@ -1,0 +1,150 @@
+"""ratekeeper.asgi in a real FastAPI application: the documented app (docs/python/app.py)
+under uvicorn with several worker processes sharing a real redis-server, and in process."""
+
+import asyncio
+import json
+import os
+import textwrap
+
+import httpx
+import pytest
+
+from conftest import SOURCE
+
+CAPACITY = 20
+
+# The documented application's rules with limits a burst can be counted against: no refill
+# during a test.
+CONFIG = textwrap.dedent(f"""
+    store: {{url: "memory://", command_timeout: 200ms}}
+    tiers:
+      default: free
+      levels:
+        free: [{{algorithm: token_bucket, capacity: 60, refill_rate: 1}}]
+        pro: [{{algorithm: token_bucket, capacity: 600, refill_rate: 10}}]
+      users: {{alice: pro}}
+    rules:
+      - name: api_data
+        match: {{methods: [GET], path: /api/data}}
+        identity: {{type: ip}}
+        limits: [{{algorithm: token_bucket, capacity: {CAPACITY}, refill_rate: 0.001}}]
+      - name: api_profile
+        match: {{methods: [GET], path: /api/profile}}
+        identity: {{type: user_or_ip, header: X-User-ID}}
+        tiered: true
+      - name: api_items
+        match: {{path_prefix: /api/items/}}
+        identity: {{type: ip}}
+        bucket: per_endpoint
+        limits: [{{algorithm: fixed_window, limit: 2, window: 1h}}]
+      - name: login
+        match: false
+        identity: {{type: ip}}
+        limits: [{{algorithm: fixed_window, limit: 3, window: 1h}}]
+        on_store_error: deny
+""")
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "ratekeeper.yaml"
+    path.write_text(CONFIG)
+    return str(path)
+
+
+async def burst(url: str, n: int, headers=None) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        return await asyncio.gather(*[client.get(url, headers=headers) for _ in range(n)])
+
+
+def test_a_burst_over_several_workers_admits_exactly_the_limit(redis, config, app_factory):
+    app = app_factory(config, redis.url, workers=3)
+    responses = asyncio.run(burst(f"{app.url}/api/data", 2 * CAPACITY))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * CAPACITY + [429] * CAPACITY, app.output()
+    for r in responses:
+        assert r.headers["RateLimit-Policy"] == f'"api_data";q={CAPACITY};w=20000'
+        if r.status_code == 429:
+            assert json.loads(r.content) == {"error": "Rate limit exceeded", "retryAfter": int(r.headers["Retry-After"])}
+            assert int(r.headers["Retry-After"]) >= 1
+        else:
+            assert r.json() == {"data": "success"}
+    # The workers share the count in Redis: every worker now denies.
+    assert all(r.status_code == 429 for r in asyncio.run(burst(f"{app.url}/api/data", 6)))
+
+
+def test_identities_tiers_endpoints_and_the_endpoints_own_limits(redis, config, app_factory):
+    app = app_factory(config, redis.url, workers=2)
+    with httpx.Client(base_url=app.url, timeout=10) as client:
+        alice = client.get("/api/profile", headers={"X-User-ID": "alice"})
+        assert alice.status_code == 200 and alice.json() == {"profile": {"user": "alice"}}
+        assert 'q=600' in alice.headers["RateLimit-Policy"]  # alice's tier: pro
+        bob = client.get("/api/profile", headers={"X-User-ID": "bob"})
+        assert 'q=60' in bob.headers["RateLimit-Policy"] and 'q=600' not in bob.headers["RateLimit-Policy"]
+        # Per endpoint: each item path has its own 2.
+        assert [client.get("/api/items/a").status_code for _ in range(3)] == [200, 200, 429]
+        assert client.get("/api/items/b").status_code == 200
+        # The decorator: 10 a minute per client IP, the seed's body beyond.
+        searches = [client.get("/api/search", params={"q": "x"}) for _ in range(11)]
+        assert [r.status_code for r in searches] == [200] * 10 + [429]
+        assert searches[0].json() == {"results": [], "query": "x"}
+        assert searches[10].json()["error"] == "Rate limit exceeded"
+        assert "Retry-After" in searches[10].headers
+        # The dependency: the file's `login` rule, 3 per IP.
+        logins = [client.post("/auth/login") for _ in range(4)]
+        assert [r.status_code for r in logins] == [200, 200, 200, 429]
+        assert logins[3].json()["error"] == "Rate limit exceeded"
+        # Not matched by any rule: untouched.
+        untouched = client.get("/openapi.json")
+        assert untouched.status_code == 200 and "RateLimit" not in untouched.headers
+
+
+def test_a_dead_store_is_answered_open_or_closed_as_each_rule_says(redis, config, app_factory):
+    app = app_factory(config, redis.url, workers=1)
+    with httpx.Client(base_url=app.url, timeout=10) as client:
+        assert client.get("/api/data").status_code == 200
+        redis.stop()
+        assert client.get("/api/data").status_code == 200  # allow (the default): open
+        closed = client.post("/auth/login")  # deny: closed
+        assert closed.status_code == 429 and "Retry-After" in closed.headers
+
+
+def test_the_middleware_in_process_with_starlettes_client(tmp_path):
+    """The same application in this process (memory store), driven through httpx's ASGI
+    transport: no server, no Redis."""
+    import importlib.util
+
+    path = tmp_path / "ratekeeper.yaml"
+    path.write_text(CONFIG)
+    os.environ["RATEKEEPER_CONFIG"] = str(path)
+    os.environ.pop("RATEKEEPER_STORE", None)
+    spec = importlib.util.spec_from_file_location("documented_app", os.path.join(SOURCE, "docs", "python", "app.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    async def main():
+        transport = httpx.ASGITransport(app=module.app, client=("192.0.2.5", 1234))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            statuses = [(await client.get("/api/data")).status_code for _ in range(CAPACITY + 1)]
+            bad = await client.get("/api/items/%zz")
+            return statuses, bad
+
+    statuses, bad = asyncio.run(main())
+    assert statuses == [200] * CAPACITY + [429]
+    assert bad.status_code == 400 and bad.json()["error"] == "Bad request"
+    module.limiter.close()
+
+
+def test_declaring_a_limit_after_the_limiter_opened_is_refused():
+    from ratekeeper.asgi import RateLimiter
+
+    limiter = RateLimiter(yaml="rules: []")
+    limiter.open()
+    with pytest.raises(RuntimeError, match="before the limiter opens"):
+        limiter.limit("5/minute")(lambda: None)
+    with pytest.raises(ValueError, match="100/minute"):
+        limiter.limit("lots")
+    with pytest.raises(ValueError, match="key must be"):
+        limiter.limit("5/minute", key="cookie")
+    limiter.close()

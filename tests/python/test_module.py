@@ -1,0 +1,183 @@
+"""ratekeeper's native module: its API, asyncio and threads against a real redis-server,
+store failure, and bad input."""
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+import ratekeeper
+from ratekeeper import Limiter
+
+RULES = """
+rules:
+  - name: api
+    match: {path_prefix: /api/}
+    identity: {type: header, header: X-User-ID}
+    limits: [{algorithm: fixed_window, limit: 20, window: 1h}]
+  - name: bucket
+    match: false
+    identity: {type: ip}
+    limits: [{algorithm: token_bucket, capacity: 3, refill_rate: 0.001}]
+  - name: closed
+    match: false
+    identity: {type: ip}
+    limits: [{algorithm: fixed_window, limit: 5, window: 1h}]
+    on_store_error: deny
+"""
+
+
+def test_a_check_carries_the_decision_and_its_headers(redis):
+    limiter = Limiter(yaml=RULES, store=redis.url)
+    assert limiter.rules == ["api", "bucket", "closed"]
+    assert limiter.store_kind == "redis"
+    decisions = [limiter.check("bucket", "ip:192.0.2.1") for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, True, False]
+    assert [d.remaining for d in decisions[:3]] == [2, 1, 0]
+    assert decisions[0].limit == 3
+    assert decisions[0].retry_after == 0
+    denied = decisions[3]
+    assert not denied and denied.retry_after > 900  # one token per 1000 s
+    assert dict(denied.headers)["Retry-After"] == str(int(-(-denied.retry_after // 1)))
+    assert dict(denied.headers)["RateLimit-Policy"] == '"bucket";q=3;w=3000'
+    assert denied.rule == "bucket" and denied.identity == "ip:192.0.2.1"
+    limiter.close()
+
+
+def test_checks_from_threads_and_coroutines_are_exact(redis):
+    limiter = Limiter(yaml=RULES, store=redis.url, threads=2)
+    admitted = []
+    lock = threading.Lock()
+
+    def worker():
+        mine = sum(limiter.check("api", "user:threads").allowed for _ in range(10))
+        with lock:
+            admitted.append(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(admitted) == 20  # 80 asked of a limit of 20
+
+    async def burst():
+        decisions = await asyncio.gather(*[limiter.check_async("api", "user:asyncio") for _ in range(60)])
+        return sum(d.allowed for d in decisions)
+
+    assert asyncio.run(burst()) == 20
+    limiter.close()
+
+
+def test_the_event_loop_runs_while_the_store_answers(redis):
+    """A check in flight leaves the loop free: a ticker runs between the awaits."""
+    limiter = Limiter(yaml=RULES, store=redis.url)
+
+    async def main():
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        for _ in range(50):
+            await limiter.check_async("api", "user:loop")
+        stop.set()
+        await task
+        return ticks
+
+    assert asyncio.run(main()) >= 50
+    limiter.close()
+
+
+def test_a_request_is_decided_as_the_server_decides_it(redis):
+    limiter = Limiter(yaml=RULES, store=redis.url)
+    headers = [(b"x-user-id", b"42"), (b"host", b"example")]
+    answers = [limiter.check_request("GET", "/api/x?q=1", headers, "192.0.2.9") for _ in range(21)]
+    assert [a.status for a in answers].count(200) == 20
+    last = answers[-1]
+    assert not last.admitted and last.status == 429
+    assert last.content_type == "application/json"
+    assert last.body.startswith(b'{"error":"Rate limit exceeded","retryAfter":')
+    assert "Retry-After" in dict(last.headers)
+    unmatched = limiter.check_request("GET", "/elsewhere", headers, "192.0.2.9")
+    assert unmatched.admitted and unmatched.rule == "" and unmatched.headers == []
+
+    async def one():
+        return await limiter.check_request_async("GET", "/api/y", [("X-User-ID", "7")], "192.0.2.9")
+
+    admitted = asyncio.run(one())
+    assert admitted.admitted and admitted.rule == "api"
+    # One rule for a request, its identity resolved from it.
+    by_rule = limiter.check_rule_request("bucket", "GET", "/anything", [], "192.0.2.44")
+    assert by_rule.allowed and by_rule.identity == "ip:192.0.2.44"
+    limiter.close()
+
+
+def test_a_store_that_fails_is_answered_by_each_rules_policy(redis):
+    limiter = Limiter(yaml=RULES, store=redis.url)
+    assert limiter.check("api", "user:1").allowed
+    redis.stop()
+    opened = limiter.check("api", "user:1")  # default: allow
+    assert opened.allowed and opened.by_failure_policy
+    closed = limiter.check("closed", "ip:192.0.2.1")
+    assert not closed.allowed and closed.by_failure_policy and closed.retry_after > 0
+
+    async def closed_async():
+        return await limiter.check_async("closed", "ip:192.0.2.2")
+
+    answered = asyncio.run(closed_async())
+    assert not answered.allowed and answered.by_failure_policy
+    assert not limiter.ready
+    limiter.close()
+
+
+def test_bad_input_is_refused_with_its_reason(tmp_path):
+    with pytest.raises(ValueError, match=r"<yaml>: rules\[0\]\.limits"):
+        Limiter(yaml="rules: [{name: a}]")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: a\n    limits: [{algorithm: token_bucket, capacity: -1, refill_rate: 1}]\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml.*rules\[0\]\.limits\[0\]\.capacity"):
+        Limiter(str(bad))
+    with pytest.raises(ValueError, match="either"):
+        Limiter()
+    with pytest.raises(ValueError, match="store"):
+        Limiter(yaml=RULES, store="nonsense://x")
+    limiter = Limiter(yaml=RULES)
+    assert limiter.store_kind == "memory"
+    with pytest.raises(ValueError, match="unknown rule"):
+        limiter.check("nope", "user:1")
+    with pytest.raises(ValueError):
+        limiter.check("api", "user:1", -1)
+    with pytest.raises(ValueError):
+        limiter.check("api", "")
+    with pytest.raises(TypeError):
+        limiter.check("api", 42)
+    with pytest.raises(ValueError, match="path must start with /"):
+        limiter.check_request("GET", "api", [], "192.0.2.1")
+    with pytest.raises(ValueError, match="pairs"):
+        limiter.check_request("GET", "/api", [("a", "b", "c")], "192.0.2.1")
+    with pytest.raises(TypeError):
+        limiter.check_request("GET", "/api", [("a", 1)], "192.0.2.1")
+    with pytest.raises(ValueError, match="IP address"):
+        limiter.check_request("GET", "/api", [], "not-an-ip")
+    # A request the rules cannot read is a 400, not an exception.
+    refused = limiter.check_request("GET", "/api/%zz", [], "192.0.2.1")
+    assert refused.status == 400 and b"Bad request" in refused.body
+    limiter.close()
+    with pytest.raises(ValueError, match="closed"):
+        limiter.check("api", "user:1")
+    limiter.close()  # twice: nothing more
+
+
+def test_the_documented_configuration_loads():
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "python", "ratekeeper.yaml")
+    limiter = ratekeeper.Limiter(path)
+    assert limiter.rules == ["api_data", "api_profile", "api_items", "login"]
+    assert limiter.check("api_profile", "user:alice").limit == 600  # alice's tier: pro
+    limiter.close()
