@@ -5,6 +5,8 @@
 #                       (a conffile), /lib/systemd/system/ratekeeper.service, the documentation;
 #                       Depends from dpkg-shlibdeps, Recommends redis-server.
 #   libratekeeper-dev   (component dev) the static library, its headers and CMake package.
+#   python3-ratekeeper  (component python, when RATEKEEPER_PYTHON) the Python package for
+#                       Debian's python3: /usr/lib/python3/dist-packages/ratekeeper.
 #
 # `cmake --install` installs both components.
 
@@ -57,5 +59,20 @@ find_package(ratekeeper) and link ratekeeper::ratekeeper. Token bucket,
 sliding and fixed windows, on Redis or in memory.")
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libboost-dev (>= 1.74), libfmt-dev, libhiredis-dev, \
 libspdlog-dev, libyaml-cpp-dev, nlohmann-json3-dev, libssl-dev, libnghttp2-dev, pkg-config")
+
+# The Python package: the native module built for Debian's python3 (3.11: the module's ABI).
+if(TARGET ratekeeper_python)
+  list(APPEND CPACK_COMPONENTS_ALL python)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-ratekeeper)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+  set(CPACK_DEBIAN_PYTHON_DESCRIPTION "distributed rate limiter (Python package)
+ratekeeper's limiter in a Python process: the native module `ratekeeper`
+(synchronous and asyncio checks) and `ratekeeper.asgi`, rate-limiting
+middleware, endpoint decorators and dependencies for FastAPI and Starlette.
+The same configuration and Redis keys as the ratekeeper server.")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS ON)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3 (>= 3.11), python3 (<< 3.12)")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS "python3-yaml, python3-starlette")
+endif()
 
 include(CPack)

@@ -1,6 +1,6 @@
 """The seed's FastAPI application, rate limited in process by ratekeeper (docs/python.md).
 
-    RATEKEEPER_STORE=redis://127.0.0.1:6379 uvicorn --app-dir docs/python app:app --workers 4
+    RATEKEEPER_STORE=redis://127.0.0.1:6379 uvicorn --app-dir docs/python app:app --workers 4 --no-proxy-headers
 
 The limits are docs/python/ratekeeper.yaml's (RATEKEEPER_CONFIG names another file), shared
 by every worker through the store.

@@ -20,12 +20,19 @@ if [[ -n $(status) && $(status) != *" not-installed" ]]; then
 remove it first (dpkg --purge ratekeeper)"
 fi
 
+pystatus() { dpkg-query -W -f='${Status}' python3-ratekeeper 2>/dev/null || true; }
+if [[ -n $(pystatus) && $(pystatus) != *" not-installed" ]]; then
+  fail "a python3-ratekeeper package is already installed here: remove it first (dpkg --purge python3-ratekeeper)"
+fi
+
 tmp=$(mktemp -d)
 installed=0
+py_installed=0
 server_pid=
 cleanup() {
   [[ -n $server_pid ]] && kill -KILL "$server_pid" 2>/dev/null || true
   ((installed)) && dpkg --purge ratekeeper >/dev/null 2>&1 || true
+  ((py_installed)) && dpkg --purge python3-ratekeeper >/dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -133,3 +140,31 @@ installed=0
 [[ ! -e /etc/ratekeeper ]] || fail "dpkg --purge left /etc/ratekeeper: $(ls -A /etc/ratekeeper)"
 [[ -z $(status) || $(status) == *" not-installed" ]] || fail "after dpkg --purge: $(status)"
 echo "installed, removed and purged"
+
+# The Python package, when the build has it: Debian's python3 imports it from
+# dist-packages (outside the build tree) and checks with it; it is removed whole.
+py=$(echo "$tmp"/packages/python3-ratekeeper_*.deb)
+if [[ -f $py ]]; then
+  [[ $(field "$py" Depends) == *python3* && $(field "$py" Depends) == *libhiredis* ]] ||
+    fail "python3-ratekeeper Depends: $(field "$py" Depends)"
+  contents=$(dpkg-deb -c "$py" | awk '{print $NF}')
+  for f in ./usr/lib/python3/dist-packages/ratekeeper/__init__.py ./usr/lib/python3/dist-packages/ratekeeper/asgi.py \
+           ./usr/lib/python3/dist-packages/ratekeeper/_native.pyi ./usr/lib/python3/dist-packages/ratekeeper/py.typed; do
+    grep -qx "$f" <<<"$contents" || fail "$f is not in $(basename "$py")"
+  done
+  grep -q '^./usr/lib/python3/dist-packages/ratekeeper/_native\.cpython-.*\.so$' <<<"$contents" ||
+    fail "the native module is not in $(basename "$py")"
+  dpkg -i "$py" >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; py_installed=1; fail "dpkg -i $(basename "$py")"; }
+  py_installed=1
+  (cd "$tmp" && env -u PYTHONPATH /usr/bin/python3 -c '
+import ratekeeper, ratekeeper.asgi
+assert ratekeeper.__file__.startswith("/usr/lib/python3/dist-packages/"), ratekeeper.__file__
+limiter = ratekeeper.Limiter(yaml="rules: [{name: api, limits: [{algorithm: fixed_window, limit: 2, window: 1h}]}]")
+assert [limiter.check("api", "user:1").allowed for _ in range(3)] == [True, True, False]
+limiter.close()
+') || fail "python3 cannot use the installed package"
+  dpkg --purge python3-ratekeeper >"$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg --purge python3-ratekeeper"; }
+  py_installed=0
+  [[ ! -e /usr/lib/python3/dist-packages/ratekeeper ]] || fail "the purge left the Python package"
+  echo "python3-ratekeeper: installed, imported by python3, checked, purged"
+fi

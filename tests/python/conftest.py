@@ -65,7 +65,8 @@ class App:
         env = dict(os.environ, RATEKEEPER_CONFIG=config, RATEKEEPER_STORE=store)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--app-dir", os.path.join(SOURCE, "docs", "python"), "app:app",
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers), "--log-level", "warning"],
+             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers), "--log-level", "warning",
+             "--no-proxy-headers"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -4,6 +4,7 @@ under uvicorn with several worker processes sharing a real redis-server, and in 
 import asyncio
 import json
 import os
+import re
 import textwrap
 
 import httpx
@@ -148,3 +149,24 @@ def test_declaring_a_limit_after_the_limiter_opened_is_refused():
     with pytest.raises(ValueError, match="key must be"):
         limiter.limit("5/minute", key="cookie")
     limiter.close()
+
+
+def test_the_documentation_shows_the_files_as_they_are():
+    """docs/python.md: each block marked <!-- file: PATH --> is that file, whole."""
+    text = open(os.path.join(SOURCE, "docs", "python.md"), encoding="utf-8").read()
+    blocks = re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```\n", text, re.S)
+    assert sorted(path for path, _ in blocks) == ["docs/python/app.py", "docs/python/ratekeeper.yaml"]
+    for path, block in blocks:
+        assert block == open(os.path.join(SOURCE, path), encoding="utf-8").read(), path
+
+
+def test_a_forwarded_address_counts_only_from_a_trusted_proxy(redis, tmp_path, app_factory):
+    path = tmp_path / "ratekeeper.yaml"
+    path.write_text(CONFIG.replace("rules:", "trusted_proxies: [127.0.0.1/32]\nrules:", 1))
+    app = app_factory(str(path), redis.url, workers=1)
+    with httpx.Client(base_url=app.url, timeout=10) as client:
+        for _ in range(CAPACITY):
+            assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.1"}).status_code == 200
+        assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.1"}).status_code == 429
+        # Another client behind the same proxy has its own budget.
+        assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.2"}).status_code == 200
