@@ -75,6 +75,11 @@ class Limiter:
     def check_async(
         self, rule: str, identity: str, cost: int = 1, *, tier: str = "", parent: str = ""
     ) -> Awaitable[Decision]: ...
+    def check_many(self, rule: str, identities: Sequence[str], cost: int = 1, *, tier: str = "") -> list[Decision]:
+        """One decision per identity, each on its own (not all-or-nothing), sent together."""
+    def check_many_async(
+        self, rule: str, identities: Sequence[str], cost: int = 1, *, tier: str = ""
+    ) -> Awaitable[list[Decision]]: ...
     def check_rule_request(
         self, rule: str, method: str, path: str, headers: Iterable[_Header], client: str
     ) -> Decision: ...

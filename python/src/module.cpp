@@ -131,65 +131,120 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
   return request;
 }
 
-// An asyncio future and its loop, completed from a store thread. Its Python objects are
-// touched (and let go) only with the GIL held.
+// The answers of one asyncio loop's checks, handed over by the store's threads in batches: a
+// thread queues its answer as C++ values and, when the queue was empty, schedules one drain
+// on the loop (call_soon_threadsafe, the only moment it takes the GIL); the drain, on the
+// loop's thread, makes the Python values and completes the futures. Many checks in flight
+// cost one wake-up of the loop, not one each.
+class Completions {
+ public:
+  struct Item {
+    PyObject* future;                  // a reference of its own, given up by the drain
+    std::function<py::object()> make;  // the value, made with the GIL on the loop's thread
+    std::optional<Error> error;        // or the exception
+  };
+
+  explicit Completions(py::object loop) : loop_(std::move(loop)) {}
+
+  // Called from any thread, without the GIL.
+  void push(Item item) {
+    bool first = false;
+    {
+      const std::lock_guard lock(mu_);
+      first = queue_.empty();
+      queue_.push_back(std::move(item));
+    }
+    if (!first) return;  // a drain is scheduled and has not taken the queue yet
+    py::gil_scoped_acquire gil;
+    try {
+      loop_.attr("call_soon_threadsafe")(drainer_);
+    } catch (py::error_already_set&) {
+      // The loop is closed: nobody awaits any more; the futures go with the queue.
+      std::vector<Item> dropped;
+      {
+        const std::lock_guard lock(mu_);
+        dropped.swap(queue_);
+      }
+      for (auto& i : dropped) Py_DECREF(i.future);
+    }
+  }
+
+  // On the loop's thread, with the GIL.
+  void drain() {
+    std::vector<Item> items;
+    {
+      const std::lock_guard lock(mu_);
+      items.swap(queue_);
+    }
+    for (auto& item : items) {
+      const auto future = py::reinterpret_steal<py::object>(item.future);
+      if (future.attr("done")().cast<bool>()) continue;  // cancelled
+      try {
+        if (item.error) {
+          const py::object type = item.error->code == ErrorCode::invalid_argument
+                                      ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
+                                      : py::reinterpret_borrow<py::object>(store_error);
+          future.attr("set_exception")(type(item.error->message));
+        } else {
+          future.attr("set_result")(item.make());
+        }
+      } catch (py::error_already_set& e) {
+        future.attr("set_exception")(e.value());
+      }
+    }
+  }
+
+  void bind(py::object drainer) { drainer_ = std::move(drainer); }
+  // With the GIL.
+  bool closed() const { return loop_.attr("is_closed")().cast<bool>(); }
+
+ private:
+  py::object loop_;
+  py::object drainer_;
+  std::mutex mu_;
+  std::vector<Item> queue_;
+};
+
+// The completions of the running loop (one per loop, made on first use; those of closed
+// loops are let go then). With the GIL.
+std::shared_ptr<Completions> completions_of_running_loop() {
+  static auto* by_loop = new std::unordered_map<PyObject*, std::shared_ptr<Completions>>();
+  py::object loop = py::module_::import("asyncio").attr("get_running_loop")();
+  if (const auto it = by_loop->find(loop.ptr()); it != by_loop->end()) return it->second;
+  std::erase_if(*by_loop, [](const auto& entry) { return entry.second->closed(); });
+  auto made = std::make_shared<Completions>(loop);
+  std::weak_ptr<Completions> weak = made;
+  made->bind(py::cpp_function([weak] {
+    if (auto c = weak.lock()) c->drain();
+  }));
+  by_loop->emplace(loop.ptr(), made);
+  return made;
+}
+
+// An asyncio future completed from a store thread through its loop's Completions.
 class Pending {
  public:
-  Pending() {
-    loop_ = py::module_::import("asyncio").attr("get_running_loop")();
-    future_ = loop_.attr("create_future")();
-  }
-  ~Pending() {
-    py::gil_scoped_acquire gil;
-    future_ = py::object();
-    loop_ = py::object();
+  Pending() : completions_(completions_of_running_loop()) {
+    future_ = py::module_::import("asyncio").attr("get_running_loop")().attr("create_future")();
   }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
 
   const py::object& future() const { return future_; }
 
-  // Completes the future on its loop's thread with `value`, or with the exception `error`
-  // (a cancelled future or a closed loop: dropped). Called without the GIL.
-  void resolve(std::function<py::object()> value) {
-    py::gil_scoped_acquire gil;
-    try {
-      deliver(value(), py::none());
-    } catch (py::error_already_set& e) {
-      deliver(py::none(), e.value());
-    }
-  }
-  void fail(const Error& error) {
-    py::gil_scoped_acquire gil;
-    const py::object type = error.code == ErrorCode::invalid_argument
-                                ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
-                                : py::reinterpret_borrow<py::object>(store_error);
-    deliver(py::none(), type(error.message));
-  }
+  // Each called once, from any thread, without the GIL: `value` makes the result on the
+  // loop's thread (it holds C++ values only).
+  void resolve(std::function<py::object()> value) { hand_over(std::move(value), std::nullopt); }
+  void fail(const Error& error) { hand_over(nullptr, error); }
 
  private:
-  void deliver(const py::object& value, const py::object& error) {
-    try {
-      loop_.attr("call_soon_threadsafe")(resolver(), future_, value, error);
-    } catch (py::error_already_set&) {
-      // The loop is closed: nobody awaits any more.
-    }
+  void hand_over(std::function<py::object()> value, std::optional<Error> error) {
+    // The reference moves to the queue (release() touches no count: no GIL needed).
+    PyObject* future = future_.release().ptr();
+    completions_->push({future, std::move(value), std::move(error)});
   }
 
-  // set_result / set_exception unless the future is done already (cancelled).
-  static const py::object& resolver() {
-    static py::object* fn = new py::object(py::cpp_function([](py::object future, py::object value, py::object error) {
-      if (future.attr("done")().cast<bool>()) return;
-      if (!error.is_none()) {
-        future.attr("set_exception")(error);
-      } else {
-        future.attr("set_result")(value);
-      }
-    }));
-    return *fn;
-  }
-
-  py::object loop_;
+  std::shared_ptr<Completions> completions_;
   py::object future_;
 };
 
@@ -264,6 +319,27 @@ class Limiter {
     return evaluate_later(application(rule, identity, cost, tier, parent));
   }
 
+  // One rule for each of many identities, each decided on its own (not all-or-nothing), in
+  // one call: the checks go to the store together (coalesced into batch calls on Redis).
+  std::vector<Decision> check_many(const std::string& rule, const std::vector<std::string>& identities,
+                                   std::int64_t cost, const std::string& tier) {
+    auto many = start_many(rule, identities, cost, tier, nullptr);
+    {
+      py::gil_scoped_release release;
+      many->done.get_future().wait();
+    }
+    if (many->error) raise(*many->error);
+    return std::move(many->decisions);
+  }
+
+  py::object check_many_async(const std::string& rule, const std::vector<std::string>& identities, std::int64_t cost,
+                              const std::string& tier) {
+    auto pending = std::make_shared<Pending>();
+    py::object future = pending->future();
+    start_many(rule, identities, cost, tier, std::move(pending));
+    return future;
+  }
+
   // One rule (matched or not) for a request: its identity resolved from the request as the
   // rule says (header, API key, client IP behind the trusted proxies).
   Decision check_rule_request(const std::string& rule, std::string method, std::string path,
@@ -297,7 +373,7 @@ class Limiter {
     {
       py::gil_scoped_release release;
       middleware_->handle(request, [pending](http::MiddlewareResult r) mutable {
-        pending->resolve([&] { return py::cast(request_decision_of(std::move(r))); });
+        pending->resolve([d = request_decision_of(std::move(r))] { return py::cast(d); });
         pending.reset();
       });
     }
@@ -352,6 +428,58 @@ class Limiter {
     if (closed_) throw py::value_error("the limiter is closed");
   }
 
+  // The checks of check_many in flight: each answer in its place; the last one completes.
+  struct Many {
+    std::vector<Decision> decisions;
+    std::optional<Error> error;
+    std::atomic<std::size_t> left{0};
+    std::mutex mu;  // guards error
+    std::promise<void> done;
+    std::shared_ptr<Pending> pending;  // the asyncio form's future
+  };
+
+  std::shared_ptr<Many> start_many(const std::string& rule, const std::vector<std::string>& identities,
+                                   std::int64_t cost, const std::string& tier, std::shared_ptr<Pending> pending) {
+    if (identities.size() > 100'000) throw py::value_error("at most 100000 identities in one call");
+    std::vector<limiter::AppliedRule> apps;
+    apps.reserve(identities.size());
+    for (const auto& identity : identities) apps.push_back(application(rule, identity, cost, tier, {}));
+    auto many = std::make_shared<Many>();
+    many->decisions.resize(apps.size());
+    many->left = apps.size();
+    many->pending = std::move(pending);
+    const http::HeaderOptions headers = config_.middleware.headers;
+    auto finish = [headers](const std::shared_ptr<Many>& m) {
+      if (m->pending) {
+        if (m->error) {
+          m->pending->fail(*m->error);
+        } else {
+          m->pending->resolve([d = std::move(m->decisions)] { return py::cast(d); });
+        }
+        m->pending.reset();
+      }
+      m->done.set_value();
+    };
+    if (apps.empty()) {
+      finish(many);
+      return many;
+    }
+    auto keep = limiter_;
+    py::gil_scoped_release release;
+    for (std::size_t i = 0; i < apps.size(); ++i) {
+      keep->evaluate({std::move(apps[i])}, [many, i, headers, finish](Result<limiter::Evaluation> ev) {
+        if (ev) {
+          many->decisions[i] = decision_of(*ev, headers);
+        } else {
+          const std::lock_guard lock(many->mu);
+          if (!many->error) many->error = ev.error();
+        }
+        if (many->left.fetch_sub(1) == 1) finish(many);
+      });
+    }
+    return many;
+  }
+
   Decision evaluate_now(limiter::AppliedRule app) {
     Result<limiter::Evaluation> ev;
     {
@@ -371,7 +499,7 @@ class Limiter {
       py::gil_scoped_release release;
       keep->evaluate({std::move(app)}, [pending, headers](Result<limiter::Evaluation> ev) mutable {
         if (ev) {
-          pending->resolve([&] { return py::cast(decision_of(*ev, headers)); });
+          pending->resolve([d = decision_of(*ev, headers)] { return py::cast(d); });
         } else {
           pending->fail(ev.error());
         }
@@ -457,6 +585,10 @@ PYBIND11_MODULE(_native, m) {
            py::kw_only(), py::arg("tier") = "", py::arg("parent") = "")
       .def("check_async", &Limiter::check_async, py::arg("rule"), py::arg("identity"), py::arg("cost") = 1,
            py::kw_only(), py::arg("tier") = "", py::arg("parent") = "")
+      .def("check_many", &Limiter::check_many, py::arg("rule"), py::arg("identities"), py::arg("cost") = 1,
+           py::kw_only(), py::arg("tier") = "")
+      .def("check_many_async", &Limiter::check_many_async, py::arg("rule"), py::arg("identities"),
+           py::arg("cost") = 1, py::kw_only(), py::arg("tier") = "")
       .def("check_rule_request", &Limiter::check_rule_request, py::arg("rule"), py::arg("method"), py::arg("path"),
            py::arg("headers"), py::arg("client"))
       .def("check_rule_request_async", &Limiter::check_rule_request_async, py::arg("rule"), py::arg("method"),

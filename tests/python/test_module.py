@@ -181,3 +181,47 @@ def test_the_documented_configuration_loads():
     assert limiter.rules == ["api_data", "api_profile", "api_items", "login"]
     assert limiter.check("api_profile", "user:alice").limit == 600  # alice's tier: pro
     limiter.close()
+
+
+def test_many_identities_in_one_call_are_each_decided_on_their_own(redis):
+    limiter = Limiter(yaml=RULES, store=redis.url)
+    identities = ["user:many-a"] * 25 + ["user:many-b"] * 5
+    decisions = limiter.check_many("api", identities)
+    assert len(decisions) == 30
+    assert sum(d.allowed for d in decisions[:25]) == 20  # a limit of 20: a's 25 overshoot
+    assert all(d.allowed for d in decisions[25:])  # b's 5 are not held back by a's denials
+    assert all(d.identity == i for d, i in zip(decisions, identities))
+
+    async def batch():
+        return await limiter.check_many_async("api", ["user:many-a", "user:many-c"])
+
+    later = asyncio.run(batch())
+    assert [d.allowed for d in later] == [False, True]
+    assert limiter.check_many("api", []) == []
+    with pytest.raises(ValueError):
+        limiter.check_many("api", ["user:ok", ""])
+    limiter.close()
+
+
+def test_cancelled_checks_leave_the_others_answered(redis):
+    limiter = Limiter(yaml=RULES, store=redis.url)
+
+    async def main():
+        tasks = [asyncio.ensure_future(limiter.check_async("api", f"user:cancel-{i}")) for i in range(200)]
+        for task in tasks[::2]:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        cancelled = sum(isinstance(r, asyncio.CancelledError) for r in results)
+        answered = [r for r in results if not isinstance(r, BaseException)]
+        return cancelled, answered
+
+    cancelled, answered = asyncio.run(main())
+    assert cancelled == 100
+    assert len(answered) == 100 and all(d.allowed for d in answered)
+    # A new loop afterwards: its own completions.
+
+    async def after():
+        return await limiter.check_async("api", "user:after")
+
+    assert asyncio.run(after()).allowed
+    limiter.close()
