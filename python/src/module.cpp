@@ -10,6 +10,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <functional>
 #include <future>
@@ -131,11 +134,12 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
   return request;
 }
 
-// The answers of one asyncio loop's checks, handed over by the store's threads in batches: a
-// thread queues its answer as C++ values and, when the queue was empty, schedules one drain
-// on the loop (call_soon_threadsafe, the only moment it takes the GIL); the drain, on the
-// loop's thread, makes the Python values and completes the futures. Many checks in flight
-// cost one wake-up of the loop, not one each.
+// The answers of one asyncio loop's checks, handed over by the store's threads without the GIL:
+// a thread queues its answer as C++ values and, when the queue was empty, writes to an
+// eventfd the loop watches (add_reader); the loop's drain, on its thread, makes the Python
+// values and completes the futures. A store thread never waits for the GIL (which the loop
+// holds while it runs Python code): it is also the thread that talks to Redis. Many checks in
+// flight cost one wake-up of the loop, not one each.
 class Completions {
  public:
   struct Item {
@@ -144,7 +148,22 @@ class Completions {
     std::optional<Error> error;        // or the exception
   };
 
-  explicit Completions(py::object loop) : loop_(std::move(loop)) {}
+  // With the GIL, on the loop's thread.
+  explicit Completions(const py::object& loop) : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (fd_ < 0) throw std::runtime_error("eventfd failed");
+    loop_ = loop.inc_ref().ptr();
+  }
+  // Its Python objects are let go by let_go() (with the GIL), never here: the last owner may
+  // be a store thread.
+  ~Completions() { ::close(fd_); }
+  Completions(const Completions&) = delete;
+  Completions& operator=(const Completions&) = delete;
+
+  // With the GIL: the loop calls `drainer` when the eventfd is written.
+  void watch(py::object drainer) {
+    py::handle(loop_).attr("add_reader")(fd_, drainer);
+    drainer_ = drainer.release().ptr();
+  }
 
   // Called from any thread, without the GIL.
   void push(Item item) {
@@ -154,23 +173,15 @@ class Completions {
       first = queue_.empty();
       queue_.push_back(std::move(item));
     }
-    if (!first) return;  // a drain is scheduled and has not taken the queue yet
-    py::gil_scoped_acquire gil;
-    try {
-      loop_.attr("call_soon_threadsafe")(drainer_);
-    } catch (py::error_already_set&) {
-      // The loop is closed: nobody awaits any more; the futures go with the queue.
-      std::vector<Item> dropped;
-      {
-        const std::lock_guard lock(mu_);
-        dropped.swap(queue_);
-      }
-      for (auto& i : dropped) Py_DECREF(i.future);
-    }
+    if (!first) return;  // the eventfd is written already, its drain not yet begun
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto written = ::write(fd_, &one, sizeof one);
   }
 
   // On the loop's thread, with the GIL.
   void drain() {
+    std::uint64_t count = 0;
+    [[maybe_unused]] const auto read = ::read(fd_, &count, sizeof count);  // before the queue is taken
     std::vector<Item> items;
     {
       const std::lock_guard lock(mu_);
@@ -194,13 +205,26 @@ class Completions {
     }
   }
 
-  void bind(py::object drainer) { drainer_ = std::move(drainer); }
   // With the GIL.
-  bool closed() const { return loop_.attr("is_closed")().cast<bool>(); }
+  bool closed() const { return loop_ == nullptr || py::handle(loop_).attr("is_closed")().cast<bool>(); }
+  // With the GIL, once its loop is closed: its Python objects let go (a closed loop watches
+  // nothing, and answers still queued have nobody awaiting them).
+  void let_go() {
+    std::vector<Item> items;
+    {
+      const std::lock_guard lock(mu_);
+      items.swap(queue_);
+    }
+    for (auto& item : items) Py_DECREF(item.future);
+    Py_XDECREF(drainer_);
+    Py_XDECREF(loop_);
+    drainer_ = loop_ = nullptr;
+  }
 
  private:
-  py::object loop_;
-  py::object drainer_;
+  int fd_;
+  PyObject* loop_ = nullptr;
+  PyObject* drainer_ = nullptr;
   std::mutex mu_;
   std::vector<Item> queue_;
 };
@@ -211,10 +235,14 @@ std::shared_ptr<Completions> completions_of_running_loop() {
   static auto* by_loop = new std::unordered_map<PyObject*, std::shared_ptr<Completions>>();
   py::object loop = py::module_::import("asyncio").attr("get_running_loop")();
   if (const auto it = by_loop->find(loop.ptr()); it != by_loop->end()) return it->second;
-  std::erase_if(*by_loop, [](const auto& entry) { return entry.second->closed(); });
+  std::erase_if(*by_loop, [](const auto& entry) {
+    if (!entry.second->closed()) return false;
+    entry.second->let_go();
+    return true;
+  });
   auto made = std::make_shared<Completions>(loop);
   std::weak_ptr<Completions> weak = made;
-  made->bind(py::cpp_function([weak] {
+  made->watch(py::cpp_function([weak] {
     if (auto c = weak.lock()) c->drain();
   }));
   by_loop->emplace(loop.ptr(), made);

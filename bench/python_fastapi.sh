@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Requests/s of an empty FastAPI endpoint (bench/python_fastapi_app.py) under uvicorn, one
+# worker, without and with ratekeeper's ASGI middleware (each request checked on a local
+# redis-server, all admitted), driven by wrk; the rows alternate within each of --repeat runs
+# and the table shows medians: the middleware's cost is 1 − (with / without).
+#
+#   bash bench/python_fastapi.sh [--build DIR] [--seconds S] [--connections C] [--repeat R]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build seconds=10 connections=32 repeat=3
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --connections) connections=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
+    *) echo "python_fastapi.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+workdir=$(mktemp -d)
+redis_pid= app_pid=
+cleanup() {
+  [[ -n $app_pid ]] && kill "$app_pid" 2>/dev/null && wait "$app_pid" 2>/dev/null
+  [[ -n $redis_pid ]] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+. bench/ports.sh
+redis_port=$(free_port 17700) || exit 1
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$workdir" \
+  --daemonize no >"$workdir/redis.log" 2>&1 &
+redis_pid=$!
+app_port=$(free_port 17800) || exit 1
+
+# One row: its name and RATEKEEPER_LIMITED (0 or 1). Appends "name<TAB>requests/s<TAB>p99 ms".
+row() {
+  local name=$1 limited=$2
+  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="redis://127.0.0.1:$redis_port" \
+    PYTHONPATH=$build/python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m uvicorn --app-dir bench \
+    python_fastapi_app:app --host 127.0.0.1 --port "$app_port" --log-level warning --no-access-log \
+    --no-proxy-headers >"$workdir/app.log" 2>&1 &
+  app_pid=$!
+  for _ in $(seq 200); do
+    curl -sf "http://127.0.0.1:$app_port/empty" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$app_port/empty" >/dev/null  # warm up
+  wrk -t1 -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$app_port/empty" >"$workdir/wrk.out"
+  kill "$app_pid"
+  wait "$app_pid" 2>/dev/null || true
+  app_pid=
+  /usr/bin/python3 - "$name" "$workdir/wrk.out" >>"$workdir/rows" <<'PY'
+import re, sys
+text = open(sys.argv[2]).read()
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", text)
+scale = {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)]
+if re.search(r"Non-2xx", text):
+    sys.exit(f"python_fastapi.sh: {sys.argv[1]}: non-2xx answers:\n{text}")
+print(f"{sys.argv[1]}\t{rps:.0f}\t{float(p99.group(1)) * scale:.2f}")
+PY
+}
+
+for ((r = 1; r <= repeat; r++)); do
+  row "without middleware" 0
+  row "with ratekeeper.asgi (Redis)" 1
+done
+
+/usr/bin/python3 - "$workdir/rows" "$seconds" "$connections" "$repeat" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, rps, p99 = line.rstrip("\n").split("\t")
+    rows.setdefault(name, []).append((float(rps), float(p99)))
+print(f"wrk -t1 -c{sys.argv[3]} -d{sys.argv[2]}s, uvicorn 1 worker, medians of {sys.argv[4]} runs")
+print("| row | requests/s | p99 ms |")
+print("|---|---:|---:|")
+med = {n: [statistics.median(r[i] for r in runs) for i in range(2)] for n, runs in rows.items()}
+for name, (rps, p99) in med.items():
+    print(f"| {name} | {rps:.0f} | {p99:.2f} |")
+without, with_ = med["without middleware"][0], med["with ratekeeper.asgi (Redis)"][0]
+print(f"the middleware costs {100 * (1 - with_ / without):.1f} % of the empty endpoint's requests/s ({with_ / without:.3f}x)")
+PY
