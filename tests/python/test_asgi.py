@@ -154,7 +154,7 @@ def test_declaring_a_limit_after_the_limiter_opened_is_refused():
 def test_the_documentation_shows_the_files_as_they_are():
     """docs/python.md: each block marked <!-- file: PATH --> is that file, whole."""
     text = open(os.path.join(SOURCE, "docs", "python.md"), encoding="utf-8").read()
-    blocks = re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```\n", text, re.S)
+    blocks = re.findall(r"<!-- file: (\S+) -->\n(?:<!-- yaml: [^>]*-->\n)?```\w*\n(.*?)```\n", text, re.S)
     assert sorted(path for path, _ in blocks) == ["docs/python/app.py", "docs/python/ratekeeper.yaml"]
     for path, block in blocks:
         assert block == open(os.path.join(SOURCE, path), encoding="utf-8").read(), path
