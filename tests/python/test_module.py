@@ -225,3 +225,51 @@ def test_cancelled_checks_leave_the_others_answered(redis):
 
     assert asyncio.run(after()).allowed
     limiter.close()
+
+
+def test_a_tls_store_is_opened_by_its_url(tmp_path):
+    """rediss:// to a redis-server speaking TLS only, its certificate verified against a CA made
+    here (openssl); a client that does not trust that CA is answered by the failure policy."""
+    import socket
+    import subprocess
+    import time
+
+    from conftest import free_port
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key",
+        "-out", "server.csr")
+    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1",
+        "-extfile", "san.cnf", "-out", "server.pem")
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--tls-cert-file", str(tmp_path / "server.pem"), "--tls-key-file", str(tmp_path / "server.key"),
+         "--tls-ca-cert-file", str(tmp_path / "ca.pem"), "--tls-auth-clients", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        trusted = Limiter(yaml=RULES, store=f"rediss://127.0.0.1:{port}?ca_file={tmp_path / 'ca.pem'}")
+        assert trusted.store_kind == "redis"
+        decisions = [trusted.check("bucket", "ip:192.0.2.1") for _ in range(4)]
+        assert [d.allowed for d in decisions] == [True, True, True, False]
+        assert not any(d.by_failure_policy for d in decisions)
+        trusted.close()
+        untrusted = Limiter(yaml=RULES, store=f"rediss://127.0.0.1:{port}")  # the system's CAs
+        answered = untrusted.check("closed", "ip:192.0.2.1")
+        assert answered.by_failure_policy and not answered.allowed
+        untrusted.close()
+    finally:
+        server.terminate()
+        server.wait(10)
