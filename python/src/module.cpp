@@ -229,11 +229,10 @@ class Completions {
   std::vector<Item> queue_;
 };
 
-// The completions of the running loop (one per loop, made on first use; those of closed
+// The completions of `loop` (one per loop, made on first use; those of closed
 // loops are let go then). With the GIL.
-std::shared_ptr<Completions> completions_of_running_loop() {
+std::shared_ptr<Completions> completions_of(const py::object& loop) {
   static auto* by_loop = new std::unordered_map<PyObject*, std::shared_ptr<Completions>>();
-  py::object loop = py::module_::import("asyncio").attr("get_running_loop")();
   if (const auto it = by_loop->find(loop.ptr()); it != by_loop->end()) return it->second;
   std::erase_if(*by_loop, [](const auto& entry) {
     if (!entry.second->closed()) return false;
@@ -252,8 +251,11 @@ std::shared_ptr<Completions> completions_of_running_loop() {
 // An asyncio future completed from a store thread through its loop's Completions.
 class Pending {
  public:
-  Pending() : completions_(completions_of_running_loop()) {
-    future_ = py::module_::import("asyncio").attr("get_running_loop")().attr("create_future")();
+  Pending() {
+    static auto* get_running_loop = new py::object(py::module_::import("asyncio").attr("get_running_loop"));
+    const py::object loop = (*get_running_loop)();
+    completions_ = completions_of(loop);
+    future_ = loop.attr("create_future")();
   }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
