@@ -283,16 +283,27 @@ class RateLimitMiddleware:
         if decision.delay > 0:
             await asyncio.sleep(decision.delay)
         added = _header_pairs(decision.headers)
+        usage_header = decision.usage_header.lower().encode("latin-1")
+        reported: list[Optional[bytes]] = [None]
 
         async def send_with_headers(message: dict) -> None:
-            if message["type"] == "http.response.start" and added:
-                message = dict(message)
-                message["headers"] = [*message.get("headers", []), *added]
+            if message["type"] == "http.response.start":
+                if usage_header:
+                    for name, value in message.get("headers", []):
+                        if name.lower() == usage_header:
+                            reported[0] = value
+                if added:
+                    message = dict(message)
+                    message["headers"] = [*message.get("headers", []), *added]
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            # A request holding a reservation (a concurrency slot) gives it back when it ends.
+            # A request holding a reservation gives it back when it ends: settled to the cost
+            # its response header reports (a `usage` rule), or released (concurrency slots).
             if decision.holds_reservation:
-                limiter.release(decision)
+                if usage_header:
+                    limiter.settle_from_header(decision, None if reported[0] is None else reported[0].decode("latin-1"))
+                else:
+                    limiter.release(decision)

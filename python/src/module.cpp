@@ -418,6 +418,19 @@ class Limiter {
     middleware_->release(*decision.reservation);
   }
 
+  // The response's header of a `usage` rule (its value as sent, or None when absent): the
+  // reservation is settled to the cost it carries, or keeps its estimate (logged) when it
+  // carries none.
+  void settle_from_header(const RequestDecision& decision, std::optional<std::string> value) {
+    open();
+    if (!decision.reservation) return;
+    py::gil_scoped_release release;
+    const auto& usage = *decision.reservation;
+    if (!usage.costed()) return middleware_->release(usage);
+    const auto& header = usage.application.rule->usage.response_header;
+    middleware_->settle(usage, http::Middleware::header_cost(value), fmt::format("the response header {}", header));
+  }
+
   // The request's response reported its cost (a `usage` rule): the reservation is settled to it.
   void settle(const RequestDecision& decision, std::int64_t cost) {
     open();
@@ -601,6 +614,12 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("delay", &RequestDecision::delay)
       .def_readonly("rule", &RequestDecision::rule)
       .def_property_readonly("holds_reservation", [](const RequestDecision& d) { return d.reservation != nullptr; })
+      .def_property_readonly("usage_header",
+                             [](const RequestDecision& d) {
+                               // The response header whose integer settles the reservation; "" for none.
+                               if (!d.reservation || !d.reservation->costed()) return std::string();
+                               return d.reservation->application.rule->usage.response_header;
+                             })
       .def("__repr__", [](const RequestDecision& d) {
         return fmt::format("RequestDecision(admitted={}, status={}, rule='{}')", d.admitted ? "True" : "False",
                            d.status, d.rule);
@@ -629,6 +648,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("headers"), py::arg("client"))
       .def("release", &Limiter::release, py::arg("decision"))
       .def("settle", &Limiter::settle, py::arg("decision"), py::arg("cost"))
+      .def("settle_from_header", &Limiter::settle_from_header, py::arg("decision"), py::arg("value"))
       .def("close", &Limiter::close)
       .def("refresh_overrides", &Limiter::refresh_overrides)
       .def_property_readonly("rules", &Limiter::rules)

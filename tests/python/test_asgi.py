@@ -170,3 +170,65 @@ def test_a_forwarded_address_counts_only_from_a_trusted_proxy(redis, tmp_path, a
         assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.1"}).status_code == 429
         # Another client behind the same proxy has its own budget.
         assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.2"}).status_code == 200
+
+
+def test_a_usage_cost_is_settled_and_a_slot_held_until_the_response_ends():
+    """Rules that end after the response, through the middleware in process: a `usage` rule
+    settled to the cost the response header reports, and a concurrency slot held while the
+    application answers and given back when it has."""
+    from ratekeeper.asgi import RateLimitMiddleware
+
+    import ratekeeper
+
+    limiter = ratekeeper.Limiter(yaml="""
+logging: {decisions: {enabled: false}}
+rules:
+  - name: tokens
+    match: {path: /complete}
+    identity: {type: ip}
+    limits: [{algorithm: fixed_window, limit: 100, window: 1h}]
+    usage: {response_header: X-Usage-Tokens, estimate: 10}
+  - name: streams
+    match: {path: /stream}
+    identity: {type: ip}
+    limits: [{algorithm: concurrency, limit: 1, slot_ttl: 30s}]
+""")
+    release = asyncio.Event()
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/stream":
+            await release.wait()
+        headers = [(b"x-usage-tokens", b"30")] if scope["path"] == "/complete" else []
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    middleware = RateLimitMiddleware(app, limiter)
+
+    async def request(path):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [], "client": ("192.0.2.8", 1)}
+        await middleware(scope, receive, send)
+        return sent[0]["status"], dict(sent[0]["headers"])
+
+    async def main():
+        status, headers = await request("/complete")
+        assert status == 200 and b"ratelimit" in headers
+        first = asyncio.create_task(request("/stream"))
+        await asyncio.sleep(0.05)
+        assert (await request("/stream"))[0] == 429  # the one slot is held
+        release.set()
+        assert (await first)[0] == 200
+        assert (await request("/stream"))[0] == 200  # given back when the response ended
+
+    asyncio.run(main())
+    # 30 settled, not the estimate of 10.
+    assert limiter.check("tokens", "ip:192.0.2.8", 0).remaining == 70
+    limiter.close()
