@@ -107,14 +107,16 @@ class RateLimiter:
     every decorator has registered its limit), or by `open()`."""
 
     def __init__(self, config: Optional[str] = None, *, yaml: Optional[str] = None, store: Optional[str] = None,
-                 threads: int = 1):
+                 threads: int = 1, rules: Optional[list[dict]] = None):
+        """`rules`: rules built in Python, as the configuration writes them (dicts of name,
+        match, identity, limits...), added to the file's."""
         if config is not None and yaml is not None:
             raise ValueError("give either a configuration file or yaml")
         self._config = config
         self._yaml = yaml
         self._store = store
         self._threads = threads
-        self._extra: list[dict] = []
+        self._extra: list[dict] = [dict(rule) for rule in rules or []]
         self._limiter: Optional[Limiter] = None
         self._lock = threading.Lock()
 
@@ -149,8 +151,8 @@ class RateLimiter:
             raise ValueError(f"{source}: rules: must be a list")
         taken = {r.get("name") for r in rules if isinstance(r, dict)}
         for rule in self._extra:
-            if rule["name"] in taken:
-                raise ValueError(f"{source}: rule {rule['name']!r} of an endpoint's limit is also in the file")
+            if rule.get("name") in taken:
+                raise ValueError(f"{source}: rule {rule.get('name')!r} (built in Python) is also in the file")
         document["rules"] = rules + self._extra
         return Limiter(yaml=pyyaml.safe_dump(document, sort_keys=False), store=self._store, threads=self._threads,
                        source=source)

@@ -232,3 +232,18 @@ rules:
     # 30 settled, not the estimate of 10.
     assert limiter.check("tokens", "ip:192.0.2.8", 0).remaining == 70
     limiter.close()
+
+
+def test_rules_built_in_python_join_the_files():
+    from ratekeeper.asgi import RateLimiter
+
+    limiter = RateLimiter(yaml="rules: [{name: from_file, match: false, limits: [{rate: 5/1h}]}]",
+                          rules=[{"name": "built", "match": False, "identity": {"type": "ip"},
+                                  "limits": [{"algorithm": "fixed_window", "limit": 2, "window": "1h"}]}])
+    assert limiter.limiter.rules == ["from_file", "built"]
+    assert [limiter.limiter.check("built", "ip:192.0.2.1").allowed for _ in range(3)] == [True, True, False]
+    limiter.close()
+    with pytest.raises(ValueError, match="also in the file"):
+        RateLimiter(yaml="rules: [{name: a, limits: [{rate: 5/1h}]}]", rules=[{"name": "a"}]).open()
+    with pytest.raises(ValueError, match=r"rules\[1\]\.limits"):
+        RateLimiter(yaml="rules: [{name: a, limits: [{rate: 5/1h}]}]", rules=[{"name": "b"}]).open()
