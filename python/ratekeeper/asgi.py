@@ -92,12 +92,24 @@ def _seed_body(decision: Decision) -> bytes:
     return json.dumps({"error": "Rate limit exceeded", "retryAfter": retry}, separators=(",", ":")).encode()
 
 
-class RateLimitExceeded(Exception):
-    """Raised by a dependency when its rule denies the request (answered 429 by the handler
-    RateLimiter.install adds)."""
+try:  # Starlette's, so that an application without RateLimiter.install still answers 429
+    from starlette.exceptions import HTTPException as _Base
+except ImportError:  # pragma: no cover - a plain ASGI application
+    _Base = Exception  # type: ignore[misc, assignment]
+
+
+class RateLimitExceeded(_Base):  # type: ignore[misc, valid-type]
+    """Raised by a dependency when its rule denies the request: answered 429 with the seed's
+    body by the handler RateLimiter.install adds (Starlette's own handler, without it: 429,
+    the headers, {"detail": ...})."""
 
     def __init__(self, decision: Decision):
-        super().__init__(f"rate limit exceeded: rule {decision.rule!r}, retry after {decision.retry_after:.3f} s")
+        message = f"rate limit exceeded: rule {decision.rule!r}, retry after {decision.retry_after:.3f} s"
+        if _Base is Exception:
+            super().__init__(message)
+        else:
+            super().__init__(status_code=429, detail="Rate limit exceeded", headers=dict(decision.headers))
+        self.message = message
         self.decision = decision
 
 

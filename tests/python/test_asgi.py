@@ -247,3 +247,26 @@ def test_rules_built_in_python_join_the_files():
         RateLimiter(yaml="rules: [{name: a, limits: [{rate: 5/1h}]}]", rules=[{"name": "a"}]).open()
     with pytest.raises(ValueError, match=r"rules\[1\]\.limits"):
         RateLimiter(yaml="rules: [{name: a, limits: [{rate: 5/1h}]}]", rules=[{"name": "b"}]).open()
+
+
+def test_a_dependency_without_install_still_answers_429():
+    from fastapi import Depends, FastAPI
+
+    from ratekeeper.asgi import RateLimiter
+
+    limiter = RateLimiter(yaml="rules: [{name: once, match: false, limits: [{algorithm: fixed_window, limit: 1, window: 1h}]}]")
+    app = FastAPI()
+
+    @app.get("/once", dependencies=[Depends(limiter.dependency("once"))])
+    async def once():
+        return {"ok": True}
+
+    async def main():
+        transport = httpx.ASGITransport(app=app, client=("192.0.2.6", 1))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            return [await client.get("/once") for _ in range(2)]
+
+    first, second = asyncio.run(main())
+    assert first.status_code == 200
+    assert second.status_code == 429 and "Retry-After" in second.headers
+    limiter.close()
