@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <thread>
 #include <functional>
 #include <future>
 #include <memory>
@@ -187,21 +188,25 @@ class Completions {
       const std::lock_guard lock(mu_);
       items.swap(queue_);
     }
-    for (auto& item : items) {
-      const auto future = py::reinterpret_steal<py::object>(item.future);
-      if (future.attr("done")().cast<bool>()) continue;  // cancelled
-      try {
-        if (item.error) {
-          const py::object type = item.error->code == ErrorCode::invalid_argument
-                                      ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
-                                      : py::reinterpret_borrow<py::object>(store_error);
-          future.attr("set_exception")(type(item.error->message));
-        } else {
-          future.attr("set_result")(item.make());
-        }
-      } catch (py::error_already_set& e) {
-        future.attr("set_exception")(e.value());
+    for (auto& item : items) complete(item);
+  }
+
+  // Completes one item's future (not if cancelled) and gives up its reference. With the GIL,
+  // on the loop's thread.
+  static void complete(Item& item) {
+    const auto future = py::reinterpret_steal<py::object>(item.future);
+    if (future.attr("done")().cast<bool>()) return;  // cancelled
+    try {
+      if (item.error) {
+        const py::object type = item.error->code == ErrorCode::invalid_argument
+                                    ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
+                                    : py::reinterpret_borrow<py::object>(store_error);
+        future.attr("set_exception")(type(item.error->message));
+      } else {
+        future.attr("set_result")(item.make());
       }
+    } catch (py::error_already_set& e) {
+      future.attr("set_exception")(e.value());
     }
   }
 
@@ -267,15 +272,30 @@ class Pending {
   void resolve(std::function<py::object()> value) { hand_over(std::move(value), std::nullopt); }
   void fail(const Error& error) { hand_over(nullptr, error); }
 
+  // The call that made the check returned (on the loop's thread, with the GIL): an answer
+  // given during it (the memory store, a cached denial, a failure policy answering at once)
+  // completes the future now, without waking the loop.
+  void called() {
+    in_call_.store(false);
+    if (answered_during_call_) Completions::complete(*answered_during_call_);
+  }
+
  private:
   void hand_over(std::function<py::object()> value, std::optional<Error> error) {
-    // The reference moves to the queue (release() touches no count: no GIL needed).
-    PyObject* future = future_.release().ptr();
-    completions_->push({future, std::move(value), std::move(error)});
+    // The reference moves on (release() touches no count: no GIL needed).
+    Completions::Item item{future_.release().ptr(), std::move(value), std::move(error)};
+    if (in_call_.load() && std::this_thread::get_id() == caller_) {
+      answered_during_call_ = std::move(item);
+      return;
+    }
+    completions_->push(std::move(item));
   }
 
   std::shared_ptr<Completions> completions_;
   py::object future_;
+  const std::thread::id caller_ = std::this_thread::get_id();
+  std::atomic<bool> in_call_{true};
+  std::optional<Completions::Item> answered_during_call_;
 };
 
 class Limiter;
@@ -366,7 +386,8 @@ class Limiter {
                               const std::string& tier) {
     auto pending = std::make_shared<Pending>();
     py::object future = pending->future();
-    start_many(rule, identities, cost, tier, std::move(pending));
+    start_many(rule, identities, cost, tier, pending);
+    pending->called();
     return future;
   }
 
@@ -407,6 +428,7 @@ class Limiter {
         pending.reset();
       });
     }
+    pending->called();
     return future;
   }
 
@@ -549,6 +571,7 @@ class Limiter {
         pending.reset();
       });
     }
+    pending->called();
     return future;
   }
 
