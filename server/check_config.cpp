@@ -41,6 +41,9 @@ std::string limit_text(const algorithms::Limit& limit) {
     return fmt::format("token_bucket capacity {}, refill {:g}/s", limit.capacity,
                        limit.rate_per_second());
   }
+  if (limit.algorithm == algorithms::Algorithm::concurrency) {
+    return fmt::format("concurrency {} in flight, slot_ttl {}", limit.capacity, duration_text(limit.period));
+  }
   return fmt::format("{} {} per {}", algorithms::to_string(limit.algorithm), limit.capacity,
                      duration_text(limit.period));
 }
@@ -77,6 +80,10 @@ void print_rule(const limiter::Rule& rule) {
   }
   if (!rule.ip_limits.empty()) {
     std::printf("    ip fallback: %s\n", policy_text(rule.ip_limits).c_str());
+  }
+  if (rule.parent) {
+    std::printf("    parent: identity %s, limits: %s\n", identity_text(rule.parent->identity).c_str(),
+                policy_text(rule.parent->limits).c_str());
   }
 }
 

@@ -431,11 +431,22 @@ rules:
   - name: per_user
     identity: {type: header, header: X-User-ID}
     limits: [{capacity: 20, refill_rate: 2}]
+  - name: members
+    identity: {type: header, header: X-User-ID}
+    limits: [{algorithm: concurrency, limit: 4, slot_ttl: 30s}]
+    parent:
+      identity: {type: header, header: X-Org-ID, prefix: org}
+      limits: [{algorithm: fixed_window, limit: 100, window: 1m}]
 )");
   const auto result = run_ratekeeper({"check-config", path.string()});
   EXPECT_EQ(result.exit_code, 0) << result.errors;
+  EXPECT_NE(result.output.find("    limits: concurrency 4 in flight, slot_ttl 30s"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("    parent: identity header (X-Org-ID), limits: fixed_window 100 per 1m"),
+            std::string::npos)
+      << result.output;
   EXPECT_NE(result.output.find("configuration is valid"), std::string::npos) << result.output;
-  EXPECT_NE(result.output.find("rules: 2"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("rules: 3"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("per_ip"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("sliding_window_log 10 per 1m"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("per_user"), std::string::npos) << result.output;
