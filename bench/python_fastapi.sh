@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Requests/s of an empty FastAPI endpoint (bench/python_fastapi_app.py) under uvicorn, one
 # worker, without and with ratekeeper's ASGI middleware (each request checked on a local
-# redis-server, all admitted), driven by wrk; the rows alternate within each of --repeat runs
-# and the table shows medians: the middleware's cost is 1 − (with / without).
+# redis-server, all admitted), and with the seed's own middleware (its class through redis-py,
+# the same Redis) for reference, driven by wrk; the rows alternate within each of --repeat
+# runs and the table shows medians: the middleware's cost is 1 − (with / without).
 #
 #   bash bench/python_fastapi.sh [--build DIR] [--seconds S] [--connections C] [--repeat R]
 set -euo pipefail
@@ -34,7 +35,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --d
 redis_pid=$!
 app_port=$(free_port 17800) || exit 1
 
-# One row: its name and RATEKEEPER_LIMITED (0 or 1). Appends "name<TAB>requests/s<TAB>p99 ms".
+# One row: its name and RATEKEEPER_LIMITED (0, 1 or seed). Appends "name<TAB>requests/s<TAB>p99 ms".
 row() {
   local name=$1 limited=$2
   RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="redis://127.0.0.1:$redis_port" \
@@ -66,6 +67,7 @@ PY
 for ((r = 1; r <= repeat; r++)); do
   row "without middleware" 0
   row "with ratekeeper.asgi (Redis)" 1
+  row "with the seed's middleware (Redis)" seed
 done
 
 /usr/bin/python3 - "$workdir/rows" "$seconds" "$connections" "$repeat" <<'PY'
@@ -82,4 +84,7 @@ for name, (rps, p99) in med.items():
     print(f"| {name} | {rps:.0f} | {p99:.2f} |")
 without, with_ = med["without middleware"][0], med["with ratekeeper.asgi (Redis)"][0]
 print(f"the middleware costs {100 * (1 - with_ / without):.1f} % of the empty endpoint's requests/s ({with_ / without:.3f}x)")
+seed = med.get("with the seed's middleware (Redis)")
+if seed:
+    print(f"the seed's middleware costs {100 * (1 - seed[0] / without):.1f} % ({seed[0] / without:.3f}x)")
 PY

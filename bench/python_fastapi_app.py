@@ -1,5 +1,7 @@
 """An empty FastAPI endpoint, with ratekeeper's middleware (RATEKEEPER_LIMITED=1: every request
-checked on RATEKEEPER_STORE, all admitted) or without: what bench/python_fastapi.sh compares."""
+checked on RATEKEEPER_STORE, all admitted), with the seed's own middleware (RATEKEEPER_LIMITED=
+seed: its class, bench/seed_limiter.py, through redis-py on the same Redis), or without: what
+bench/python_fastapi.sh compares."""
 
 import os
 
@@ -25,3 +27,24 @@ rules:
     limits: [{algorithm: token_bucket, capacity: 1000000000, refill_rate: 1000000}]
 """, store=os.environ["RATEKEEPER_STORE"])
     limiter.install(app)
+
+
+if os.environ.get("RATEKEEPER_LIMITED") == "seed":
+    import sys
+
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from redis import Redis
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from seed_limiter import TokenBucketRateLimiter
+
+    seed = TokenBucketRateLimiter(redis_client=Redis.from_url(os.environ["RATEKEEPER_STORE"]),
+                                  capacity=1000000000, refill_rate=1000000)
+
+    @app.middleware("http")
+    async def seed_rate_limit(request: Request, call_next):
+        if not seed.allow_request(f"ip:{request.client.host}"):
+            return JSONResponse(status_code=429, content={"error": "Rate limit exceeded", "retryAfter": 10},
+                                headers={"Retry-After": "10"})
+        return await call_next(request)
