@@ -1,7 +1,6 @@
 // nginx's auth_request endpoint: /v1/auth (docs/nginx.md).
 #include "routes.hpp"
 
-#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 
@@ -29,21 +28,11 @@ void Api::Routes::auth(Request subrequest, Responder respond) {
   original.peer_address = forwarded_peer(subrequest);
   original.peer_port = subrequest.peer_port;
   original.headers = std::move(subrequest.headers);
+  // nginx never says when the request it asked about ends: a concurrency slot would be held
+  // until it expired, so a rule with one is a 500 (logged, counted) before any slot is taken.
+  // Concurrency limits are for the proxy and the decision API.
   middleware_.handle(original, [this, respond = std::move(respond)](
                                    http::MiddlewareResult result) mutable {
-    if (result.usage && result.usage->slot_ttl > 0) {
-      // nginx never says when the request it asked about ends: a slot would be held until it
-      // expired. Concurrency limits are for the proxy and the decision API.
-      middleware_.release(*result.usage);
-      static LogLimit log;
-      if (std::uint64_t suppressed = 0; log.admit(suppressed)) {
-        spdlog::error("/v1/auth: rule '{}' has a concurrency limit, which auth_request cannot release (answered "
-                      "500){}",
-                      result.usage->application.rule->name,
-                      suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
-      }
-      return respond(error_response(500, "a concurrency limit cannot be enforced through auth_request"));
-    }
     if (result.usage) middleware_.release(*result.usage);  // its estimate stays: nothing reports a cost
     Response r{result.status, std::move(result.content_type), std::move(result.headers),
                std::move(result.body)};
@@ -55,7 +44,7 @@ void Api::Routes::auth(Request subrequest, Responder respond) {
       r.status = 403;
     }
     answer(result.admitted ? result.delay : 0, respond, std::move(r));
-  });
+  }, http::HandleOptions{.can_release = false});
 }
 
 // The address nginx received the request from: X-Real-IP when the socket peer is a trusted

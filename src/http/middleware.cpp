@@ -199,7 +199,7 @@ std::string deciding_rule(const limiter::Evaluation& ev) {
 
 }  // namespace
 
-void Middleware::handle(const Request& request, MiddlewareCallback done) {
+void Middleware::handle(const Request& request, MiddlewareCallback done, HandleOptions options) {
   auto apps = applied_rules(request);
   if (!apps) {
     metrics_->record(RequestOutcome::bad_request);
@@ -224,6 +224,23 @@ void Middleware::handle(const Request& request, MiddlewareCallback done) {
   for (auto& app : *apps) {
     const Micros slot_ttl = slot_ttls_[limiter_->rule_index(app.rule)];
     if (!app.rule->usage.enabled() && slot_ttl == 0) continue;
+    if (slot_ttl > 0 && !options.can_release) {
+      if (std::uint64_t suppressed = 0; holding_log_->admit(suppressed)) {
+        spdlog::error("rule '{}' has a concurrency limit, which the caller cannot release for {} {} (answered "
+                      "500; nginx's auth_request: give the limit to the proxy or the decision API){}",
+                      app.rule->name, request.method, request.target,
+                      suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+      }
+      metrics_->record(RequestOutcome::error);
+      MiddlewareResult r;
+      r.outcome = RequestOutcome::error;
+      r.admitted = false;
+      r.status = 500;
+      r.body = R"({"error":"Internal error","detail":"a concurrency limit cannot be enforced where the request's end is not known, as with auth_request"})";
+      r.content_type = "application/json";
+      r.rule = app.rule->name;
+      return done(std::move(r));
+    }
     if (usage) {
       if (slot_ttl == 0) continue;
       if (std::uint64_t suppressed = 0; holding_log_->admit(suppressed)) {

@@ -58,6 +58,14 @@ struct MiddlewareResult {
 
 using MiddlewareCallback = std::function<void(MiddlewareResult)>;
 
+struct HandleOptions {
+  // Whether the caller learns when the request ends, to release what it holds. False (nginx's
+  // auth_request asks about a request it then serves alone): a rule with concurrency limits
+  // that applies is answered 500 and logged (rate-bounded), counted as an error, before any
+  // slot is taken.
+  bool can_release = true;
+};
+
 struct MiddlewareOptions {
   HeaderOptions headers;
   TrustedProxies trusted_proxies;
@@ -78,7 +86,7 @@ class Middleware {
 
   // Decides on a request. `done` is called exactly once, inline or on a store thread, after
   // handle() may have returned: it must not refer to `request` (copy what it needs first).
-  void handle(const Request& request, MiddlewareCallback done);
+  void handle(const Request& request, MiddlewareCallback done, HandleOptions options = {});
   MiddlewareResult handle_sync(const Request& request);
 
   // Settles `usage` to `cost`, what the response reported in `where` (its header, its body's

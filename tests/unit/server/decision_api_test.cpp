@@ -431,6 +431,26 @@ TEST_F(DecisionApiTest, AConcurrencySlotIsHeldUntilReleased) {
   EXPECT_EQ(send(http::Request{"GET", "/v1/release", {}, {}, {}, 0}).status, 405);
 }
 
+// nginx's auth_request never says when the request it asked about ends: a rule with a
+// concurrency limit is a 500 that takes no slot, counted as an error, not as admitted.
+TEST_F(DecisionApiTest, AuthRequestRefusesAConcurrencyRuleBeforeTakingASlot) {
+  const std::size_t inflight = limiter_.rule_index(limiter_.find_rule("inflight"));
+  for (int i = 0; i < 2; ++i) {
+    const auto r = auth("GET", "/inflight", {{"X-User-ID", "ann"}});
+    EXPECT_EQ(r.status, 500);
+    EXPECT_NE(r.body.find("concurrency"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(limiter_.metrics().reservations(inflight, limiter::Reservation::reserved), 0u);
+  EXPECT_EQ(middleware_.metrics().requests(http::RequestOutcome::error), 2u);
+  EXPECT_EQ(middleware_.metrics().requests(http::RequestOutcome::admitted), 0u);
+  // The same request through the decision API's explicit form still holds its slot.
+  const auto held = send(http::Request{"POST", "/v1/check", {{"Content-Type", "application/json"}},
+                                       json{{"rule", "inflight"}, {"identity", "user:ann"}, {"reserve", true}}.dump(),
+                                       {}, 0});
+  EXPECT_EQ(held.status, 200) << held.body;
+  EXPECT_EQ(limiter_.metrics().reservations(inflight, limiter::Reservation::reserved), 1u);
+}
+
 // The demo routes answer at once: a reservation (a slot) made for the request is given back
 // as soon as it is answered, on the memory store too, whose answers come inline.
 TEST(DemoRoutes, ASlotHeldForADemoRouteIsGivenBackWhenItAnswers) {
