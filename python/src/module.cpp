@@ -298,6 +298,30 @@ class Pending {
   std::optional<Completions::Item> answered_during_call_;
 };
 
+// The periodic refresh of a limiter's per-identity overrides (every `overrides.refresh`, as
+// `serve` does), on the limiter's event loop until stopped (before the loop and the store go).
+struct OverridesRefresh {
+  // Held while a refresh is sent, so that close() cannot take the store away meanwhile;
+  // recursive: the memory store answers inline, on the same thread.
+  std::recursive_mutex mu;
+  bool stopped = false;
+  EventLoop* loop = nullptr;
+  std::shared_ptr<limiter::Limiter> limiter;
+  Micros every = 0;
+
+  static void schedule(const std::shared_ptr<OverridesRefresh>& state, Micros after) {
+    state->loop->post(0, [state] {
+      const std::lock_guard lock(state->mu);
+      if (state->stopped) return;
+      state->limiter->refresh_overrides([state](Result<bool>) {
+        // A failure is logged and counted by the limiter; the table held stays in effect.
+        const std::lock_guard again(state->mu);
+        if (!state->stopped) schedule(state, state->every);
+      });
+    }, after);
+  }
+};
+
 class Limiter;
 std::mutex live_mu;
 std::unordered_set<Limiter*> live;  // closed at interpreter exit
@@ -335,7 +359,11 @@ class Limiter {
     } catch (const std::exception& e) {
       throw py::value_error(e.what());
     }
-    refresh_overrides();
+    refresh_ = std::make_shared<OverridesRefresh>();
+    refresh_->loop = loop_.get();
+    refresh_->limiter = limiter_;
+    refresh_->every = config_.overrides_refresh;
+    OverridesRefresh::schedule(refresh_, 0);
     const std::lock_guard lock(live_mu);
     live.insert(this);
   }
@@ -352,6 +380,11 @@ class Limiter {
     const std::lock_guard lock(mu_);
     if (closed_) return;
     closed_ = true;
+    {
+      const std::lock_guard stop(refresh_->mu);
+      refresh_->stopped = true;
+      refresh_->limiter.reset();
+    }
     if (stack_.leasing != nullptr) stack_.leasing->shutdown();
     stack_.store.reset();  // its callbacks refer to the limiter
     middleware_.reset();
@@ -485,7 +518,56 @@ class Limiter {
 
   void refresh_overrides() {
     open();
-    limiter_->refresh_overrides([](Result<bool>) {});
+    Result<bool> r;
+    {
+      py::gil_scoped_release release;
+      std::promise<Result<bool>> done;
+      auto answer = done.get_future();
+      limiter_->refresh_overrides([&done](Result<bool> x) { done.set_value(std::move(x)); });
+      r = answer.get();
+    }
+    if (!r) raise(r.error());
+  }
+
+  // Per-identity overrides (docs/configuration.md): in effect here at once, on every other
+  // instance sharing the store within its refresh. Answers whether one was replaced.
+  bool set_override(const std::string& rule, const std::string& identity, double factor, const std::string& note) {
+    open();
+    limiter::Override o{rule, identity, factor, note, "python", SystemClock::instance().now()};
+    Result<store::TableWrite> r;
+    {
+      py::gil_scoped_release release;
+      std::promise<Result<store::TableWrite>> done;
+      auto answer = done.get_future();
+      limiter_->set_override(std::move(o), [&done](Result<store::TableWrite> x) { done.set_value(std::move(x)); });
+      r = answer.get();
+    }
+    if (!r) raise(r.error());
+    spdlog::info("python: set the override of {} under rule '{}' to x{}", identity, rule, factor);
+    return r->existed;
+  }
+
+  bool remove_override(const std::string& rule, const std::string& identity) {
+    open();
+    Result<bool> r;
+    {
+      py::gil_scoped_release release;
+      std::promise<Result<bool>> done;
+      auto answer = done.get_future();
+      limiter_->remove_override(rule, identity, [&done](Result<bool> x) { done.set_value(std::move(x)); });
+      r = answer.get();
+    }
+    if (!r) raise(r.error());
+    if (*r) spdlog::info("python: removed the override of {} under rule '{}'", identity, rule);
+    return *r;
+  }
+
+  // The factor in effect here for an identity under a rule (1: none).
+  double override_factor(const std::string& rule, const std::string& identity) {
+    open();
+    const auto table = limiter_->overrides().table();
+    const limiter::Override* o = table ? table->find(rule, identity) : nullptr;
+    return o != nullptr ? o->factor : 1.0;
   }
 
  private:
@@ -593,6 +675,7 @@ class Limiter {
   }
 
   server::Config config_;
+  std::shared_ptr<OverridesRefresh> refresh_;
   std::shared_ptr<EventLoop> loop_;
   store::StoreStack stack_;
   std::shared_ptr<limiter::Limiter> limiter_;
@@ -674,6 +757,10 @@ PYBIND11_MODULE(_native, m) {
       .def("settle_from_header", &Limiter::settle_from_header, py::arg("decision"), py::arg("value"))
       .def("close", &Limiter::close)
       .def("refresh_overrides", &Limiter::refresh_overrides)
+      .def("set_override", &Limiter::set_override, py::arg("rule"), py::arg("identity"), py::arg("factor"),
+           py::arg("note") = "")
+      .def("remove_override", &Limiter::remove_override, py::arg("rule"), py::arg("identity"))
+      .def("override_factor", &Limiter::override_factor, py::arg("rule"), py::arg("identity"))
       .def_property_readonly("rules", &Limiter::rules)
       .def_property_readonly("ready", &Limiter::ready)
       .def_property_readonly("store_kind", &Limiter::store_kind)

@@ -273,3 +273,28 @@ def test_a_tls_store_is_opened_by_its_url(tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_an_override_set_by_one_process_reaches_another_within_its_refresh(redis):
+    rules = "overrides: {refresh: 50ms}\n" + RULES
+    first = Limiter(yaml=rules, store=redis.url)
+    second = Limiter(yaml=rules, store=redis.url)
+    assert second.override_factor("api", "user:big") == 1.0
+    assert first.set_override("api", "user:big", 2, "trial") is False
+    assert first.override_factor("api", "user:big") == 2.0  # here at once
+    import time
+
+    deadline = time.monotonic() + 10
+    while second.override_factor("api", "user:big") != 2.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert second.override_factor("api", "user:big") == 2.0  # there within its refresh
+    admitted = sum(d.allowed for d in second.check_many("api", ["user:big"] * 50))
+    assert admitted == 40  # 2 × 20, counted on the same keys by both
+    assert first.check("api", "user:big").allowed is False
+    assert second.remove_override("api", "user:big") is True
+    with pytest.raises(ValueError, match="unknown rule"):
+        first.set_override("nope", "user:1", 2)
+    with pytest.raises(ValueError, match="factor"):
+        first.set_override("api", "user:1", 0)
+    first.close()
+    second.close()
