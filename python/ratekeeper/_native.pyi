@@ -30,6 +30,9 @@ class Decision:
     @property
     def headers(self) -> list[tuple[str, str]]:
         """RateLimit-Policy, RateLimit (and Retry-After when denied), as configured."""
+    @property
+    def body(self) -> bytes:
+        """Denied: the 429's body, {"error": "Rate limit exceeded", "retryAfter": N}; empty when allowed."""
     def __bool__(self) -> bool: ...
 
 class RequestDecision:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import re
 import threading
 from typing import Any, Awaitable, Callable, Iterable, Optional
@@ -85,11 +84,6 @@ def _rejection(status: int, body: bytes, content_type: str, headers: Iterable[tu
     out.append((b"content-length", str(len(body)).encode("latin-1")))
     return ({"type": "http.response.start", "status": status, "headers": out},
             {"type": "http.response.body", "body": body})
-
-
-def _seed_body(decision: Decision) -> bytes:
-    retry = max(1, int(-(-decision.retry_after // 1)))
-    return json.dumps({"error": "Rate limit exceeded", "retryAfter": retry}, separators=(",", ":")).encode()
 
 
 try:  # Starlette's, so that an application without RateLimiter.install still answers 429
@@ -189,7 +183,7 @@ class RateLimiter:
     async def _exceeded(self, request: Any, exc: RateLimitExceeded) -> Any:
         from starlette.responses import Response
 
-        return Response(_seed_body(exc.decision), status_code=429, media_type="application/json",
+        return Response(exc.decision.body, status_code=429, media_type="application/json",
                         headers=dict(exc.decision.headers))
 
     # One endpoint ---------------------------------------------------------------------------
@@ -258,7 +252,7 @@ class RateLimiter:
             request = kwargs[parameter] if keeps_request else kwargs.pop(parameter)
             decision = await self._check(rule, request.scope)
             if not decision.allowed:
-                return Response(_seed_body(decision), status_code=429, media_type="application/json",
+                return Response(decision.body, status_code=429, media_type="application/json",
                                 headers=dict(decision.headers))
             if is_async:
                 return await endpoint(*args, **kwargs)

@@ -54,6 +54,7 @@ struct Decision {
   std::string rule;
   std::string identity;
   Headers headers;  // RateLimit-Policy, RateLimit (and Retry-After when denied), per the configuration
+  std::string body;  // denied: the 429's body, {"error":"Rate limit exceeded","retryAfter":N}; empty when allowed
 };
 
 // The middleware's answer to a request (http::Middleware::handle).
@@ -92,6 +93,7 @@ Decision decision_of(const limiter::Evaluation& ev, const http::HeaderOptions& o
     d.identity = ev.rules.front().identity;
   }
   for (auto& [name, value] : http::rate_limit_headers(ev, options)) d.headers.emplace_back(name, value);
+  if (!ev.allowed) d.body = http::rejection_body(http::retry_after_seconds(ev.decision.retry_after));
   return d;
 }
 
@@ -297,6 +299,16 @@ class Pending {
   std::atomic<bool> in_call_{true};
   std::optional<Completions::Item> answered_during_call_;
 };
+
+// Calls `start` with a callback and waits, the GIL released, for its one answer.
+template <class T, class Start>
+T wait_for(Start&& start) {
+  py::gil_scoped_release release;
+  std::promise<T> done;
+  auto answer = done.get_future();
+  start([&done](T r) { done.set_value(std::move(r)); });
+  return answer.get();
+}
 
 // The periodic refresh of a limiter's per-identity overrides (every `overrides.refresh`, as
 // `serve` does), on the limiter's event loop until stopped (before the loop and the store go).
@@ -518,14 +530,7 @@ class Limiter {
 
   void refresh_overrides() {
     open();
-    Result<bool> r;
-    {
-      py::gil_scoped_release release;
-      std::promise<Result<bool>> done;
-      auto answer = done.get_future();
-      limiter_->refresh_overrides([&done](Result<bool> x) { done.set_value(std::move(x)); });
-      r = answer.get();
-    }
+    auto r = wait_for<Result<bool>>([&](auto done) { limiter_->refresh_overrides(std::move(done)); });
     if (!r) raise(r.error());
   }
 
@@ -534,14 +539,8 @@ class Limiter {
   bool set_override(const std::string& rule, const std::string& identity, double factor, const std::string& note) {
     open();
     limiter::Override o{rule, identity, factor, note, "python", SystemClock::instance().now()};
-    Result<store::TableWrite> r;
-    {
-      py::gil_scoped_release release;
-      std::promise<Result<store::TableWrite>> done;
-      auto answer = done.get_future();
-      limiter_->set_override(std::move(o), [&done](Result<store::TableWrite> x) { done.set_value(std::move(x)); });
-      r = answer.get();
-    }
+    auto r = wait_for<Result<store::TableWrite>>(
+        [&](auto done) { limiter_->set_override(std::move(o), std::move(done)); });
     if (!r) raise(r.error());
     spdlog::info("python: set the override of {} under rule '{}' to x{}", identity, rule, factor);
     return r->existed;
@@ -549,14 +548,7 @@ class Limiter {
 
   bool remove_override(const std::string& rule, const std::string& identity) {
     open();
-    Result<bool> r;
-    {
-      py::gil_scoped_release release;
-      std::promise<Result<bool>> done;
-      auto answer = done.get_future();
-      limiter_->remove_override(rule, identity, [&done](Result<bool> x) { done.set_value(std::move(x)); });
-      r = answer.get();
-    }
+    auto r = wait_for<Result<bool>>([&](auto done) { limiter_->remove_override(rule, identity, std::move(done)); });
     if (!r) raise(r.error());
     if (*r) spdlog::info("python: removed the override of {} under rule '{}'", identity, rule);
     return *r;
@@ -705,6 +697,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("rule", &Decision::rule)
       .def_readonly("identity", &Decision::identity)
       .def_readonly("headers", &Decision::headers)
+      .def_property_readonly("body", [](const Decision& d) { return py::bytes(d.body); })
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def("__repr__", [](const Decision& d) {
         return fmt::format("Decision(allowed={}, limit={}, remaining={}, retry_after={})", d.allowed ? "True" : "False",

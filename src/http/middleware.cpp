@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <future>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "ratekeeper/algorithms/lease.hpp"
@@ -197,6 +198,20 @@ std::string deciding_rule(const limiter::Evaluation& ev) {
   return !ev.rules.empty() && ev.rules.front().rule != nullptr ? ev.rules.front().rule->name : std::string();
 }
 
+// A request answered 500 before its rules were checked (a rule the request cannot hold), with
+// the detail for the caller (empty: none).
+MiddlewareResult internal_error(std::string_view detail, std::string rule = {}) {
+  MiddlewareResult r;
+  r.outcome = RequestOutcome::error;
+  r.admitted = false;
+  r.status = 500;
+  r.body = detail.empty() ? std::string(R"({"error":"Internal error"})")
+                          : nlohmann::json{{"error", "Internal error"}, {"detail", detail}}.dump();
+  r.content_type = "application/json";
+  r.rule = std::move(rule);
+  return r;
+}
+
 }  // namespace
 
 void Middleware::handle(const Request& request, MiddlewareCallback done, HandleOptions options) {
@@ -232,14 +247,9 @@ void Middleware::handle(const Request& request, MiddlewareCallback done, HandleO
                       suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
       }
       metrics_->record(RequestOutcome::error);
-      MiddlewareResult r;
-      r.outcome = RequestOutcome::error;
-      r.admitted = false;
-      r.status = 500;
-      r.body = R"({"error":"Internal error","detail":"a concurrency limit cannot be enforced where the request's end is not known, as with auth_request"})";
-      r.content_type = "application/json";
-      r.rule = app.rule->name;
-      return done(std::move(r));
+      return done(internal_error(
+          "a concurrency limit cannot be enforced where the request's end is not known, as with auth_request",
+          app.rule->name));
     }
     if (usage) {
       if (slot_ttl == 0) continue;
@@ -250,13 +260,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done, HandleO
                       suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
       }
       metrics_->record(RequestOutcome::error);
-      MiddlewareResult r;
-      r.outcome = RequestOutcome::error;
-      r.admitted = false;
-      r.status = 500;
-      r.body = R"({"error":"Internal error"})";
-      r.content_type = "application/json";
-      return done(std::move(r));
+      return done(internal_error({}));
     }
     app.reservation = limiter::new_reservation_id();
     app.reservation_ttl = app.rule->usage.enabled() ? app.rule->usage.ttl : slot_ttl;

@@ -67,6 +67,10 @@ Result<Override> parse_override(std::string_view field, std::string_view value) 
   if (const auto by = json.find("set_by"); by != json.end() && by->is_string()) o.set_by = by->get<std::string>();
   if (const auto at = json.find("set_at_us"); at != json.end() && at->is_number_integer()) {
     o.set_at = at->get<std::int64_t>();
+    // Up to the year 9999, as the admin's list writes it.
+    if (o.set_at < 0 || o.set_at > kMaxOverrideSetAt) {
+      return make_error(ErrorCode::invalid_argument, "an override's `set_at_us` is out of range");
+    }
   }
   if (auto ok = validate_override(o); !ok) return std::unexpected(std::move(ok.error()));
   return o;

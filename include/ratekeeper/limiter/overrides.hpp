@@ -44,6 +44,9 @@ namespace ratekeeper::limiter {
 inline constexpr double kMinOverrideFactor = 0.001;
 inline constexpr double kMaxOverrideFactor = 1'000'000;
 inline constexpr std::size_t kMaxOverrideNoteBytes = 256;
+// The latest `set_at` an entry may hold (µs, 9999-12-31T23:59:59Z): the admin's list writes it
+// as a date.
+inline constexpr Micros kMaxOverrideSetAt = Micros{253'402'300'799} * kMicrosPerSecond;
 // The most overrides the table holds (a write of one more is refused).
 inline constexpr std::size_t kMaxOverrides = 10'000;
 

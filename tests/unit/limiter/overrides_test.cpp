@@ -77,6 +77,8 @@ TEST(OverrideEntries, EntriesThatDoNotDescribeAnOverrideAreRefused) {
   EXPECT_FALSE(parse_override("api:user:1", R"({"factor": 0})"));
   EXPECT_FALSE(parse_override("api:user:1", R"({"factor": 1e7})"));
   EXPECT_FALSE(parse_override("api:user:1", R"({"factor": 2, "note": ")" + std::string(300, 'x') + "\"}"));
+  EXPECT_FALSE(parse_override("api:user:1", R"({"factor": 2, "set_at_us": 9000000000000000000})"));
+  EXPECT_FALSE(parse_override("api:user:1", R"({"factor": 2, "set_at_us": -1})"));
 }
 
 Rule user_rule(std::string name, Policy limits) {
