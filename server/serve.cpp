@@ -28,6 +28,7 @@
 #include "rls_config.hpp"
 #include "yaml_reader.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/periodic.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/core/shared_value.hpp"
 #include "ratekeeper/http/middleware.hpp"
@@ -229,36 +230,6 @@ void warn_if_unreachable(EventLoop& loop, std::shared_ptr<StoreWatch> watch, con
   }, after);
 }
 
-// The per-identity overrides, read again from the store every `overrides.refresh` (the
-// configuration of the moment's) from start until stopped (before the store goes).
-struct OverridesRefresh {
-  std::mutex mu;
-  bool stopped = false;
-};
-
-// Stops the refresh when it goes: declared after the store, it goes first, on every way out.
-struct OverridesRefreshStop {
-  std::shared_ptr<OverridesRefresh> state;
-  ~OverridesRefreshStop() {
-    const std::lock_guard lock(state->mu);
-    state->stopped = true;
-  }
-};
-
-void refresh_overrides(EventLoop& loop, SharedValue<Generation>& current, std::shared_ptr<OverridesRefresh> state,
-                       Micros after) {
-  loop.post(0, [&loop, &current, state, after] {
-    const std::lock_guard lock(state->mu);
-    if (state->stopped) return;
-    const std::shared_ptr<Generation> g = current.load();
-    const Micros every = g->config.overrides_refresh;
-    // A failure is logged and counted by the limiter (the table held stays in effect).
-    g->limiter->refresh_overrides([&loop, &current, state, every](Result<bool>) {
-      refresh_overrides(loop, current, state, every);
-    });
-  }, after);
-}
-
 // Every listener up, or the reason one is not (the exit status is 1).
 Result<void> listen_all(http::Server& server, http::Proxy* proxy, rls::GrpcServer* grpc) {
   if (auto listening = server.listen(); !listening) return listening;
@@ -356,7 +327,10 @@ int serve(const ServeArgs& args) {
   }
   std::unique_ptr<store::Store> store = std::move(opened->store);
   store::LeasingStore* leasing = opened->leasing;
-  const OverridesRefreshStop overrides_refresh{std::make_shared<OverridesRefresh>()};
+  // The per-identity overrides, read again from the store every `overrides.refresh` (the
+  // configuration of the moment's). Declared after the store: stopped before it goes, on
+  // every way out.
+  std::optional<Periodic> overrides_refresh;
   Process process;
   process.denial_cache = opened->denial_cache;
   process.loop = loop;
@@ -412,7 +386,13 @@ int serve(const ServeArgs& args) {
           if (process.denial_cache != nullptr) process.denial_cache->clear();
         });
     reloader.store(running_reloader.get());
-    refresh_overrides(*loop, current, overrides_refresh.state, 0);
+    overrides_refresh.emplace(
+        *loop, 0, [&current] { return current.load()->config.overrides_refresh; },
+        [&current](Periodic::Done done) {
+          std::shared_ptr<Generation> g = current.load();
+          // A failure is logged and counted by the limiter (the table held stays in effect).
+          g->limiter->refresh_overrides([g, done = std::move(done)](Result<bool>) { done(); });
+        });
 
     if (config.upstream) {
       proxy = std::make_unique<http::Proxy>(options, *config.upstream, [&current] {
@@ -466,10 +446,7 @@ int serve(const ServeArgs& args) {
     // The store goes first: callbacks it still holds refer to the limiter. Leases' unused
     // units go back to the store then.
     if (leasing != nullptr) leasing->shutdown();
-    {
-      const std::lock_guard lock(overrides_refresh.state->mu);
-      overrides_refresh.state->stopped = true;
-    }
+    overrides_refresh.reset();
     {
       const std::lock_guard lock(store_watch->mu);
       store_watch->store = nullptr;

@@ -8,7 +8,7 @@ by every worker through the store.
 
 import os
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
 
 from ratekeeper.asgi import RateLimiter
 
@@ -45,3 +45,14 @@ async def search(q: str = ""):
 @app.post("/auth/login", dependencies=[Depends(limiter.dependency("login"))])
 async def login():
     return {"token": "demo"}
+
+
+# A WebSocket's handshake goes through the rules as a GET: here at most 2 open per client IP.
+@app.websocket("/ws/echo")
+async def echo(websocket: WebSocket):
+    await websocket.accept()
+    try:
+        while True:
+            await websocket.send_text(await websocket.receive_text())
+    except WebSocketDisconnect:
+        pass

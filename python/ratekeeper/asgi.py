@@ -61,12 +61,17 @@ def _rate(text: str) -> str:
     return f"{count}/{times or 1}{unit}"
 
 
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else value
+
+
 def _target(scope: Scope) -> str:
-    """The request's path and query as received."""
+    """The request's path and query as received (`raw_path` is bytes in ASGI; some servers
+    give a WebSocket's as str)."""
     raw = scope.get("raw_path")
-    path = raw.decode("latin-1") if raw else scope.get("path", "/")
-    query = scope.get("query_string") or b""
-    return path + ("?" + query.decode("latin-1") if query else "")
+    path = _text(raw) if raw else scope.get("path", "/")
+    query = _text(scope.get("query_string") or b"")
+    return path + ("?" + query if query else "")
 
 
 def _client(scope: Scope) -> str:
@@ -266,8 +271,9 @@ class RateLimiter:
 
 
 class RateLimitMiddleware:
-    """ASGI middleware: each HTTP request decided by the limiter (the configuration's rules and
-    their `match`) before the application sees it. `limiter`: a RateLimiter or a Limiter."""
+    """ASGI middleware: each HTTP request and WebSocket handshake decided by the limiter (the
+    configuration's rules and their `match`) before the application sees it. `limiter`: a
+    RateLimiter or a Limiter."""
 
     def __init__(self, app: Callable, limiter: RateLimiter | Limiter):
         self.app = app
@@ -277,25 +283,32 @@ class RateLimitMiddleware:
         return self._limiter.limiter if isinstance(self._limiter, RateLimiter) else self._limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
+            await self.app(scope, receive, send)  # lifespan
             return
         limiter = self._native()
-        decision: RequestDecision = await limiter.check_request_async(scope["method"], _target(scope),
+        # A WebSocket's handshake is a GET: decided as one, so that an upgrade is no way around
+        # the rules; a concurrency limit holds its slot while the connection is open.
+        decision: RequestDecision = await limiter.check_request_async(scope.get("method", "GET"), _target(scope),
                                                                       scope["headers"], _client(scope))
         if not decision.admitted:
             start, body = _rejection(decision.status, decision.body, decision.content_type, decision.headers)
-            await send(start)
-            await send(body)
+            if kind == "websocket":
+                await _refuse_websocket(scope, start, body, send)
+            else:
+                await send(start)
+                await send(body)
             return
         if decision.delay > 0:
             await asyncio.sleep(decision.delay)
         added = _header_pairs(decision.headers)
         usage_header = decision.usage_header.lower().encode("latin-1")
         reported: list[Optional[bytes]] = [None]
+        first = "http.response.start" if kind == "http" else "websocket.accept"
 
         async def send_with_headers(message: dict) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == first:
                 if usage_header:
                     for name, value in message.get("headers", []):
                         if name.lower() == usage_header:
@@ -315,3 +328,14 @@ class RateLimitMiddleware:
                     limiter.settle_from_header(decision, None if reported[0] is None else reported[0].decode("latin-1"))
                 else:
                     limiter.release(decision)
+
+
+async def _refuse_websocket(scope: Scope, start: dict, body: dict, send: Send) -> None:
+    """A refused handshake: the rejection itself (429, Retry-After, the body) where the server
+    offers ASGI's `websocket.http.response` extension; otherwise a close before the accept,
+    which the server answers 403."""
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await send({**start, "type": "websocket.http.response.start"})
+        await send({**body, "type": "websocket.http.response.body"})
+    else:
+        await send({"type": "websocket.close", "code": 1008})

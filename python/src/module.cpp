@@ -2,8 +2,9 @@
 // ratekeeper's YAML configuration (the file `serve` reads: rules, matches, identities, tiers,
 // trusted proxies, headers, failure policies, store URL), over its own store and event loop.
 // Every call has a synchronous form, which releases the GIL while the store answers, and an
-// asyncio form, which returns a future the store's thread completes through the loop's
-// call_soon_threadsafe: the event loop never blocks on the store.
+// asyncio form, which returns a future completed on the event loop (the store's thread queues
+// the answer and wakes the loop through an eventfd it watches): the loop never blocks on the
+// store.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -27,6 +28,7 @@
 
 #include "config.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/periodic.hpp"
 #include "ratekeeper/http/client_ip.hpp"
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/middleware.hpp"
@@ -69,6 +71,16 @@ struct RequestDecision {
   // Admitted with a reservation (a concurrency or usage rule): the request holds it until
   // Limiter.release (or settle) is called when it ends.
   std::shared_ptr<http::UsageReservation> reservation;
+  // Renews the reservation's concurrency slots every heartbeat() while the request lasts (as
+  // the proxy does), until it is released or settled, or the decision is dropped.
+  std::shared_ptr<Periodic> heartbeat;
+};
+
+// What a Limiter's background work checks before it touches the store: close() shuts it
+// first (under its lock), then takes the store away.
+struct Gate {
+  std::mutex mu;
+  bool closed = false;
 };
 
 // Errors of the store that no failure policy answered.
@@ -97,7 +109,14 @@ Decision decision_of(const limiter::Evaluation& ev, const http::HeaderOptions& o
   return d;
 }
 
-RequestDecision request_decision_of(http::MiddlewareResult r) {
+// Where a Limiter's requests renew their concurrency slots.
+struct Heartbeats {
+  EventLoop* loop;
+  http::Middleware* middleware;  // valid while the gate is open
+  std::shared_ptr<Gate> gate;
+};
+
+RequestDecision request_decision_of(http::MiddlewareResult r, const Heartbeats& heartbeats) {
   RequestDecision d;
   d.admitted = r.admitted;
   d.status = r.status;
@@ -106,7 +125,17 @@ RequestDecision request_decision_of(http::MiddlewareResult r) {
   for (auto& [name, value] : r.headers) d.headers.emplace_back(std::move(name), std::move(value));
   d.delay = seconds(r.delay);
   d.rule = std::move(r.rule);
-  if (r.usage) d.reservation = std::make_shared<http::UsageReservation>(std::move(*r.usage));
+  if (!r.usage) return d;
+  d.reservation = std::make_shared<http::UsageReservation>(std::move(*r.usage));
+  if (const Micros every = d.reservation->heartbeat(); every > 0) {
+    d.heartbeat = std::make_shared<Periodic>(
+        *heartbeats.loop, every, [h = heartbeats, usage = d.reservation](Periodic::Done done) {
+          const std::lock_guard lock(h.gate->mu);
+          if (h.gate->closed) return;
+          h.middleware->renew(*usage);
+          done();
+        });
+  }
   return d;
 }
 
@@ -310,30 +339,6 @@ T wait_for(Start&& start) {
   return answer.get();
 }
 
-// The periodic refresh of a limiter's per-identity overrides (every `overrides.refresh`, as
-// `serve` does), on the limiter's event loop until stopped (before the loop and the store go).
-struct OverridesRefresh {
-  // Held while a refresh is sent, so that close() cannot take the store away meanwhile;
-  // recursive: the memory store answers inline, on the same thread.
-  std::recursive_mutex mu;
-  bool stopped = false;
-  EventLoop* loop = nullptr;
-  std::shared_ptr<limiter::Limiter> limiter;
-  Micros every = 0;
-
-  static void schedule(const std::shared_ptr<OverridesRefresh>& state, Micros after) {
-    state->loop->post(0, [state] {
-      const std::lock_guard lock(state->mu);
-      if (state->stopped) return;
-      state->limiter->refresh_overrides([state](Result<bool>) {
-        // A failure is logged and counted by the limiter; the table held stays in effect.
-        const std::lock_guard again(state->mu);
-        if (!state->stopped) schedule(state, state->every);
-      });
-    }, after);
-  }
-};
-
 class Limiter;
 std::mutex live_mu;
 std::unordered_set<Limiter*> live;  // closed at interpreter exit
@@ -371,11 +376,12 @@ class Limiter {
     } catch (const std::exception& e) {
       throw py::value_error(e.what());
     }
-    refresh_ = std::make_shared<OverridesRefresh>();
-    refresh_->loop = loop_.get();
-    refresh_->limiter = limiter_;
-    refresh_->every = config_.overrides_refresh;
-    OverridesRefresh::schedule(refresh_, 0);
+    // The per-identity overrides, read again every `overrides.refresh`, as `serve` does.
+    refresh_.emplace(*loop_, 0, [every = config_.overrides_refresh] { return every; },
+                     [limiter = limiter_](Periodic::Done done) {
+                       // A failure is logged and counted by the limiter; the table held stays.
+                       limiter->refresh_overrides([done = std::move(done)](Result<bool>) { done(); });
+                     });
     const std::lock_guard lock(live_mu);
     live.insert(this);
   }
@@ -392,10 +398,10 @@ class Limiter {
     const std::lock_guard lock(mu_);
     if (closed_) return;
     closed_ = true;
+    refresh_.reset();
     {
-      const std::lock_guard stop(refresh_->mu);
-      refresh_->stopped = true;
-      refresh_->limiter.reset();
+      const std::lock_guard shut(gate_->mu);
+      gate_->closed = true;
     }
     if (stack_.leasing != nullptr) stack_.leasing->shutdown();
     stack_.store.reset();  // its callbacks refer to the limiter
@@ -457,7 +463,7 @@ class Limiter {
       py::gil_scoped_release release;
       result = middleware_->handle_sync(request);
     }
-    return request_decision_of(std::move(result));
+    return request_decision_of(std::move(result), heartbeats());
   }
 
   py::object check_request_async(std::string method, std::string path, const py::iterable& headers,
@@ -468,8 +474,8 @@ class Limiter {
     py::object future = pending->future();
     {
       py::gil_scoped_release release;
-      middleware_->handle(request, [pending](http::MiddlewareResult r) mutable {
-        pending->resolve([d = request_decision_of(std::move(r))] { return py::cast(d); });
+      middleware_->handle(request, [pending, heartbeats = heartbeats()](http::MiddlewareResult r) mutable {
+        pending->resolve([d = request_decision_of(std::move(r), heartbeats)] { return py::cast(d); });
         pending.reset();
       });
     }
@@ -482,6 +488,7 @@ class Limiter {
     open();
     if (!decision.reservation) return;
     py::gil_scoped_release release;
+    if (decision.heartbeat) decision.heartbeat->stop();
     middleware_->release(*decision.reservation);
   }
 
@@ -492,6 +499,7 @@ class Limiter {
     open();
     if (!decision.reservation) return;
     py::gil_scoped_release release;
+    if (decision.heartbeat) decision.heartbeat->stop();
     const auto& usage = *decision.reservation;
     if (!usage.costed()) return middleware_->release(usage);
     const auto& header = usage.application.rule->usage.response_header;
@@ -504,6 +512,7 @@ class Limiter {
     if (!decision.reservation) return;
     if (cost < 0) throw py::value_error("cost must be >= 0");
     py::gil_scoped_release release;
+    if (decision.heartbeat) decision.heartbeat->stop();
     middleware_->settle(*decision.reservation, cost, "the application");
   }
 
@@ -666,8 +675,11 @@ class Limiter {
     return std::move(*app);
   }
 
+  Heartbeats heartbeats() const { return {loop_.get(), middleware_.get(), gate_}; }
+
   server::Config config_;
-  std::shared_ptr<OverridesRefresh> refresh_;
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+  std::optional<Periodic> refresh_;
   std::shared_ptr<EventLoop> loop_;
   store::StoreStack stack_;
   std::shared_ptr<limiter::Limiter> limiter_;

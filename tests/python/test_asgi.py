@@ -43,6 +43,10 @@ CONFIG = textwrap.dedent(f"""
         identity: {{type: ip}}
         limits: [{{algorithm: fixed_window, limit: 3, window: 1h}}]
         on_store_error: deny
+      - name: ws_echo
+        match: {{path: /ws/echo}}
+        identity: {{type: ip}}
+        limits: [{{algorithm: concurrency, limit: 2, slot_ttl: 2s}}]
 """)
 
 
@@ -57,6 +61,25 @@ async def burst(url: str, n: int, headers=None) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     async with httpx.AsyncClient(limits=limits, timeout=30) as client:
         return await asyncio.gather(*[client.get(url, headers=headers) for _ in range(n)])
+
+
+async def asgi_call(app, kind: str, path: str, client: str, **scope) -> list[dict]:
+    """One request (kind "http") or WebSocket handshake ("websocket") through an ASGI app in
+    process, without a body or messages: what it sent."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request"} if kind == "http" else {"type": "websocket.connect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": kind, "path": path, "raw_path": path.encode(), "query_string": b"", "headers": [],
+             "client": (client, 1), **scope}
+    if kind == "http":
+        scope["method"] = "GET"
+    await app(scope, receive, send)
+    return sent
 
 
 def test_a_burst_over_several_workers_admits_exactly_the_limit(redis, config, app_factory):
@@ -109,6 +132,89 @@ def test_a_dead_store_is_answered_open_or_closed_as_each_rule_says(redis, config
         assert client.get("/api/data").status_code == 200  # allow (the default): open
         closed = client.post("/auth/login")  # deny: closed
         assert closed.status_code == 429 and "Retry-After" in closed.headers
+
+
+def test_websocket_handshakes_are_limited_and_hold_their_slots_while_open(redis, config, app_factory):
+    """An upgrade is no way around the rules: the documented app's WebSocket endpoint under 2
+    workers on one Redis, at most 2 open per IP. The slots outlive their slot_ttl (2 s) while
+    the sockets stay open (renewed), and one closed lets the next in."""
+    import websockets
+    from websockets.exceptions import InvalidStatusCode
+
+    app = app_factory(config, redis.url, workers=2)
+    url = f"ws://127.0.0.1:{app.port}/ws/echo"
+
+    async def refused() -> int:
+        try:
+            async with websockets.connect(url, open_timeout=10):
+                return 101
+        except InvalidStatusCode as e:
+            return e.status_code
+
+    async def main():
+        first = await websockets.connect(url, open_timeout=10)
+        second = await websockets.connect(url, open_timeout=10)
+        assert first.response_headers["RateLimit-Policy"] == '"ws_echo";q=2;w=2'
+        await first.send("ping")
+        assert await first.recv() == "ping"
+        # Refused before the accept: this uvicorn answers a close before the accept with 403.
+        assert await refused() == 403
+        await asyncio.sleep(3)  # past slot_ttl: the open sockets still hold their slots
+        assert await refused() == 403
+        await second.send("still open")
+        assert await second.recv() == "still open"
+        await first.close()
+        # Its slot is given back when the endpoint returns: a third connection gets in.
+        for _ in range(50):
+            try:
+                third = await websockets.connect(url, open_timeout=10)
+                break
+            except InvalidStatusCode:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the closed socket's slot was not given back")
+        await third.close()
+        await second.close()
+
+    asyncio.run(main())
+
+
+def test_a_refused_handshake_is_a_429_where_the_server_offers_http_responses():
+    """ASGI's websocket.http.response extension (newer servers): the refusal is the rejection
+    itself, 429 with Retry-After and the seed's body, not a bare close."""
+    import ratekeeper
+    from ratekeeper.asgi import RateLimitMiddleware
+
+    limiter = ratekeeper.Limiter(yaml="""
+logging: {decisions: {enabled: false}}
+rules:
+  - {name: ws, match: {path: /ws}, identity: {type: ip}, limits: [{algorithm: fixed_window, limit: 1, window: 1h}]}
+""")
+
+    async def app(scope, receive, send):
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1000})
+
+    middleware = RateLimitMiddleware(app, limiter)
+
+    async def handshake(extensions):
+        return await asgi_call(middleware, "websocket", "/ws", "192.0.2.9", extensions=extensions)
+
+    async def main():
+        accepted = await handshake({})
+        assert accepted[0]["type"] == "websocket.accept"
+        assert dict(accepted[0]["headers"])[b"ratelimit-policy"] == b'"ws";q=1;w=3600'
+        closed = await handshake({})
+        assert closed == [{"type": "websocket.close", "code": 1008}]
+        start, body = await handshake({"websocket.http.response": {}})
+        assert start["type"] == "websocket.http.response.start" and start["status"] == 429
+        headers = dict(start["headers"])
+        assert int(headers[b"retry-after"]) >= 1
+        assert body["type"] == "websocket.http.response.body"
+        assert json.loads(body["body"]) == {"error": "Rate limit exceeded", "retryAfter": int(headers[b"retry-after"])}
+
+    asyncio.run(main())
+    limiter.close()
 
 
 def test_the_middleware_in_process_with_starlettes_client(tmp_path):
@@ -205,17 +311,7 @@ rules:
     middleware = RateLimitMiddleware(app, limiter)
 
     async def request(path):
-        sent = []
-
-        async def receive():
-            return {"type": "http.request"}
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "headers": [], "client": ("192.0.2.8", 1)}
-        await middleware(scope, receive, send)
+        sent = await asgi_call(middleware, "http", path, "192.0.2.8")
         return sent[0]["status"], dict(sent[0]["headers"])
 
     async def main():

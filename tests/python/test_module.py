@@ -3,11 +3,14 @@ store failure, and bad input."""
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
 import ratekeeper
+from conftest import SOURCE
 from ratekeeper import Limiter
 
 RULES = """
@@ -178,7 +181,7 @@ def test_bad_input_is_refused_with_its_reason(tmp_path):
 def test_the_documented_configuration_loads():
     path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "python", "ratekeeper.yaml")
     limiter = ratekeeper.Limiter(path)
-    assert limiter.rules == ["api_data", "api_profile", "api_items", "login"]
+    assert limiter.rules == ["api_data", "api_profile", "api_items", "login", "ws_echo"]
     assert limiter.check("api_profile", "user:alice").limit == 600  # alice's tier: pro
     limiter.close()
 
@@ -298,3 +301,18 @@ def test_an_override_set_by_one_process_reaches_another_within_its_refresh(redis
         first.set_override("api", "user:1", 0)
     first.close()
     second.close()
+
+
+def test_the_documented_limiter_example_runs(redis):
+    """docs/python.md's Limiter example, as written, against the documented configuration."""
+    text = open(os.path.join(SOURCE, "docs", "python.md"), encoding="utf-8").read()
+    section = text[text.index("## `ratekeeper.Limiter`"):]
+    example = section[section.index("```python\n") + 10:section.index("```\n", section.index("```python\n") + 10)]
+    assert "redis://127.0.0.1:6379" in example
+    example = example.replace("redis://127.0.0.1:6379", redis.url)
+    run = subprocess.run([sys.executable, "-c", example], cwd=os.path.join(SOURCE, "docs", "python"),
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(ratekeeper.__file__))))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "True 98"
+    assert "prints `True 98`" in section
