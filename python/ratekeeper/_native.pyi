@@ -52,6 +52,9 @@ class RequestDecision:
     def headers(self) -> list[tuple[str, str]]:
         """To add to the response, admitted or not."""
     @property
+    def asgi_headers(self) -> list[tuple[bytes, bytes]]:
+        """The same headers as ASGI sends them: bytes, names in lower case."""
+    @property
     def delay(self) -> float:
         """Admitted, to be served after this many seconds (on_limit: delay)."""
     @property

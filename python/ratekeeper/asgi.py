@@ -29,7 +29,7 @@ import functools
 import inspect
 import re
 import threading
-from typing import Any, Awaitable, Callable, Iterable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from ratekeeper._native import Decision, Limiter, RequestDecision
 
@@ -79,14 +79,9 @@ def _client(scope: Scope) -> str:
     return client[0] if client else ""
 
 
-def _header_pairs(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-
-
-def _rejection(status: int, body: bytes, content_type: str, headers: Iterable[tuple[str, str]]) -> tuple[dict, dict]:
-    out = _header_pairs(headers)
-    out.append((b"content-type", (content_type or "application/json").encode("latin-1")))
-    out.append((b"content-length", str(len(body)).encode("latin-1")))
+def _rejection(status: int, body: bytes, content_type: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, dict]:
+    out = [*headers, (b"content-type", (content_type or "application/json").encode("latin-1")),
+           (b"content-length", str(len(body)).encode("latin-1"))]
     return ({"type": "http.response.start", "status": status, "headers": out},
             {"type": "http.response.body", "body": body})
 
@@ -278,22 +273,25 @@ class RateLimitMiddleware:
     def __init__(self, app: Callable, limiter: RateLimiter | Limiter):
         self.app = app
         self._limiter = limiter
+        self._opened: Optional[Limiter] = limiter if isinstance(limiter, Limiter) else None
 
     def _native(self) -> Limiter:
-        return self._limiter.limiter if isinstance(self._limiter, RateLimiter) else self._limiter
+        if self._opened is None:
+            self._opened = self._limiter.limiter  # type: ignore[union-attr]
+        return self._opened
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)  # lifespan
             return
-        limiter = self._native()
+        limiter = self._opened or self._native()
         # A WebSocket's handshake is a GET: decided as one, so that an upgrade is no way around
         # the rules; a concurrency limit holds its slot while the connection is open.
         decision: RequestDecision = await limiter.check_request_async(scope.get("method", "GET"), _target(scope),
                                                                       scope["headers"], _client(scope))
         if not decision.admitted:
-            start, body = _rejection(decision.status, decision.body, decision.content_type, decision.headers)
+            start, body = _rejection(decision.status, decision.body, decision.content_type, decision.asgi_headers)
             if kind == "websocket":
                 await _refuse_websocket(scope, start, body, send)
             else:
@@ -302,10 +300,23 @@ class RateLimitMiddleware:
             return
         if decision.delay > 0:
             await asyncio.sleep(decision.delay)
-        added = _header_pairs(decision.headers)
+        added = decision.asgi_headers
+        first = "http.response.start" if kind == "http" else "websocket.accept"
+        if not decision.holds_reservation:
+            if not added:  # no rule applied
+                await self.app(scope, receive, send)
+                return
+
+            async def send_headed(message: dict) -> None:
+                if message["type"] == first:
+                    message = {**message, "headers": [*message.get("headers", ()), *added]}
+                await send(message)
+
+            await self.app(scope, receive, send_headed)
+            return
+
         usage_header = decision.usage_header.lower().encode("latin-1")
         reported: list[Optional[bytes]] = [None]
-        first = "http.response.start" if kind == "http" else "websocket.accept"
 
         async def send_with_headers(message: dict) -> None:
             if message["type"] == first:
@@ -314,8 +325,7 @@ class RateLimitMiddleware:
                         if name.lower() == usage_header:
                             reported[0] = value
                 if added:
-                    message = dict(message)
-                    message["headers"] = [*message.get("headers", []), *added]
+                    message = {**message, "headers": [*message.get("headers", ()), *added]}
             await send(message)
 
         try:
@@ -323,11 +333,10 @@ class RateLimitMiddleware:
         finally:
             # A request holding a reservation gives it back when it ends: settled to the cost
             # its response header reports (a `usage` rule), or released (concurrency slots).
-            if decision.holds_reservation:
-                if usage_header:
-                    limiter.settle_from_header(decision, None if reported[0] is None else reported[0].decode("latin-1"))
-                else:
-                    limiter.release(decision)
+            if usage_header:
+                limiter.settle_from_header(decision, None if reported[0] is None else reported[0].decode("latin-1"))
+            else:
+                limiter.release(decision)
 
 
 async def _refuse_websocket(scope: Scope, start: dict, body: dict, send: Send) -> None:

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <thread>
 #include <functional>
 #include <future>
@@ -149,6 +150,15 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
     throw py::value_error("path must start with / (the path and query as received)");
   }
   for (const auto& item : headers) {
+    // ASGI's pairs are tuples of bytes: read in place. Anything else through the generic path.
+    if (PyTuple_Check(item.ptr()) && PyTuple_GET_SIZE(item.ptr()) == 2 && PyBytes_Check(PyTuple_GET_ITEM(item.ptr(), 0)) &&
+        PyBytes_Check(PyTuple_GET_ITEM(item.ptr(), 1))) {
+      PyObject* name = PyTuple_GET_ITEM(item.ptr(), 0);
+      PyObject* value = PyTuple_GET_ITEM(item.ptr(), 1);
+      request.headers.emplace_back(std::string(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)),
+                                   std::string(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)));
+      continue;
+    }
     const auto pair = item.cast<py::sequence>();
     if (pair.size() != 2) throw py::value_error("headers must be (name, value) pairs");
     auto text = [](const py::handle& h) {
@@ -225,19 +235,22 @@ class Completions {
   // Completes one item's future (not if cancelled) and gives up its reference. With the GIL,
   // on the loop's thread.
   static void complete(Item& item) {
+    static const auto* done = new py::str("done");
+    static const auto* set_result = new py::str("set_result");
+    static const auto* set_exception = new py::str("set_exception");
     const auto future = py::reinterpret_steal<py::object>(item.future);
-    if (future.attr("done")().cast<bool>()) return;  // cancelled
+    if (future.attr(*done)().cast<bool>()) return;  // cancelled
     try {
       if (item.error) {
         const py::object type = item.error->code == ErrorCode::invalid_argument
                                     ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
                                     : py::reinterpret_borrow<py::object>(store_error);
-        future.attr("set_exception")(type(item.error->message));
+        future.attr(*set_exception)(type(item.error->message));
       } else {
-        future.attr("set_result")(item.make());
+        future.attr(*set_result)(item.make());
       }
     } catch (py::error_already_set& e) {
-      future.attr("set_exception")(e.value());
+      future.attr(*set_exception)(e.value());
     }
   }
 
@@ -722,6 +735,18 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("body", [](const RequestDecision& d) { return py::bytes(d.body); })
       .def_readonly("content_type", &RequestDecision::content_type)
       .def_readonly("headers", &RequestDecision::headers)
+      .def_property_readonly("asgi_headers",
+                             [](const RequestDecision& d) {
+                               // As ASGI sends them: (bytes, bytes), names in lower case.
+                               py::list out(d.headers.size());
+                               std::size_t i = 0;
+                               for (const auto& [name, value] : d.headers) {
+                                 std::string lower(name);
+                                 for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                                 out[i++] = py::make_tuple(py::bytes(lower), py::bytes(value));
+                               }
+                               return out;
+                             })
       .def_readonly("delay", &RequestDecision::delay)
       .def_readonly("rule", &RequestDecision::rule)
       .def_property_readonly("holds_reservation", [](const RequestDecision& d) { return d.reservation != nullptr; })

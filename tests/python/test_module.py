@@ -108,6 +108,8 @@ def test_a_request_is_decided_as_the_server_decides_it(redis):
     assert last.content_type == "application/json"
     assert last.body.startswith(b'{"error":"Rate limit exceeded","retryAfter":')
     assert "Retry-After" in dict(last.headers)
+    assert last.asgi_headers == [(n.lower().encode(), v.encode()) for n, v in last.headers]
+    assert dict(last.asgi_headers)[b"retry-after"] == dict(last.headers)["Retry-After"].encode()
     unmatched = limiter.check_request("GET", "/elsewhere", headers, "192.0.2.9")
     assert unmatched.admitted and unmatched.rule == "" and unmatched.headers == []
 
@@ -116,6 +118,8 @@ def test_a_request_is_decided_as_the_server_decides_it(redis):
 
     admitted = asyncio.run(one())
     assert admitted.admitted and admitted.rule == "api"
+    # Headers given as str pairs and as bytes pairs identify the user alike: user 7 has its own budget.
+    assert admitted.headers == answers[0].headers
     # One rule for a request, its identity resolved from it.
     by_rule = limiter.check_rule_request("bucket", "GET", "/anything", [], "192.0.2.44")
     assert by_rule.allowed and by_rule.identity == "ip:192.0.2.44"
