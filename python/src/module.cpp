@@ -488,7 +488,7 @@ class Limiter {
     {
       py::gil_scoped_release release;
       middleware_->handle(request, [pending, heartbeats = heartbeats()](http::MiddlewareResult r) mutable {
-        pending->resolve([d = request_decision_of(std::move(r), heartbeats)] { return py::cast(d); });
+        pending->resolve([d = request_decision_of(std::move(r), heartbeats)]() mutable { return py::cast(std::move(d)); });
         pending.reset();
       });
     }
@@ -615,7 +615,7 @@ class Limiter {
         if (m->error) {
           m->pending->fail(*m->error);
         } else {
-          m->pending->resolve([d = std::move(m->decisions)] { return py::cast(d); });
+          m->pending->resolve([d = std::move(m->decisions)]() mutable { return py::cast(std::move(d)); });
         }
         m->pending.reset();
       }
@@ -660,7 +660,7 @@ class Limiter {
       py::gil_scoped_release release;
       keep->evaluate({std::move(app)}, [pending, headers](Result<limiter::Evaluation> ev) mutable {
         if (ev) {
-          pending->resolve([d = decision_of(*ev, headers)] { return py::cast(d); });
+          pending->resolve([d = decision_of(*ev, headers)]() mutable { return py::cast(std::move(d)); });
         } else {
           pending->fail(ev.error());
         }
