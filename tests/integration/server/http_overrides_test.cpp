@@ -19,6 +19,7 @@
 #include "support/doc_blocks.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/openapi.hpp"
 #include "support/redis_server.hpp"
 
 namespace ratekeeper::testing {
@@ -162,17 +163,8 @@ TEST(Overrides, AStoreFailureIsA503AndTheRefreshSaysSoInTheLog) {
 // docs/openapi.yaml lists the fields of the answers: every required field is there, and
 // nothing else.
 TEST(Overrides, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
-  const auto schemas = YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
-  auto required = [&](const char* schema) {
-    std::set<std::string> out;
-    for (const auto& field : schemas[schema]["required"]) out.insert(field.as<std::string>());
-    return out;
-  };
-  auto keys = [](const json& object) {
-    std::set<std::string> out;
-    for (const auto& [key, value] : object.items()) out.insert(key);
-    return out;
-  };
+  const auto required = [](const char* schema) { return testing::openapi_required(schema); };
+  const auto keys = [](const json& object) { return testing::json_keys(object); };
   RedisServer redis;
   const auto server = serve(std::string(kConfig), redis.url());
   HttpClient client(server->port());

@@ -83,6 +83,18 @@ class StoreSuite : public ::testing::TestWithParam<Topology> {
     return fmt::format("suite:{{{}-{}-{}-{}}}:{}", name_of(GetParam()), info->name(), ::getpid(), identity, rule);
   }
 
+  // `n` more stores on the same topology: the instances of a test of several instances.
+  void open_instances(std::vector<std::unique_ptr<Store>>& out, int n = 3) const {
+    for (int i = 0; i < n; ++i) {
+      StoreOptions o;
+      o.url = url_of(GetParam());
+      o.command_timeout = 5 * kMicrosPerSecond;
+      auto opened = open_store(o);
+      ASSERT_TRUE(opened) << opened.error().message;
+      out.push_back(std::move(*opened));
+    }
+  }
+
   std::unique_ptr<Store> store_;
 };
 
@@ -650,14 +662,7 @@ TEST_P(StoreSuite, ReservationsOfSeveralInstancesOvershootAtMostWhatSettledAbove
   const Limit limit = *Limit::make(Algorithm::fixed_window, kLimit, algorithms::kMaxWindow);
   const std::string counted = key("overshoot", "r");
   std::vector<std::unique_ptr<Store>> instances;
-  for (int i = 0; i < 3; ++i) {
-    StoreOptions o;
-    o.url = url_of(GetParam());
-    o.command_timeout = 5 * kMicrosPerSecond;
-    auto opened = open_store(o);
-    ASSERT_TRUE(opened) << opened.error().message;
-    instances.push_back(std::move(*opened));
-  }
+  ASSERT_NO_FATAL_FAILURE(open_instances(instances));
   std::atomic<std::int64_t> actual_sum{0}, above{0}, admitted{0}, errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t) {
@@ -847,14 +852,7 @@ TEST_P(StoreSuite, ConcurrencySlotsOfSeveralInstancesNeverExceedTheLimit) {
   const Limit slots = *Limit::make(Algorithm::concurrency, kSlots, 30 * kMicrosPerSecond);
   const std::string held = key("inflight", "r:slots");
   std::vector<std::unique_ptr<Store>> instances;
-  for (int i = 0; i < 3; ++i) {
-    StoreOptions o;
-    o.url = url_of(GetParam());
-    o.command_timeout = 5 * kMicrosPerSecond;
-    auto opened = open_store(o);
-    ASSERT_TRUE(opened) << opened.error().message;
-    instances.push_back(std::move(*opened));
-  }
+  ASSERT_NO_FATAL_FAILURE(open_instances(instances));
   std::atomic<std::int64_t> in_flight{0}, most{0}, admitted{0}, denied{0}, errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t) {
@@ -945,16 +943,9 @@ TEST_P(StoreSuite, AParentAndItsChildrenAreExactAcrossInstances) {
                                        {{"", *Limit::make(Algorithm::fixed_window, kOrg, algorithms::kMaxWindow)}}};
   config.rules = {members};
   std::vector<std::unique_ptr<Store>> stores;
+  ASSERT_NO_FATAL_FAILURE(open_instances(stores));
   std::vector<std::shared_ptr<limiter::Limiter>> limiters;
-  for (int i = 0; i < 3; ++i) {
-    StoreOptions o;
-    o.url = url_of(GetParam());
-    o.command_timeout = 5 * kMicrosPerSecond;
-    auto opened = open_store(o);
-    ASSERT_TRUE(opened) << opened.error().message;
-    stores.push_back(std::move(*opened));
-    limiters.push_back(std::make_shared<limiter::Limiter>(config, *stores.back()));
-  }
+  for (const auto& store : stores) limiters.push_back(std::make_shared<limiter::Limiter>(config, *store));
   const std::string org = fmt::format("org:{}", info->name());
   std::atomic<std::int64_t> errors{0};
   std::array<std::atomic<std::int64_t>, 4> admitted{};
@@ -1091,16 +1082,9 @@ TEST_P(StoreSuite, AnOverrideSetOnOneInstanceIsExactOnEveryInstanceAfterItsRefre
   api.limits = {{"", *Limit::make(Algorithm::fixed_window, kLimit, algorithms::kMaxWindow)}};
   config.rules = {api};
   std::vector<std::unique_ptr<Store>> stores;
+  ASSERT_NO_FATAL_FAILURE(open_instances(stores));
   std::vector<std::shared_ptr<limiter::Limiter>> limiters;
-  for (int i = 0; i < 3; ++i) {
-    StoreOptions o;
-    o.url = url_of(GetParam());
-    o.command_timeout = 5 * kMicrosPerSecond;
-    auto opened = open_store(o);
-    ASSERT_TRUE(opened) << opened.error().message;
-    stores.push_back(std::move(*opened));
-    limiters.push_back(std::make_shared<limiter::Limiter>(config, *stores.back()));
-  }
+  for (const auto& store : stores) limiters.push_back(std::make_shared<limiter::Limiter>(config, *store));
   const std::string customer = fmt::format("user:{}", info->name());
   // Admitted of `asks` checks of `identity`, from 6 threads over the 3 instances.
   auto burst = [&](const std::string& identity, int asks) {

@@ -18,6 +18,7 @@
 #include "ratekeeper/http/middleware.hpp"
 #include "ratekeeper/limiter/limiter.hpp"
 #include "ratekeeper/store/memory_store.hpp"
+#include "support/openapi.hpp"
 
 namespace ratekeeper::server {
 namespace {
@@ -557,18 +558,8 @@ TEST_F(DecisionApiTest, BadReservationsAndSettlementsAre400sNamingTheField) {
 // docs/openapi.yaml lists the fields of the answers: every required field is there, and
 // nothing else.
 TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
-  const auto schemas =
-      YAML::LoadFile(RATEKEEPER_SOURCE_DIR "/docs/openapi.yaml")["components"]["schemas"];
-  auto required = [&](const char* schema) {
-    std::set<std::string> out;
-    for (const auto& field : schemas[schema]["required"]) out.insert(field.as<std::string>());
-    return out;
-  };
-  auto keys = [](const json& object) {
-    std::set<std::string> out;
-    for (const auto& [key, value] : object.items()) out.insert(key);
-    return out;
-  };
+  const auto required = [](const char* schema) { return ratekeeper::testing::openapi_required(schema); };
+  const auto keys = [](const json& object) { return ratekeeper::testing::json_keys(object); };
   const auto decision =
       json::parse(check(described("DELETE", "/orders/1", {{"X-User-ID", "e"}})).body);
   EXPECT_EQ(keys(decision), required("Decision"));
@@ -580,7 +571,7 @@ TEST_F(DecisionApiTest, AnswersHaveTheFieldsTheOpenApiFileDescribes) {
   const std::string id = reserved.at("reservation");
   reserved.erase("reservation");  // optional: only when reserved
   EXPECT_EQ(keys(reserved), required("Verdict"));
-  EXPECT_TRUE(schemas["Verdict"]["properties"]["reservation"]);
+  EXPECT_TRUE(ratekeeper::testing::openapi_schemas()["Verdict"]["properties"]["reservation"]);
   const auto settled = json::parse(
       send(http::Request{"POST", "/v1/settle", {},
                          json{{"rule", "quota"}, {"identity", "user:e"}, {"reservation", id}, {"cost", 1}}.dump(), {}, 0})
