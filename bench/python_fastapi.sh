@@ -3,15 +3,19 @@
 # worker, without and with ratekeeper's ASGI middleware (each request checked on a local
 # redis-server, all admitted), and with the seed's own middleware (its class through redis-py,
 # the same Redis) for reference, driven by wrk; the rows alternate within each of --repeat
-# runs and the table shows medians: the middleware's cost is 1 − (with / without).
+# runs and the table shows medians: the middleware's cost is 1 − (with / without), with the
+# CPU time per request of uvicorn's event loop thread and of its whole process (the store's
+# thread too). A row on the memory store (decided in process, no Redis, no store thread at
+# work) separates the middleware's own cost from its store's. --before DIR adds a row of the middleware as built in another build directory.
 #
-#   bash bench/python_fastapi.sh [--build DIR] [--seconds S] [--connections C] [--repeat R]
+#   bash bench/python_fastapi.sh [--build DIR] [--before DIR] [--seconds S] [--connections C] [--repeat R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build seconds=10 connections=32 repeat=3
+build=build before= seconds=10 connections=32 repeat=3
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
+    --before) before=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
@@ -35,11 +39,19 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --d
 redis_pid=$!
 app_port=$(free_port 17800) || exit 1
 
-# One row: its name and RATEKEEPER_LIMITED (0, 1 or seed). Appends "name<TAB>requests/s<TAB>p99 ms".
+# CPU seconds (user + system) of thread $2 of process $1, or of the whole process without $2.
+cpu_of() {
+  local stat=/proc/$1/stat
+  [[ -n ${2:-} ]] && stat=/proc/$1/task/$2/stat
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%.4f", ($14 + $15) / hz}' "$stat"
+}
+
+# One row: its name, RATEKEEPER_LIMITED (0, 1 or seed), the build directory of the module and
+# the store (the local redis-server unless given). Appends "name<TAB>requests/s<TAB>p99 ms<TAB>loop µs/request<TAB>process µs/request".
 row() {
-  local name=$1 limited=$2
-  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="redis://127.0.0.1:$redis_port" \
-    PYTHONPATH=$build/python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m uvicorn --app-dir bench \
+  local name=$1 limited=$2 from=${3:-$build} store=${4:-redis://127.0.0.1:$redis_port}
+  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="$store" \
+    PYTHONPATH=$from/python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m uvicorn --app-dir bench \
     python_fastapi_app:app --host 127.0.0.1 --port "$app_port" --log-level warning --no-access-log \
     --no-proxy-headers >"$workdir/app.log" 2>&1 &
   app_pid=$!
@@ -48,25 +60,33 @@ row() {
     sleep 0.05
   done
   wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$app_port/empty" >/dev/null  # warm up
+  local loop0 process0 loop1 process1
+  loop0=$(cpu_of "$app_pid" "$app_pid") process0=$(cpu_of "$app_pid")
   wrk -t1 -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$app_port/empty" >"$workdir/wrk.out"
+  loop1=$(cpu_of "$app_pid" "$app_pid") process1=$(cpu_of "$app_pid")
   kill "$app_pid"
   wait "$app_pid" 2>/dev/null || true
   app_pid=
-  /usr/bin/python3 - "$name" "$workdir/wrk.out" >>"$workdir/rows" <<'PY'
+  /usr/bin/python3 - "$name" "$workdir/wrk.out" "$loop0" "$loop1" "$process0" "$process1" >>"$workdir/rows" <<'PY'
 import re, sys
 text = open(sys.argv[2]).read()
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+done = int(re.search(r"(\d+) requests in", text).group(1))
+loop_us = (float(sys.argv[4]) - float(sys.argv[3])) * 1e6 / done
+process_us = (float(sys.argv[6]) - float(sys.argv[5])) * 1e6 / done
 p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", text)
 scale = {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)]
 if re.search(r"Non-2xx", text):
     sys.exit(f"python_fastapi.sh: {sys.argv[1]}: non-2xx answers:\n{text}")
-print(f"{sys.argv[1]}\t{rps:.0f}\t{float(p99.group(1)) * scale:.2f}")
+print(f"{sys.argv[1]}\t{rps:.0f}\t{float(p99.group(1)) * scale:.2f}\t{loop_us:.1f}\t{process_us:.1f}")
 PY
 }
 
 for ((r = 1; r <= repeat; r++)); do
   row "without middleware" 0
   row "with ratekeeper.asgi (Redis)" 1
+  [[ -n $before ]] && row "with ratekeeper.asgi (Redis), $before" 1 "$before"
+  row "with ratekeeper.asgi (memory://: no store I/O)" 1 "$build" memory://
   row "with the seed's middleware (Redis)" seed
 done
 
@@ -74,14 +94,14 @@ done
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    name, rps, p99 = line.rstrip("\n").split("\t")
-    rows.setdefault(name, []).append((float(rps), float(p99)))
+    name, *values = line.rstrip("\n").split("\t")
+    rows.setdefault(name, []).append([float(v) for v in values])
 print(f"wrk -t1 -c{sys.argv[3]} -d{sys.argv[2]}s, uvicorn 1 worker, medians of {sys.argv[4]} runs")
-print("| row | requests/s | p99 ms |")
-print("|---|---:|---:|")
-med = {n: [statistics.median(r[i] for r in runs) for i in range(2)] for n, runs in rows.items()}
-for name, (rps, p99) in med.items():
-    print(f"| {name} | {rps:.0f} | {p99:.2f} |")
+print("| row | requests/s | p99 ms | event loop thread CPU µs / request | process CPU µs / request |")
+print("|---|---:|---:|---:|---:|")
+med = {n: [statistics.median(r[i] for r in runs) for i in range(4)] for n, runs in rows.items()}
+for name, (rps, p99, loop_us, process_us) in med.items():
+    print(f"| {name} | {rps:.0f} | {p99:.2f} | {loop_us:.1f} | {process_us:.1f} |")
 without, with_ = med["without middleware"][0], med["with ratekeeper.asgi (Redis)"][0]
 print(f"the middleware costs {100 * (1 - with_ / without):.1f} % of the empty endpoint's requests/s ({with_ / without:.3f}x)")
 seed = med.get("with the seed's middleware (Redis)")
