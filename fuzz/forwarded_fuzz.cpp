@@ -3,7 +3,8 @@
 // one trusted-proxy entry per line. Checks: canonical text parses back to the same address
 // (and is_canonical_ipv4 recognises exactly the dotted quads printed as themselves),
 // a block contains its own network, and the client is the peer or one of the forwarded hops,
-// the peer itself whenever the peer is not trusted.
+// the peer itself whenever the peer is not trusted; an empty peer (a Unix socket's) has a
+// client only when `unix` is trusted, and then one of the hops.
 
 #include <cstddef>
 #include <cstdint>
@@ -79,12 +80,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   auto proxies = http::TrustedProxies::parse(cidrs);
   bool all_parse = true;
-  for (const auto& c : cidrs) all_parse = all_parse && http::Cidr::parse(c).has_value();
+  bool unix_sockets = false;
+  for (const auto& c : cidrs) {
+    unix_sockets = unix_sockets || c == http::TrustedProxies::kUnixSockets;
+    all_parse = all_parse && (http::Cidr::parse(c).has_value() || c == http::TrustedProxies::kUnixSockets);
+  }
   require(proxies.has_value() == all_parse);
   if (!proxies) return 0;
+  require(proxies->unix_sockets() == unix_sockets);
 
   const auto peer_ip = http::parse_ip(peer);
   auto client = http::client_ip(peer, forwarded_for, *proxies);
+  if (peer.empty()) {
+    // A Unix socket's peer: a client only through a trusted proxy's report, one of the hops.
+    if (!unix_sockets) require(!client);
+    if (!client) return 0;
+    bool found = false;
+    for (const auto& hop : forwarded) found = found || hop == *client;
+    require(found);
+    return 0;
+  }
   require(client.has_value() == peer_ip.has_value());
   if (!client) return 0;
   if (!proxies->contains(*peer_ip)) {

@@ -692,12 +692,17 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   if (root["trusted_proxies"]) {
     c.trusted_proxies = r.strings(root["trusted_proxies"], "trusted_proxies");
     std::vector<http::Cidr> cidrs;
+    bool unix_sockets = false;
     for (std::size_t i = 0; i < c.trusted_proxies.size(); ++i) {
+      if (c.trusted_proxies[i] == http::TrustedProxies::kUnixSockets) {
+        unix_sockets = true;
+        continue;
+      }
       auto cidr = http::Cidr::parse(c.trusted_proxies[i]);
       if (!cidr) r.fail(Reader::index("trusted_proxies", i), cidr.error().message);
       cidrs.push_back(*cidr);
     }
-    c.middleware.trusted_proxies = http::TrustedProxies(std::move(cidrs));
+    c.middleware.trusted_proxies = http::TrustedProxies(std::move(cidrs), unix_sockets);
   }
   if (const auto h = root["headers"]) {
     r.expect_map(h, "headers", {"draft", "legacy"});

@@ -219,14 +219,19 @@ bool Cidr::contains(const IpAddress& ip) const noexcept {
   return (ip.bytes[full] & mask) == (network.bytes[full] & mask);
 }
 
-Result<TrustedProxies> TrustedProxies::parse(const std::vector<std::string>& cidrs) {
+Result<TrustedProxies> TrustedProxies::parse(const std::vector<std::string>& entries) {
   std::vector<Cidr> out;
-  for (const auto& text : cidrs) {
+  bool unix_sockets = false;
+  for (const auto& text : entries) {
+    if (text == kUnixSockets) {
+      unix_sockets = true;
+      continue;
+    }
     auto c = Cidr::parse(text);
     if (!c) return std::unexpected(c.error());
     out.push_back(*c);
   }
-  return TrustedProxies(std::move(out));
+  return TrustedProxies(std::move(out), unix_sockets);
 }
 
 bool TrustedProxies::contains(const IpAddress& ip) const noexcept {
@@ -236,22 +241,48 @@ bool TrustedProxies::contains(const IpAddress& ip) const noexcept {
   return false;
 }
 
+namespace {
+
+// The rightmost entry of `forwarded_for` that is not blank, taken off it; empty when none.
+std::string_view take_last_hop(std::string_view& forwarded_for) {
+  while (!forwarded_for.empty()) {
+    const auto comma = forwarded_for.rfind(',');
+    const auto entry = comma == std::string_view::npos ? forwarded_for : forwarded_for.substr(comma + 1);
+    forwarded_for = comma == std::string_view::npos ? std::string_view{} : forwarded_for.substr(0, comma);
+    if (!trim(entry).empty()) return entry;
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<IpAddress> client_ip(std::string_view peer, std::string_view forwarded_for,
                             const TrustedProxies& proxies) {
-  auto current = parse_ip(peer);
-  if (!current) {
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("peer '{}' is not an IP address", peer.substr(0, 64)));
+  std::optional<IpAddress> current;
+  if (peer.empty()) {
+    // A Unix socket's peer has no address: only a proxy trusted as such reports the client.
+    if (!proxies.unix_sockets()) {
+      return make_error(ErrorCode::invalid_argument,
+                        "the peer has no IP address (a Unix socket): add 'unix' to trusted_proxies to take "
+                        "the client's from the proxy's X-Forwarded-For");
+    }
+    current = parse_ip(take_last_hop(forwarded_for));
+    if (!current) {
+      return make_error(ErrorCode::invalid_argument,
+                        "the Unix socket's peer (a trusted proxy) sent no client address in X-Forwarded-For");
+    }
+  } else {
+    current = parse_ip(peer);
+    if (!current) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("peer '{}' is not an IP address", peer.substr(0, 64)));
+    }
   }
   // Walk from the right: each hop was appended by the one after it. Stop at the first hop not
   // trusted to report truthfully who connected to it.
   while (proxies.contains(*current) && !forwarded_for.empty()) {
-    const auto comma = forwarded_for.rfind(',');
-    const auto entry =
-        comma == std::string_view::npos ? forwarded_for : forwarded_for.substr(comma + 1);
-    forwarded_for =
-        comma == std::string_view::npos ? std::string_view{} : forwarded_for.substr(0, comma);
-    if (trim(entry).empty()) continue;
+    const auto entry = take_last_hop(forwarded_for);
+    if (entry.empty()) break;
     auto hop = parse_ip(entry);
     if (!hop) break;  // garbage: the trusted proxy that wrote it is the best we know
     current = hop;

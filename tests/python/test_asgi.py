@@ -6,6 +6,7 @@ import json
 import os
 import re
 import textwrap
+from typing import Optional
 
 import httpx
 import pytest
@@ -63,9 +64,10 @@ async def burst(url: str, n: int, headers=None) -> list[httpx.Response]:
         return await asyncio.gather(*[client.get(url, headers=headers) for _ in range(n)])
 
 
-async def asgi_call(app, kind: str, path: str, client: str, **scope) -> list[dict]:
+async def asgi_call(app, kind: str, path: str, client: Optional[str], **scope) -> list[dict]:
     """One request (kind "http") or WebSocket handshake ("websocket") through an ASGI app in
-    process, without a body or messages: what it sent."""
+    process, without a body or messages, from `client` (None: a Unix socket's peer): what it
+    sent."""
     sent = []
 
     async def receive():
@@ -75,7 +77,7 @@ async def asgi_call(app, kind: str, path: str, client: str, **scope) -> list[dic
         sent.append(message)
 
     scope = {"type": kind, "path": path, "raw_path": path.encode(), "query_string": b"", "headers": [],
-             "client": (client, 1), **scope}
+             "client": None if client is None else (client, 1), **scope}
     if kind == "http":
         scope["method"] = "GET"
     await app(scope, receive, send)
@@ -276,6 +278,43 @@ def test_a_forwarded_address_counts_only_from_a_trusted_proxy(redis, tmp_path, a
         assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.1"}).status_code == 429
         # Another client behind the same proxy has its own budget.
         assert client.get("/api/data", headers={"X-Forwarded-For": "198.51.100.2"}).status_code == 200
+
+
+def test_behind_a_proxy_on_a_unix_socket_the_client_is_the_proxys_report():
+    """A Unix socket's peer has no address (scope["client"] is None): with `unix` trusted, the
+    client is the rightmost X-Forwarded-For entry; without it, a 400 that says what to do."""
+    import ratekeeper
+    from ratekeeper.asgi import RateLimitMiddleware
+
+    rules = """
+logging: {decisions: {enabled: false}}
+rules:
+  - {name: api, match: {path: /api}, identity: {type: ip}, limits: [{algorithm: fixed_window, limit: 1, window: 1h}]}
+"""
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def status(middleware, forwarded_for):
+        sent = await asgi_call(middleware, "http", "/api", None, headers=[(b"x-forwarded-for", forwarded_for)])
+        return sent[0]["status"], sent[-1]["body"]
+
+    trusted = ratekeeper.Limiter(yaml="trusted_proxies: [unix]\n" + rules)
+    untrusted = ratekeeper.Limiter(yaml=rules)
+
+    async def main():
+        behind = RateLimitMiddleware(app, trusted)
+        assert (await status(behind, b"198.51.100.1"))[0] == 200
+        assert (await status(behind, b"6.6.6.6, 198.51.100.1"))[0] == 429  # the proxy's report counts
+        assert (await status(behind, b"198.51.100.2"))[0] == 200  # another client, its own budget
+        assert (await status(behind, b""))[0] == 400
+        code, body = await status(RateLimitMiddleware(app, untrusted), b"198.51.100.1")
+        assert code == 400 and b"add 'unix' to trusted_proxies" in body
+
+    asyncio.run(main())
+    trusted.close()
+    untrusted.close()
 
 
 def test_a_usage_cost_is_settled_and_a_slot_held_until_the_response_ends():

@@ -57,23 +57,33 @@ struct Cidr {
 
 class TrustedProxies {
  public:
+  // The entry that trusts a peer without an address: a Unix socket's (an application server
+  // behind a proxy on the same machine).
+  static constexpr std::string_view kUnixSockets = "unix";
+
   TrustedProxies() = default;
-  explicit TrustedProxies(std::vector<Cidr> cidrs) : cidrs_(std::move(cidrs)) {}
-  // invalid_argument naming the entry that does not parse.
-  static Result<TrustedProxies> parse(const std::vector<std::string>& cidrs);
+  explicit TrustedProxies(std::vector<Cidr> cidrs, bool unix_sockets = false)
+      : cidrs_(std::move(cidrs)), unix_sockets_(unix_sockets) {}
+  // Blocks (Cidr::parse) and kUnixSockets; invalid_argument naming the entry that does not
+  // parse.
+  static Result<TrustedProxies> parse(const std::vector<std::string>& entries);
 
   bool contains(const IpAddress& ip) const noexcept;
-  bool empty() const noexcept { return cidrs_.empty(); }
+  bool unix_sockets() const noexcept { return unix_sockets_; }
+  bool empty() const noexcept { return cidrs_.empty() && !unix_sockets_; }
 
  private:
   std::vector<Cidr> cidrs_;
+  bool unix_sockets_ = false;
 };
 
 // The client's IP. The socket peer, unless the peer is a trusted proxy; then the
 // X-Forwarded-For values (all header lines joined with ',', in order) are walked from the
 // right: trusted hops are skipped, the first untrusted address is the client. An entry that
-// does not parse stops the walk at the hop that reported it. invalid_argument only when the
-// peer itself is not an address.
+// does not parse stops the walk at the hop that reported it. An empty peer is a Unix
+// socket's: with kUnixSockets trusted, the walk starts at the rightmost entry (the proxy's
+// own report), which must be an address. invalid_argument when the peer is not an address
+// (an empty one without kUnixSockets, or without a forwarded address).
 Result<IpAddress> client_ip(std::string_view peer, std::string_view forwarded_for,
                             const TrustedProxies& proxies);
 

@@ -189,6 +189,30 @@ TEST_F(ClientIp, BadPeerIsAnError) {
   EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
 }
 
+// An application server behind a proxy on a Unix socket: its peer has no address.
+TEST_F(ClientIp, AUnixSocketPeerHasAClientOnlyWhenUnixSocketsAreTrusted) {
+  auto refused = client_ip("", "198.51.100.1", proxies);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("add 'unix' to trusted_proxies"), std::string::npos);
+
+  proxies = *TrustedProxies::parse({"unix", "10.0.0.0/8"});
+  EXPECT_TRUE(proxies.unix_sockets());
+  EXPECT_FALSE(proxies.empty());
+  // The proxy appended the address that connected to it: the rightmost entry, not one the
+  // client wrote before it; trusted hops are walked past as from any trusted peer.
+  EXPECT_EQ(client("", "1.1.1.1, 198.51.100.1"), "198.51.100.1");
+  EXPECT_EQ(client("", "198.51.100.1, 10.0.0.5"), "198.51.100.1");
+  EXPECT_EQ(client("", "198.51.100.1, "), "198.51.100.1");
+  // Nothing to believe: an error, never an identity shared by every client.
+  EXPECT_EQ(client("", ""), "<error>");
+  EXPECT_EQ(client("", "not-an-ip"), "<error>");
+  EXPECT_EQ(client("", " , "), "<error>");
+  // An address peer is still its own client unless trusted.
+  EXPECT_EQ(client("203.0.113.9", "198.51.100.1"), "203.0.113.9");
+  EXPECT_TRUE(TrustedProxies::parse({"unix"})->unix_sockets());
+  EXPECT_FALSE(TrustedProxies::parse({"UNIX"}));
+}
+
 TEST(CanonicalIpv4, OnlyPlainDottedQuadsAsPrinted) {
   for (const char* yes : {"0.0.0.0", "192.0.2.7", "255.255.255.255", "10.0.0.1"}) {
     EXPECT_TRUE(is_canonical_ipv4(yes)) << yes;

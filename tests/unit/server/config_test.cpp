@@ -126,7 +126,7 @@ store:
   instances: 3
 failure_policy: {default: local, deny_retry_after: 2s}
 key_prefix: rk
-trusted_proxies: [10.0.0.0/8, "2001:db8::/32"]
+trusted_proxies: [10.0.0.0/8, "2001:db8::/32", unix]
 headers: {draft: false, legacy: true}
 logging: {level: debug, decisions: {allow_sample_rate: 0.5, lines_per_second: 10, burst: 20}}
 metrics: {enabled: false}
@@ -151,6 +151,7 @@ rules:
   EXPECT_EQ(c.limiter.prefix, "rk");
   EXPECT_TRUE(c.middleware.trusted_proxies.contains(*http::parse_ip("10.2.3.4")));
   EXPECT_TRUE(c.middleware.trusted_proxies.contains(*http::parse_ip("2001:db8::5")));
+  EXPECT_TRUE(c.middleware.trusted_proxies.unix_sockets());
   EXPECT_FALSE(c.middleware.headers.draft);
   EXPECT_TRUE(c.middleware.headers.legacy);
   EXPECT_EQ(c.logging.level, "debug");
