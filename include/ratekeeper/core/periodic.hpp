@@ -7,6 +7,8 @@
 // stop() (from any thread, also from inside a step) returns once no step is running and none
 // will start, so what a step refers to may be destroyed right after it. A step's asynchronous
 // work may still call `done` later: it is then ignored. The loop must outlive the Periodic.
+// A step runs under the Periodic's lock and `done` takes it: call `done` without holding a
+// lock that a step takes.
 
 #include <functional>
 #include <memory>

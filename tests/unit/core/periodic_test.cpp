@@ -52,22 +52,21 @@ TEST(Periodic, AStepThatIsNotDoneIsNotRepeatedAndALateDoneAfterStopIsIgnored) {
     const std::lock_guard lock(mu);
     held = std::move(done);  // answered later, from elsewhere
   });
+  auto take = [&](Periodic::Done& from) {
+    const std::lock_guard lock(mu);
+    Periodic::Done done = from;
+    return done;
+  };
   ASSERT_TRUE(eventually([&] { return runs.load() == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(runs.load(), 1);  // waits for its done
-  {
-    const std::lock_guard lock(mu);
-    held();
-  }
+  take(held)();  // called without `mu`: the step takes it, under the Periodic's lock
   ASSERT_TRUE(eventually([&] { return runs.load() == 2; }));
   periodic.stop();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   loop.barrier();
   owned.reset();  // the loop goes (as a module's does at close): a late done must not touch it
-  {
-    const std::lock_guard lock(mu);
-    held();
-  }
+  take(held)();
   EXPECT_EQ(runs.load(), 2);
 }
 
