@@ -45,6 +45,8 @@ _UNITS = {
     "h": "h", "hour": "h", "hours": "h",
     "d": "24h", "day": "24h", "days": "24h",
 }
+# A WebSocket refused before its accept is closed with this code (RFC 6455: policy violation).
+_POLICY_VIOLATION = 1008
 _RATE = re.compile(r"^\s*(\d+)\s*(?:/|per)\s*(\d*)\s*([a-z]+)\s*$")
 
 
@@ -213,32 +215,39 @@ class RateLimiter:
         return decorator
 
     def dependency(self, rule: str) -> Callable:
-        """A FastAPI dependency checking the configuration's rule `rule` for the request (its
-        identity as the rule resolves it); raises RateLimitExceeded when it denies."""
+        """A FastAPI dependency checking the configuration's rule `rule` for the request or
+        WebSocket (its identity as the rule resolves it). Denied, a request raises
+        RateLimitExceeded (429); a WebSocket is closed before its accept (code 1008)."""
 
-        async def check_rule(request: Any) -> Decision:
-            decision = await self._check(rule, request.scope)
-            request.state.ratekeeper = decision
+        async def check_rule(connection: Any) -> Decision:
+            decision = await self._check(rule, connection.scope)
+            connection.state.ratekeeper = decision
             if not decision.allowed:
+                if connection.scope["type"] == "websocket":
+                    from starlette.exceptions import WebSocketException
+
+                    raise WebSocketException(code=_POLICY_VIOLATION, reason="Rate limit exceeded")
                 raise RateLimitExceeded(decision)
             return decision
 
-        from starlette.requests import Request
+        from starlette.requests import HTTPConnection
 
         check_rule.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request)],
+            [inspect.Parameter("connection", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=HTTPConnection)],
             return_annotation=Decision)
         return check_rule
 
     def _check(self, rule: str, scope: Scope) -> Awaitable[Decision]:
-        return self.limiter.check_rule_request_async(rule, scope["method"], _target(scope), scope["headers"],
-                                                     _client(scope))
+        # A WebSocket's scope has no method: its handshake is a GET.
+        return self.limiter.check_rule_request_async(rule, scope.get("method", "GET"), _target(scope),
+                                                     scope["headers"], _client(scope))
 
     def _guarded(self, endpoint: Callable, rule: str) -> Callable:
-        """The endpoint behind its rule: FastAPI gives the wrapper the request (a parameter
-        added to the endpoint's signature), the wrapper answers 429 itself when denied."""
+        """The endpoint behind its rule: FastAPI gives the wrapper the request or WebSocket (a
+        parameter added to the endpoint's signature); denied, the wrapper answers 429 itself,
+        or closes the WebSocket before its accept (code 1008)."""
         from starlette.concurrency import run_in_threadpool
-        from starlette.requests import Request
+        from starlette.requests import HTTPConnection
         from starlette.responses import Response
 
         # Annotations resolved in the endpoint's module (FastAPI reads the wrapper's).
@@ -252,6 +261,9 @@ class RateLimiter:
             request = kwargs[parameter] if keeps_request else kwargs.pop(parameter)
             decision = await self._check(rule, request.scope)
             if not decision.allowed:
+                if request.scope["type"] == "websocket":
+                    await request.close(code=_POLICY_VIOLATION)
+                    return None
                 return Response(decision.body, status_code=429, media_type="application/json",
                                 headers=dict(decision.headers))
             if is_async:
@@ -260,7 +272,7 @@ class RateLimiter:
 
         parameters = list(signature.parameters.values())
         if not keeps_request:
-            parameters.append(inspect.Parameter(parameter, inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+            parameters.append(inspect.Parameter(parameter, inspect.Parameter.KEYWORD_ONLY, annotation=HTTPConnection))
         wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         return wrapper
 
@@ -347,4 +359,4 @@ async def _refuse_websocket(scope: Scope, start: dict, body: dict, send: Send) -
         await send({**start, "type": "websocket.http.response.start"})
         await send({**body, "type": "websocket.http.response.body"})
     else:
-        await send({"type": "websocket.close", "code": 1008})
+        await send({"type": "websocket.close", "code": _POLICY_VIOLATION})

@@ -57,14 +57,16 @@ def redis():
 
 
 class App:
-    """docs/python/app.py under uvicorn: `workers` processes sharing one listening socket."""
+    """A FastAPI application under uvicorn (docs/python/app.py unless `module` names another
+    in `app_dir`): `workers` processes sharing one listening socket."""
 
-    def __init__(self, config: str, store: str, workers: int):
+    def __init__(self, config: str, store: str, workers: int, app_dir: str = os.path.join(SOURCE, "docs", "python"),
+                 module: str = "app:app"):
         self.port = free_port()
         self.log = tempfile.TemporaryFile()
         env = dict(os.environ, RATEKEEPER_CONFIG=config, RATEKEEPER_STORE=store)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", os.path.join(SOURCE, "docs", "python"), "app:app",
+            [sys.executable, "-m", "uvicorn", "--app-dir", app_dir, module,
              "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers), "--log-level", "warning",
              "--no-proxy-headers"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -101,8 +103,8 @@ class App:
 def app_factory():
     apps = []
 
-    def start(config: str, store: str, workers: int = 3) -> App:
-        app = App(config, store, workers)
+    def start(config: str, store: str, workers: int = 3, **where) -> App:
+        app = App(config, store, workers, **where)
         apps.append(app)
         return app
 

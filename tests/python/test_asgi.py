@@ -181,6 +181,30 @@ def test_websocket_handshakes_are_limited_and_hold_their_slots_while_open(redis,
     asyncio.run(main())
 
 
+def test_websocket_endpoints_are_limited_by_the_decorator_and_the_dependency(redis, config, app_factory):
+    """@limiter.limit and Depends(limiter.dependency(...)) on WebSocket endpoints, under uvicorn
+    with 2 workers on one Redis: the limit holds across workers, and a refused handshake is
+    closed before its accept (403 from this uvicorn)."""
+    import websockets
+    from websockets.exceptions import InvalidStatusCode
+
+    app = app_factory(config, redis.url, workers=2, app_dir=os.path.dirname(__file__), module="websocket_app:app")
+
+    async def attempts(path: str, n: int) -> list:
+        out = []
+        for _ in range(n):
+            try:
+                async with websockets.connect(f"ws://127.0.0.1:{app.port}{path}", open_timeout=10) as ws:
+                    out.append(await ws.recv())
+            except InvalidStatusCode as e:
+                out.append(e.status_code)
+        return out
+
+    # login: 3 an hour per IP; the decorator: 2 an hour.
+    assert asyncio.run(attempts("/ws/dependency", 5)) == ["hello"] * 3 + [403] * 2, app.output()
+    assert asyncio.run(attempts("/ws/decorated", 4)) == ["hello"] * 2 + [403] * 2, app.output()
+
+
 def test_a_refused_handshake_is_a_429_where_the_server_offers_http_responses():
     """ASGI's websocket.http.response extension (newer servers): the refusal is the rejection
     itself, 429 with Retry-After and the seed's body, not a bare close."""
