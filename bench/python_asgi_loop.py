@@ -11,8 +11,6 @@ its own redis-server on a free loopback port and reports its CPU per decision.
 
 import argparse
 import asyncio
-import os
-import resource
 import socket
 import statistics
 import subprocess
@@ -22,14 +20,8 @@ import time
 import ratekeeper
 from ratekeeper.asgi import RateLimitMiddleware
 
-CONFIG = """
-logging: {decisions: {enabled: false}}
-rules:
-  - name: empty
-    match: {path: /empty}
-    identity: {type: ip}
-    limits: [{algorithm: token_bucket, capacity: 1000000000, refill_rate: 1000000}]
-"""
+from python_fastapi_app import RULES  # the rule of bench/python_fastapi.sh's app
+
 IN_FLIGHT = 32
 # What wrk sends.
 HEADERS = [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"wrk"), (b"accept", b"*/*")]
@@ -87,7 +79,7 @@ def main() -> None:
             except OSError:
                 time.sleep(0.05)
     store = f"redis://127.0.0.1:{port}" if port else "memory://"
-    limiter = ratekeeper.Limiter(yaml=CONFIG, store=store)
+    limiter = ratekeeper.Limiter(yaml=RULES, store=store)
     rows = {"bare app": app, "with the middleware": RateLimitMiddleware(app, limiter)}
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in rows}
     n = args.requests

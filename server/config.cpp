@@ -691,18 +691,13 @@ Config read_config(const Reader& r, const YAML::Node& root) {
   if (root["tiers"]) read_tiers(r, root["tiers"], "tiers", c);
   if (root["trusted_proxies"]) {
     c.trusted_proxies = r.strings(root["trusted_proxies"], "trusted_proxies");
-    std::vector<http::Cidr> cidrs;
-    bool unix_sockets = false;
+    // Each entry on its own first, so that an error names it.
     for (std::size_t i = 0; i < c.trusted_proxies.size(); ++i) {
-      if (c.trusted_proxies[i] == http::TrustedProxies::kUnixSockets) {
-        unix_sockets = true;
-        continue;
+      if (auto one = http::TrustedProxies::parse({c.trusted_proxies[i]}); !one) {
+        r.fail(Reader::index("trusted_proxies", i), one.error().message);
       }
-      auto cidr = http::Cidr::parse(c.trusted_proxies[i]);
-      if (!cidr) r.fail(Reader::index("trusted_proxies", i), cidr.error().message);
-      cidrs.push_back(*cidr);
     }
-    c.middleware.trusted_proxies = http::TrustedProxies(std::move(cidrs), unix_sockets);
+    c.middleware.trusted_proxies = *http::TrustedProxies::parse(c.trusted_proxies);
   }
   if (const auto h = root["headers"]) {
     r.expect_map(h, "headers", {"draft", "legacy"});

@@ -67,18 +67,22 @@ def _text(value: Any) -> str:
     return value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else value
 
 
-def _target(scope: Scope) -> str:
-    """The request's path and query as received (`raw_path` is bytes in ASGI; some servers
-    give a WebSocket's as str)."""
+def _described(scope: Scope) -> tuple[str, str, Any, str]:
+    """The request as the limiter reads it, from its ASGI scope: method, path and query as
+    received, headers, and the socket peer's address ("" for none: a Unix socket's). A
+    WebSocket's scope has no method: its handshake is a GET. Its `raw_path` is bytes in ASGI;
+    some servers give a WebSocket's as str."""
     raw = scope.get("raw_path")
     path = _text(raw) if raw else scope.get("path", "/")
     query = _text(scope.get("query_string") or b"")
-    return path + ("?" + query if query else "")
-
-
-def _client(scope: Scope) -> str:
     client = scope.get("client")
-    return client[0] if client else ""
+    return (scope.get("method", "GET"), path + ("?" + query if query else ""), scope["headers"],
+            client[0] if client else "")
+
+
+def _with_headers(message: dict, added: list[tuple[bytes, bytes]]) -> dict:
+    """`message` (a response's start, a WebSocket's accept) with `added` after its headers."""
+    return {**message, "headers": [*message.get("headers", ()), *added]}
 
 
 def _rejection(status: int, body: bytes, content_type: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, dict]:
@@ -238,9 +242,7 @@ class RateLimiter:
         return check_rule
 
     def _check(self, rule: str, scope: Scope) -> Awaitable[Decision]:
-        # A WebSocket's scope has no method: its handshake is a GET.
-        return self.limiter.check_rule_request_async(rule, scope.get("method", "GET"), _target(scope),
-                                                     scope["headers"], _client(scope))
+        return self.limiter.check_rule_request_async(rule, *_described(scope))
 
     def _guarded(self, endpoint: Callable, rule: str) -> Callable:
         """The endpoint behind its rule: FastAPI gives the wrapper the request or WebSocket (a
@@ -300,8 +302,7 @@ class RateLimitMiddleware:
         limiter = self._opened or self._native()
         # A WebSocket's handshake is a GET: decided as one, so that an upgrade is no way around
         # the rules; a concurrency limit holds its slot while the connection is open.
-        decision: RequestDecision = await limiter.check_request_async(scope.get("method", "GET"), _target(scope),
-                                                                      scope["headers"], _client(scope))
+        decision: RequestDecision = await limiter.check_request_async(*_described(scope))
         if not decision.admitted:
             start, body = _rejection(decision.status, decision.body, decision.content_type, decision.asgi_headers)
             if kind == "websocket":
@@ -320,9 +321,7 @@ class RateLimitMiddleware:
                 return
 
             async def send_headed(message: dict) -> None:
-                if message["type"] == first:
-                    message = {**message, "headers": [*message.get("headers", ()), *added]}
-                await send(message)
+                await send(_with_headers(message, added) if message["type"] == first else message)
 
             await self.app(scope, receive, send_headed)
             return
@@ -337,7 +336,7 @@ class RateLimitMiddleware:
                         if name.lower() == usage_header:
                             reported[0] = value
                 if added:
-                    message = {**message, "headers": [*message.get("headers", ()), *added]}
+                    message = _with_headers(message, added)
             await send(message)
 
         try:
