@@ -7,20 +7,26 @@
 # --repeat runs; the table shows medians, the ratio to the seed's class, and Redis CPU per
 # decision (Δ used_cpu_sys + used_cpu_user of INFO cpu over the decisions).
 #
-#   bash bench/python_bench.sh [--build DIR] [--requests N] [--keys K] [--repeat R]
+# With --before DIR (a build of another version of the module), its asyncio and check_many
+# rows run too, interleaved with the others.
+#
+#   bash bench/python_bench.sh [--build DIR] [--before DIR] [--requests N] [--keys K] [--repeat R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build requests=100000 keys=10000 repeat=3
+build=build before_build= requests=100000 keys=10000 repeat=3
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
+    --before) before_build=$2; shift 2 ;;
     --requests) requests=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     *) echo "python_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ -f $build/python/ratekeeper/__init__.py ]] || { echo "python_bench.sh: build the module first (cmake --build $build --target ratekeeper_python)" >&2; exit 1; }
+for b in "$build" ${before_build:+"$before_build"}; do
+  [[ -f $b/python/ratekeeper/__init__.py ]] || { echo "python_bench.sh: build the module first (cmake --build $b --target ratekeeper_python)" >&2; exit 1; }
+done
 workdir=$(mktemp -d)
 redis_pid=
 cleanup() {
@@ -60,12 +66,17 @@ PY
 
 common=(--port "$port" --requests "$requests" --keys "$keys" --capacity 100 --rate 100)
 module() { PYTHONPATH=$build/python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 bench/python_module.py "${common[@]}" "$@"; }
+module_before() { PYTHONPATH=$before_build/python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 bench/python_module.py "${common[@]}" "$@"; }
 for ((r = 1; r <= repeat; r++)); do
   row "seed class (redis-py)" /usr/bin/python3 bench/seed_limiter.py "${common[@]}"
   row "module, sync" module --mode sync
   row "module, 4 threads" module --mode threads --threads 4
   row "module, asyncio 256 in flight" module --mode async --in-flight 256
   row "module, check_many of 1000" module --mode batch --batch 1000
+  if [[ -n $before_build ]]; then
+    row "module before, asyncio 256 in flight" module_before --mode async --in-flight 256
+    row "module before, check_many of 1000" module_before --mode batch --batch 1000
+  fi
 done
 
 /usr/bin/python3 - "$workdir/rows" "$requests" "$keys" "$repeat" <<'PY'

@@ -46,7 +46,9 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 
 double seconds(Micros t) { return static_cast<double>(t) / kMicrosPerSecond; }
 
-// One check of a rule for an identity (Limiter::evaluate of one application).
+// One check of a rule for an identity (Limiter::evaluate of one application). The evaluation
+// is kept as the limiter answered it: its headers and body are written only when asked for
+// (a batch of checks seldom reads them).
 struct Decision {
   bool allowed = true;
   std::int64_t limit = 0;
@@ -55,9 +57,19 @@ struct Decision {
   double reset_after = 0;  // seconds until the limit is full again
   bool by_failure_policy = false;
   std::string rule;
-  std::string identity;
-  Headers headers;  // RateLimit-Policy, RateLimit (and Retry-After when denied), per the configuration
-  std::string body;  // denied: the 429's body, {"error":"Rate limit exceeded","retryAfter":N}; empty when allowed
+  limiter::Evaluation evaluation;
+  http::HeaderOptions header_options;
+
+  const std::string& identity() const {
+    static const std::string none;
+    return evaluation.rules.empty() ? none : evaluation.rules.front().identity;
+  }
+  // RateLimit-Policy, RateLimit (and Retry-After when denied), per the configuration.
+  Headers headers() const { return http::rate_limit_headers(evaluation, header_options); }
+  // Denied: the 429's body, {"error":"Rate limit exceeded","retryAfter":N}; empty when allowed.
+  std::string body() const {
+    return allowed ? std::string() : http::rejection_body(http::retry_after_seconds(evaluation.decision.retry_after));
+  }
 };
 
 // The middleware's answer to a request (http::Middleware::handle).
@@ -93,7 +105,7 @@ PyObject* store_error = nullptr;
   throw py::error_already_set();
 }
 
-Decision decision_of(const limiter::Evaluation& ev, const http::HeaderOptions& options) {
+Decision decision_of(limiter::Evaluation ev, const http::HeaderOptions& options) {
   Decision d;
   d.allowed = ev.allowed;
   d.limit = ev.decision.limit;
@@ -101,12 +113,11 @@ Decision decision_of(const limiter::Evaluation& ev, const http::HeaderOptions& o
   d.retry_after = ev.allowed ? 0 : seconds(ev.decision.retry_after);
   d.reset_after = seconds(ev.decision.reset_after);
   d.by_failure_policy = ev.by_failure_policy;
-  if (!ev.rules.empty()) {
-    d.rule = ev.rules.front().rule->name;
-    d.identity = ev.rules.front().identity;
-  }
-  for (auto& [name, value] : http::rate_limit_headers(ev, options)) d.headers.emplace_back(name, value);
-  if (!ev.allowed) d.body = http::rejection_body(http::retry_after_seconds(ev.decision.retry_after));
+  // The rule's name is copied: the evaluation's rule pointers are the limiter's, which may be
+  // closed while the decision lives on.
+  if (!ev.rules.empty()) d.rule = ev.rules.front().rule->name;
+  d.evaluation = std::move(ev);
+  d.header_options = options;
   return d;
 }
 
@@ -630,7 +641,7 @@ class Limiter {
     for (std::size_t i = 0; i < apps.size(); ++i) {
       keep->evaluate({std::move(apps[i])}, [many, i, headers, finish](Result<limiter::Evaluation> ev) {
         if (ev) {
-          many->decisions[i] = decision_of(*ev, headers);
+          many->decisions[i] = decision_of(std::move(*ev), headers);
         } else {
           const std::lock_guard lock(many->mu);
           if (!many->error) many->error = ev.error();
@@ -648,7 +659,7 @@ class Limiter {
       ev = limiter_->evaluate_sync({std::move(app)});
     }
     if (!ev) raise(ev.error());
-    return decision_of(*ev, config_.middleware.headers);
+    return decision_of(std::move(*ev), config_.middleware.headers);
   }
 
   py::object evaluate_later(limiter::AppliedRule app) {
@@ -660,7 +671,7 @@ class Limiter {
       py::gil_scoped_release release;
       keep->evaluate({std::move(app)}, [pending, headers](Result<limiter::Evaluation> ev) mutable {
         if (ev) {
-          pending->resolve([d = decision_of(*ev, headers)]() mutable { return py::cast(std::move(d)); });
+          pending->resolve([d = decision_of(std::move(*ev), headers)]() mutable { return py::cast(std::move(d)); });
         } else {
           pending->fail(ev.error());
         }
@@ -720,9 +731,9 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("reset_after", &Decision::reset_after)
       .def_readonly("by_failure_policy", &Decision::by_failure_policy)
       .def_readonly("rule", &Decision::rule)
-      .def_readonly("identity", &Decision::identity)
-      .def_readonly("headers", &Decision::headers)
-      .def_property_readonly("body", [](const Decision& d) { return py::bytes(d.body); })
+      .def_property_readonly("identity", &Decision::identity)
+      .def_property_readonly("headers", &Decision::headers)
+      .def_property_readonly("body", [](const Decision& d) { return py::bytes(d.body()); })
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def("__repr__", [](const Decision& d) {
         return fmt::format("Decision(allowed={}, limit={}, remaining={}, retry_after={})", d.allowed ? "True" : "False",

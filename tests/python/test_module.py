@@ -48,6 +48,24 @@ def test_a_check_carries_the_decision_and_its_headers(redis):
     limiter.close()
 
 
+def test_a_decision_is_read_whole_after_its_limiter_is_gone(redis):
+    # A decision keeps what its headers and body are written from: it reads the same once the
+    # limiter that made it is closed and collected.
+    import gc
+
+    limiter = Limiter(yaml=RULES, store=redis.url)
+    many = limiter.check_many("bucket", ["ip:192.0.2.7"] * 4)
+    expected = [(d.rule, d.identity, d.headers, d.body) for d in many]
+    limiter.close()
+    del limiter
+    gc.collect()
+    assert [(d.rule, d.identity, d.headers, d.body) for d in many] == expected
+    assert [d.allowed for d in many] == [True, True, True, False]
+    assert dict(many[3].headers)["RateLimit"] == '"bucket";r=0;t=' + dict(many[3].headers)["Retry-After"]
+    assert many[3].body.startswith(b'{"error":"Rate limit exceeded","retryAfter":')
+    assert many[0].body == b""
+
+
 def test_checks_from_threads_and_coroutines_are_exact(redis):
     limiter = Limiter(yaml=RULES, store=redis.url, threads=2)
     admitted = []

@@ -1,6 +1,8 @@
 #include "coalescer.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <string_view>
 #include <utility>
 
 #include "ratekeeper/core/contained.hpp"
@@ -19,8 +21,39 @@ struct Coalescer::Check {
 // Checks sent together in one call of the batch script; identical checks share one entry.
 struct Coalescer::Batch {
   std::vector<BatchEntry> entries;
-  std::vector<std::vector<Check*>> checks;  // per entry, in issue order
+  // Per entry, in issue order; the first entries.size() are this batch's (the vectors are kept
+  // with their capacity for the next batch).
+  std::vector<std::vector<Check*>> checks;
   ScriptCall call;
+  // The entries by the hash of their keys (open addressing; entry + 1, 0 empty), so that a
+  // check finds its identical entry without comparing itself with every other.
+  std::vector<std::uint32_t> by_hash;
+  std::vector<std::size_t> hashes;  // per entry
+
+  void start(std::size_t checks_in_batch) {
+    entries.clear();
+    for (auto& entry : checks) entry.clear();
+    hashes.clear();
+    by_hash.assign(std::bit_ceil(2 * checks_in_batch), 0);
+  }
+
+  // The entry of a check's items: an identical earlier one's, or a new one.
+  std::size_t entry_of(const std::vector<CheckItem>& items) {
+    std::size_t h = items.size();
+    for (const auto& item : items) h = h * 31 + std::hash<std::string_view>{}(item.key);
+    const std::size_t mask = by_hash.size() - 1;
+    for (std::size_t at = h & mask;; at = (at + 1) & mask) {
+      const std::uint32_t slot = by_hash[at];
+      if (slot == 0) {
+        by_hash[at] = static_cast<std::uint32_t>(entries.size() + 1);
+        entries.push_back({&items, 0});
+        if (checks.size() < entries.size()) checks.emplace_back();
+        hashes.push_back(h);
+        return entries.size() - 1;
+      }
+      if (hashes[slot - 1] == h && *entries[slot - 1].items == items) return slot - 1;
+    }
+  }
 };
 
 template <class T>
@@ -120,19 +153,13 @@ void Coalescer::flush() {
       i = j;
       continue;
     }
-    batch->entries.clear();
-    batch->checks.clear();
+    batch->start(j - i);
     batch->call.deadline = checks[i]->deadline;
     batch->call.slot = options_.slot;
     for (std::size_t k = i; k < j; ++k) {
       const auto& items = checks[k]->items;
       // Identical to an earlier check of the batch (typically one client's key): one entry.
-      std::size_t e = 0;
-      while (e < batch->entries.size() && *batch->entries[e].items != items) ++e;
-      if (e == batch->entries.size()) {
-        batch->entries.push_back({&items, 0});
-        batch->checks.emplace_back();
-      }
+      const std::size_t e = batch->entry_of(items);
       ++batch->entries[e].repeats;
       batch->checks[e].push_back(checks[k]);
       batch->call.deadline = std::min(batch->call.deadline, checks[k]->deadline);
@@ -189,7 +216,7 @@ void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
   std::vector<std::vector<Result<CheckOutcome>>> outcomes;
   if (reply) outcomes = parse_batch(*reply, batch->entries);
   finished();
-  for (std::size_t e = 0; e < batch->checks.size(); ++e) {
+  for (std::size_t e = 0; e < batch->entries.size(); ++e) {
     for (std::size_t r = 0; r < batch->checks[e].size(); ++r) {
       auto done = std::move(batch->checks[e][r]->done);
       // Each check's callback runs whatever the others do.
@@ -203,8 +230,8 @@ void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
     }
   }
   std::lock_guard lock(mu_);
-  for (auto& entry : batch->checks) {
-    for (Check* check : entry) check_pool_.release(check);
+  for (std::size_t e = 0; e < batch->entries.size(); ++e) {
+    for (Check* check : batch->checks[e]) check_pool_.release(check);
   }
   batch_pool_.release(batch);
 }

@@ -798,6 +798,77 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
   }
 }
 
+// One batch of interleaved checks: repeats of three keys, and checks of the same keys that are
+// not identical (another cost, another key beside). Identical checks share one entry, answered
+// one after the other where the first of them stands; the others get entries of their own.
+// Every check answers what it answers sent one call at a time in that order.
+TEST(RedisStore, CoalescedMixOfIdenticalAndDistinctChecksAnswersAsEachGroupAlone) {
+  RedisServer server;
+  auto loop = std::make_shared<EventLoop>(1);
+  RedisStoreOptions o;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
+  o.loop = loop;
+  o.max_batch = 64;
+  RedisStore store(o);
+  ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+
+  constexpr Micros kNow = 1'000'000'000;
+  const Limit l = limit(Algorithm::token_bucket, 7, 100 * kMicrosPerMilli);
+  const auto check_of = [&](const std::string& prefix, int shape) -> std::vector<CheckItem> {
+    switch (shape % 5) {
+      case 0: return {{prefix + "{a}", l, 1}};
+      case 1: return {{prefix + "{b}", l, 1}};
+      case 2: return {{prefix + "{a}", l, 2}};  // a's key, another cost
+      case 3: return {{prefix + "{c}", l, 1}, {prefix + "{c}:x", l, 1}};
+      default: return {{prefix + "{c}", l, 1}};  // c's first key alone
+    }
+  };
+  // Issue order: the shapes interleaved, 40 checks.
+  std::vector<int> shapes;
+  for (int i = 0; i < 40; ++i) shapes.push_back((i * 3 + i / 5) % 5);
+
+  const auto before = store.stats();
+  std::mutex mu;
+  std::vector<std::optional<Result<CheckOutcome>>> batched(shapes.size());
+  std::atomic<std::size_t> answered{0};
+  loop->post(0, [&] {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      store.check(check_of("test:mix:", shapes[i]), kNow, [&, i](Result<CheckOutcome> r) {
+        std::lock_guard lock(mu);
+        batched[i] = std::move(r);
+        answered.fetch_add(1);
+      });
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == shapes.size(); }));
+  ASSERT_EQ(store.stats().batches, before.batches + 1);
+
+  // The same checks one call at a time, on keys of their own (a's key is shared by shapes 0 and
+  // 2, c's by 3 and 4): each group of identical checks together, the groups in the order of
+  // their first check.
+  std::vector<std::size_t> order(shapes.size());
+  std::vector<int> first_of(5, -1);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (first_of[static_cast<std::size_t>(shapes[i])] < 0) first_of[static_cast<std::size_t>(shapes[i])] = static_cast<int>(i);
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return first_of[static_cast<std::size_t>(shapes[x])] < first_of[static_cast<std::size_t>(shapes[y])];
+  });
+  int admitted = 0;
+  for (const std::size_t i : order) {
+    auto one = store.check_sync(check_of("test:alone:", shapes[i]), kNow);
+    ASSERT_TRUE(one) << one.error().message;
+    const auto& got = batched[i];
+    ASSERT_TRUE(got && *got) << "check " << i;
+    EXPECT_EQ((*got)->decision, one->decision) << "check " << i << " shape " << shapes[i];
+    EXPECT_EQ((*got)->items, one->items) << "check " << i << " shape " << shapes[i];
+    admitted += one->decision.allowed;
+  }
+  EXPECT_GT(admitted, 5);  // not all denied: the comparison says something
+}
+
 void flush_while_a_batch_waits(bool functions) {
   RedisServer::Options debug;
   debug.args = {"--enable-debug-command", "local"};
