@@ -712,6 +712,92 @@ class Limiter {
   bool closed_ = false;
 };
 
+// Attributes read on every decision or request are served by CPython's own getset descriptors:
+// pybind11's generic dispatch (argument vectors, a type lookup) costs several times the read.
+// The descriptor is the type's, so CPython has checked that `self` is one of its instances; the
+// objects are made from C++ values only (no constructor is exposed), so each holds one.
+template <class T>
+const T& value_of(PyObject* self) {
+  return *static_cast<const T*>(reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder().value_ptr());
+}
+template <class T, bool T::*M>
+PyObject* get_bool(PyObject* self, void*) {
+  return PyBool_FromLong(value_of<T>(self).*M ? 1 : 0);
+}
+template <class T, std::int64_t T::*M>
+PyObject* get_int(PyObject* self, void*) {
+  return PyLong_FromLongLong(value_of<T>(self).*M);
+}
+template <class T, int T::*M>
+PyObject* get_small_int(PyObject* self, void*) {
+  return PyLong_FromLong(value_of<T>(self).*M);
+}
+template <class T, double T::*M>
+PyObject* get_float(PyObject* self, void*) {
+  return PyFloat_FromDouble(value_of<T>(self).*M);
+}
+
+// Installs `defs` (ended by an entry without a name; static: CPython keeps pointers to them).
+void add_getters(const py::handle& type, PyGetSetDef* defs) {
+  for (PyGetSetDef* def = defs; def->name != nullptr; ++def) {
+    const auto descriptor =
+        py::reinterpret_steal<py::object>(PyDescr_NewGetSet(reinterpret_cast<PyTypeObject*>(type.ptr()), def));
+    if (!descriptor) throw py::error_already_set();
+    type.attr(def->name) = descriptor;
+  }
+}
+
+// A decision's headers as ASGI sends them: (bytes, bytes) pairs, names in lower case.
+PyObject* asgi_headers(PyObject* self, void*) {
+  const auto& headers = value_of<RequestDecision>(self).headers;
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(headers.size()));
+  if (list == nullptr) return nullptr;
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    const auto& [name, value] = headers[i];
+    PyObject* lower = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(name.size()));
+    PyObject* bytes = PyBytes_FromStringAndSize(value.data(), static_cast<Py_ssize_t>(value.size()));
+    PyObject* pair = lower != nullptr && bytes != nullptr ? PyTuple_New(2) : nullptr;
+    if (pair == nullptr) {
+      Py_XDECREF(lower);
+      Py_XDECREF(bytes);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    char* out = PyBytes_AS_STRING(lower);
+    for (const char c : name) *out++ = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    PyTuple_SET_ITEM(pair, 0, lower);
+    PyTuple_SET_ITEM(pair, 1, bytes);
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), pair);
+  }
+  return list;
+}
+
+PyGetSetDef decision_getters[] = {
+    {"allowed", get_bool<Decision, &Decision::allowed>, nullptr, nullptr, nullptr},
+    {"limit", get_int<Decision, &Decision::limit>, nullptr, nullptr, nullptr},
+    {"remaining", get_int<Decision, &Decision::remaining>, nullptr, nullptr, nullptr},
+    {"retry_after", get_float<Decision, &Decision::retry_after>, nullptr,
+     "Seconds until the request could be admitted; 0 when allowed.", nullptr},
+    {"reset_after", get_float<Decision, &Decision::reset_after>, nullptr, "Seconds until the limit is full again.",
+     nullptr},
+    {"by_failure_policy", get_bool<Decision, &Decision::by_failure_policy>, nullptr,
+     "The store failed and the rule's failure policy answered.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyGetSetDef request_decision_getters[] = {
+    {"admitted", get_bool<RequestDecision, &RequestDecision::admitted>, nullptr, nullptr, nullptr},
+    {"status", get_small_int<RequestDecision, &RequestDecision::status>, nullptr, nullptr, nullptr},
+    {"delay", get_float<RequestDecision, &RequestDecision::delay>, nullptr,
+     "Admitted, to be served after this many seconds (on_limit: delay); 0 otherwise.", nullptr},
+    {"holds_reservation",
+     [](PyObject* self, void*) { return PyBool_FromLong(value_of<RequestDecision>(self).reservation != nullptr); },
+     nullptr, "Admitted with a reservation: release (or settle) it when the request ends.", nullptr},
+    {"asgi_headers", asgi_headers, nullptr, "The headers as ASGI sends them: (bytes, bytes), names in lower case.",
+     nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
 }  // namespace
 }  // namespace ratekeeper::python
 
@@ -723,14 +809,9 @@ PYBIND11_MODULE(_native, m) {
                                           nullptr);
   m.attr("StoreError") = py::handle(store_error);
 
-  py::class_<Decision>(m, "Decision")
-      .def_readonly("allowed", &Decision::allowed)
-      .def_readonly("limit", &Decision::limit)
-      .def_readonly("remaining", &Decision::remaining)
-      .def_readonly("retry_after", &Decision::retry_after)
-      .def_readonly("reset_after", &Decision::reset_after)
-      .def_readonly("by_failure_policy", &Decision::by_failure_policy)
-      .def_readonly("rule", &Decision::rule)
+  py::class_<Decision> decision(m, "Decision");
+  add_getters(decision, decision_getters);
+  decision.def_readonly("rule", &Decision::rule)
       .def_property_readonly("identity", &Decision::identity)
       .def_property_readonly("headers", &Decision::headers)
       .def_property_readonly("body", [](const Decision& d) { return py::bytes(d.body()); })
@@ -740,27 +821,12 @@ PYBIND11_MODULE(_native, m) {
                            d.limit, d.remaining, d.retry_after);
       });
 
-  py::class_<RequestDecision>(m, "RequestDecision")
-      .def_readonly("admitted", &RequestDecision::admitted)
-      .def_readonly("status", &RequestDecision::status)
-      .def_property_readonly("body", [](const RequestDecision& d) { return py::bytes(d.body); })
+  py::class_<RequestDecision> request_decision(m, "RequestDecision");
+  add_getters(request_decision, request_decision_getters);
+  request_decision.def_property_readonly("body", [](const RequestDecision& d) { return py::bytes(d.body); })
       .def_readonly("content_type", &RequestDecision::content_type)
       .def_readonly("headers", &RequestDecision::headers)
-      .def_property_readonly("asgi_headers",
-                             [](const RequestDecision& d) {
-                               // As ASGI sends them: (bytes, bytes), names in lower case.
-                               py::list out(d.headers.size());
-                               std::size_t i = 0;
-                               for (const auto& [name, value] : d.headers) {
-                                 std::string lower(name);
-                                 for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-                                 out[i++] = py::make_tuple(py::bytes(lower), py::bytes(value));
-                               }
-                               return out;
-                             })
-      .def_readonly("delay", &RequestDecision::delay)
       .def_readonly("rule", &RequestDecision::rule)
-      .def_property_readonly("holds_reservation", [](const RequestDecision& d) { return d.reservation != nullptr; })
       .def_property_readonly("usage_header",
                              [](const RequestDecision& d) {
                                // The response header whose integer settles the reservation; "" for none.
