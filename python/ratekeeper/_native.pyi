@@ -1,4 +1,4 @@
-from typing import Awaitable, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Iterable, Optional, Sequence, Tuple, Union
 
 _Header = Tuple[Union[str, bytes], Union[str, bytes]]
 
@@ -99,6 +99,12 @@ class Limiter:
     def check_request_async(
         self, method: str, path: str, headers: Iterable[_Header], client: str
     ) -> Awaitable[RequestDecision]: ...
+    def check_asgi_async(self, scope: dict[str, Any]) -> Awaitable[RequestDecision]:
+        """check_request_async of an ASGI scope (http or websocket: a handshake is a GET): its
+        raw_path (else path) and query_string as received, headers, and client (None: a Unix
+        socket's peer)."""
+    def check_rule_asgi_async(self, rule: str, scope: dict[str, Any]) -> Awaitable[Decision]:
+        """check_rule_request_async of an ASGI scope, read as check_asgi_async reads it."""
     def release(self, decision: RequestDecision) -> None: ...
     def settle(self, decision: RequestDecision, cost: int) -> None: ...
     def settle_from_header(self, decision: RequestDecision, value: Optional[str]) -> None: ...

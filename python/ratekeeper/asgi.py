@@ -63,23 +63,6 @@ def _rate(text: str) -> str:
     return f"{count}/{times or 1}{unit}"
 
 
-def _text(value: Any) -> str:
-    return value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else value
-
-
-def _described(scope: Scope) -> tuple[str, str, Any, str]:
-    """The request as the limiter reads it, from its ASGI scope: method, path and query as
-    received, headers, and the socket peer's address ("" for none: a Unix socket's). A
-    WebSocket's scope has no method: its handshake is a GET. Its `raw_path` is bytes in ASGI;
-    some servers give a WebSocket's as str."""
-    raw = scope.get("raw_path")
-    path = _text(raw) if raw else scope.get("path", "/")
-    query = _text(scope.get("query_string") or b"")
-    client = scope.get("client")
-    return (scope.get("method", "GET"), path + ("?" + query if query else ""), scope["headers"],
-            client[0] if client else "")
-
-
 def _with_headers(message: dict, added: list[tuple[bytes, bytes]]) -> dict:
     """`message` (a response's start, a WebSocket's accept) with `added` after its headers."""
     return {**message, "headers": [*message.get("headers", ()), *added]}
@@ -242,7 +225,7 @@ class RateLimiter:
         return check_rule
 
     def _check(self, rule: str, scope: Scope) -> Awaitable[Decision]:
-        return self.limiter.check_rule_request_async(rule, *_described(scope))
+        return self.limiter.check_rule_asgi_async(rule, scope)
 
     def _guarded(self, endpoint: Callable, rule: str) -> Callable:
         """The endpoint behind its rule: FastAPI gives the wrapper the request or WebSocket (a
@@ -302,7 +285,7 @@ class RateLimitMiddleware:
         limiter = self._opened or self._native()
         # A WebSocket's handshake is a GET: decided as one, so that an upgrade is no way around
         # the rules; a concurrency limit holds its slot while the connection is open.
-        decision: RequestDecision = await limiter.check_request_async(*_described(scope))
+        decision: RequestDecision = await limiter.check_asgi_async(scope)
         if not decision.admitted:
             start, body = _rejection(decision.status, decision.body, decision.content_type, decision.asgi_headers)
             if kind == "websocket":

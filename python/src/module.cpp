@@ -187,6 +187,61 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
   return request;
 }
 
+// The bytes of an ASGI scope's value: bytes as they are, str as UTF-8 (some servers give a
+// WebSocket's raw_path as str).
+std::string scope_text(PyObject* value, const char* what) {
+  if (PyBytes_Check(value)) return std::string(PyBytes_AS_STRING(value), static_cast<std::size_t>(PyBytes_GET_SIZE(value)));
+  if (PyUnicode_Check(value)) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(value, &size);
+    if (text == nullptr) throw py::error_already_set();
+    return std::string(text, static_cast<std::size_t>(size));
+  }
+  throw py::type_error(fmt::format("scope[\"{}\"] must be bytes or str", what));
+}
+
+// A request as the middleware reads it, from an ASGI scope (http or websocket): its method (a
+// WebSocket's handshake is a GET), its path and query as received (raw_path, else path), its
+// headers, and the socket peer's address (none: a Unix socket's).
+http::Request request_of_scope(const py::dict& scope) {
+  PyObject* dict = scope.ptr();
+  static PyObject* const k_method = PyUnicode_InternFromString("method");
+  static PyObject* const k_raw_path = PyUnicode_InternFromString("raw_path");
+  static PyObject* const k_path = PyUnicode_InternFromString("path");
+  static PyObject* const k_query = PyUnicode_InternFromString("query_string");
+  static PyObject* const k_headers = PyUnicode_InternFromString("headers");
+  static PyObject* const k_client = PyUnicode_InternFromString("client");
+  PyObject* method = PyDict_GetItemWithError(dict, k_method);
+  PyObject* raw_path = PyDict_GetItemWithError(dict, k_raw_path);
+  PyObject* path = PyDict_GetItemWithError(dict, k_path);
+  PyObject* query = PyDict_GetItemWithError(dict, k_query);
+  PyObject* headers = PyDict_GetItemWithError(dict, k_headers);
+  PyObject* client = PyDict_GetItemWithError(dict, k_client);
+  if (PyErr_Occurred()) throw py::error_already_set();
+  if (headers == nullptr) throw py::value_error("an ASGI scope has headers");
+  std::string target;
+  if (raw_path != nullptr && PyObject_IsTrue(raw_path) == 1) {
+    target = scope_text(raw_path, "raw_path");
+  } else if (path != nullptr) {
+    target = scope_text(path, "path");
+  } else {
+    target = "/";
+  }
+  if (query != nullptr && query != Py_None && PyObject_IsTrue(query) == 1) {
+    target += '?';
+    target += scope_text(query, "query_string");
+  }
+  std::string peer;
+  if (client != nullptr && client != Py_None) {
+    if (!PyTuple_Check(client) && !PyList_Check(client)) throw py::type_error("scope[\"client\"] is (host, port) or None");
+    const auto host = py::reinterpret_borrow<py::sequence>(client);
+    if (host.size() < 1) throw py::type_error("scope[\"client\"] is (host, port) or None");
+    peer = host[0].cast<std::string>();
+  }
+  return request_of(method != nullptr ? scope_text(method, "method") : std::string("GET"), std::move(target),
+                    py::reinterpret_borrow<py::iterable>(headers), std::move(peer));
+}
+
 // The answers of one asyncio loop's checks, handed over by the store's threads without the GIL:
 // a thread queues its answer as C++ values and, when the queue was empty, writes to an
 // eventfd the loop watches (add_reader); the loop's drain, on its thread, makes the Python
@@ -478,6 +533,10 @@ class Limiter {
     return evaluate_later(resolved(rule, request_of(std::move(method), std::move(path), headers, std::move(client))));
   }
 
+  py::object check_rule_asgi_async(const std::string& rule, const py::dict& scope) {
+    return evaluate_later(resolved(rule, request_of_scope(scope)));
+  }
+
   RequestDecision check_request(std::string method, std::string path, const py::iterable& headers,
                                 std::string client) {
     open();
@@ -492,20 +551,10 @@ class Limiter {
 
   py::object check_request_async(std::string method, std::string path, const py::iterable& headers,
                                  std::string client) {
-    open();
-    const http::Request request = request_of(std::move(method), std::move(path), headers, std::move(client));
-    auto pending = std::make_shared<Pending>();
-    py::object future = pending->future();
-    {
-      py::gil_scoped_release release;
-      middleware_->handle(request, [pending, heartbeats = heartbeats()](http::MiddlewareResult r) mutable {
-        pending->resolve([d = request_decision_of(std::move(r), heartbeats)]() mutable { return py::cast(std::move(d)); });
-        pending.reset();
-      });
-    }
-    pending->called();
-    return future;
+    return handle_later(request_of(std::move(method), std::move(path), headers, std::move(client)));
   }
+
+  py::object check_asgi_async(const py::dict& scope) { return handle_later(request_of_scope(scope)); }
 
   // The request ended: the slots of its reservation are given back (its estimate stays).
   void release(const RequestDecision& decision) {
@@ -598,6 +647,22 @@ class Limiter {
  private:
   void open() const {
     if (closed_) throw py::value_error("the limiter is closed");
+  }
+
+  // The middleware's answer to `request`, as a future of a RequestDecision.
+  py::object handle_later(const http::Request& request) {
+    open();
+    auto pending = std::make_shared<Pending>();
+    py::object future = pending->future();
+    {
+      py::gil_scoped_release release;
+      middleware_->handle(request, [pending, heartbeats = heartbeats()](http::MiddlewareResult r) mutable {
+        pending->resolve([d = request_decision_of(std::move(r), heartbeats)]() mutable { return py::cast(std::move(d)); });
+        pending.reset();
+      });
+    }
+    pending->called();
+    return future;
   }
 
   // The checks of check_many in flight: each answer in its place; the last one completes.
@@ -859,6 +924,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("client"))
       .def("check_request_async", &Limiter::check_request_async, py::arg("method"), py::arg("path"),
            py::arg("headers"), py::arg("client"))
+      .def("check_asgi_async", &Limiter::check_asgi_async, py::arg("scope"))
+      .def("check_rule_asgi_async", &Limiter::check_rule_asgi_async, py::arg("rule"), py::arg("scope"))
       .def("release", &Limiter::release, py::arg("decision"))
       .def("settle", &Limiter::settle, py::arg("decision"), py::arg("cost"))
       .def("settle_from_header", &Limiter::settle_from_header, py::arg("decision"), py::arg("value"))

@@ -338,3 +338,46 @@ def test_the_documented_limiter_example_runs(redis):
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "True 98"
     assert "prints `True 98`" in section
+
+
+ASGI_RULES = """
+rules:
+  - name: api
+    match: {path_prefix: /api/, methods: [GET]}
+    identity: {type: ip}
+    limits: [{algorithm: fixed_window, limit: 3, window: 1h}]
+"""
+
+
+def test_an_asgi_scope_is_read_as_the_request_it_describes():
+    limiter = Limiter(yaml=ASGI_RULES, store="memory://")
+    peer = ("192.0.2.1", 5000)
+
+    async def decide(**scope):
+        return await limiter.check_asgi_async({"type": "http", "headers": [], **scope})
+
+    async def main():
+        # raw_path as received wins over path; the query follows it.
+        first = await decide(method="GET", raw_path=b"/api/a", path="/elsewhere", query_string=b"q=1", client=peer)
+        assert first.admitted and first.rule == "api"
+        # No raw_path (or an empty one): the path.
+        assert (await decide(method="GET", raw_path=b"", path="/api/b", client=peer)).rule == "api"
+        assert (await decide(method="GET", path="/api/c", raw_path=b"/other", client=peer)).rule == ""
+        # A WebSocket's handshake has no method: a GET, under the same limit (its third request).
+        ws = await limiter.check_asgi_async(
+            {"type": "websocket", "path": "/api/ws", "raw_path": "/api/ws", "headers": [], "client": peer})
+        assert ws.admitted and ws.rule == "api"
+        refused = await decide(method="GET", raw_path=b"/api/a", client=peer)
+        assert not refused.admitted and refused.status == 429
+        # Another method is not this rule's.
+        other = await decide(method="POST", raw_path=b"/api/a", client=peer)
+        assert other.admitted and other.rule == ""
+        # A peer without an address (a Unix socket's) is not trusted to name the client.
+        assert (await decide(method="GET", raw_path=b"/api/a", client=None)).status == 400
+        with pytest.raises(TypeError):
+            await decide(method="GET", raw_path=5, client=peer)
+        with pytest.raises(ValueError):
+            await limiter.check_asgi_async({"type": "http", "method": "GET", "path": "/api/a"})
+
+    asyncio.run(main())
+    limiter.close()
