@@ -8,10 +8,17 @@
 # thread too). A row on the memory store (decided in process, no Redis, no store thread at
 # work) separates the middleware's own cost from its store's. --before DIR adds a row of the middleware as built in another build directory.
 #
+# --instructions counts instead, under callgrind, the instructions uvicorn's process runs per
+# request (its event loop and the store's thread; the same requests, wrk for --seconds after a
+# warm-up): a count the machine's load does not move, where requests/s and CPU time on these
+# shared cores vary from run to run by more than the 10 % the middleware is allowed. With
+# uvicorn CPU-bound (one worker, many connections), requests/s go as the inverse of it.
+#
 #   bash bench/python_fastapi.sh [--build DIR] [--before DIR] [--seconds S] [--connections C] [--repeat R]
+#                                [--instructions]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build before= seconds=10 connections=32 repeat=3
+build=build before= seconds=10 connections=32 repeat=3 instructions=
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -19,6 +26,7 @@ while (($#)); do
     --seconds) seconds=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
+    --instructions) instructions=1; shift ;;
     *) echo "python_fastapi.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +89,68 @@ if re.search(r"Non-2xx", text):
 print(f"{sys.argv[1]}\t{rps:.0f}\t{float(p99.group(1)) * scale:.2f}\t{loop_us:.1f}\t{process_us:.1f}")
 PY
 }
+
+# One row under callgrind: its name, RATEKEEPER_LIMITED, the build directory and the store.
+# Appends "name<TAB>instructions per request<TAB>requests counted".
+row_instructions() {
+  local name=$1 limited=$2 from=${3:-$build} store=${4:-redis://127.0.0.1:$redis_port}
+  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="$store" \
+    PYTHONPATH=$from/python PYTHONDONTWRITEBYTECODE=1 valgrind --tool=callgrind \
+    --callgrind-out-file="$workdir/callgrind.out" /usr/bin/python3 -m uvicorn --app-dir bench \
+    python_fastapi_app:app --host 127.0.0.1 --port "$app_port" --log-level warning --no-access-log \
+    --no-proxy-headers >"$workdir/app.log" 2>&1 &
+  app_pid=$!
+  for _ in $(seq 1200); do
+    curl -sf "http://127.0.0.1:$app_port/empty" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  wrk -t1 -c"$connections" -d3s "http://127.0.0.1:$app_port/empty" >/dev/null  # warm up
+  callgrind_control -z "$app_pid" >/dev/null 2>&1
+  wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$app_port/empty" >"$workdir/wrk.out"
+  rm -f "$workdir"/callgrind.out.*
+  callgrind_control -d "$app_pid" >/dev/null 2>&1
+  kill "$app_pid"
+  wait "$app_pid" 2>/dev/null || true
+  app_pid=
+  /usr/bin/python3 - "$name" "$workdir/wrk.out" "$workdir" >>"$workdir/rows" <<'PY'
+import glob, re, sys
+text = open(sys.argv[2]).read()
+if re.search(r"Non-2xx", text):
+    sys.exit(f"python_fastapi.sh: {sys.argv[1]}: non-2xx answers:\n{text}")
+done = int(re.search(r"(\d+) requests in", text).group(1))
+total = 0
+for dump in glob.glob(sys.argv[3] + "/callgrind.out.*"):
+    total += int(re.search(r"^summary: (\d+)", open(dump).read(), re.M).group(1))
+print(f"{sys.argv[1]}\t{total / done:.0f}\t{done}")
+PY
+}
+
+if [[ -n $instructions ]]; then
+  for ((r = 1; r <= repeat; r++)); do
+    row_instructions "without middleware" 0
+    row_instructions "with ratekeeper.asgi (Redis)" 1
+    [[ -n $before ]] && row_instructions "with ratekeeper.asgi (Redis), $before" 1 "$before"
+    row_instructions "with ratekeeper.asgi (memory://: no store I/O)" 1 "$build" memory://
+  done
+  /usr/bin/python3 - "$workdir/rows" "$seconds" "$connections" "$repeat" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, per_request, done = line.rstrip("\n").split("\t")
+    rows.setdefault(name, []).append((float(per_request), int(done)))
+print(f"uvicorn 1 worker under callgrind, wrk -t1 -c{sys.argv[3]} -d{sys.argv[2]}s, medians of {sys.argv[4]} runs")
+print("| row | instructions / request | × without | requests counted |")
+print("|---|---:|---:|---:|")
+med = {n: statistics.median(r[0] for r in runs) for n, runs in rows.items()}
+without = med["without middleware"]
+for name, runs in rows.items():
+    print(f"| {name} | {med[name]:,.0f} | {med[name] / without:.3f} | {sum(r[1] for r in runs)} |")
+with_ = med["with ratekeeper.asgi (Redis)"]
+print(f"the middleware costs {100 * (1 - without / with_):.1f} % of the empty endpoint's requests/s "
+      f"at equal instructions per second ({without / with_:.3f}x)")
+PY
+  exit 0
+fi
 
 for ((r = 1; r <= repeat; r++)); do
   row "without middleware" 0

@@ -303,8 +303,9 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)
                 return
 
-            async def send_headed(message: dict) -> None:
-                await send(_with_headers(message, added) if message["type"] == first else message)
+            # A plain function handing on send's awaitable: no coroutine of its own per message.
+            def send_headed(message: dict) -> Awaitable[None]:
+                return send(_with_headers(message, added) if message["type"] == first else message)
 
             await self.app(scope, receive, send_headed)
             return

@@ -301,22 +301,31 @@ class Completions {
   // Completes one item's future (not if cancelled) and gives up its reference. With the GIL,
   // on the loop's thread.
   static void complete(Item& item) {
-    static const auto* done = new py::str("done");
-    static const auto* set_result = new py::str("set_result");
-    static const auto* set_exception = new py::str("set_exception");
+    static PyObject* const done = PyUnicode_InternFromString("done");
+    static PyObject* const set_result = PyUnicode_InternFromString("set_result");
+    static PyObject* const set_exception = PyUnicode_InternFromString("set_exception");
     const auto future = py::reinterpret_steal<py::object>(item.future);
-    if (future.attr(*done)().cast<bool>()) return;  // cancelled
+    // The future's methods called by name, without a bound method object each.
+    const auto call = [&future](PyObject* name, PyObject* arg) {
+      PyObject* args[] = {future.ptr(), arg};
+      const std::size_t n = arg == nullptr ? 1 : 2;
+      auto result = py::reinterpret_steal<py::object>(
+          PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+      if (!result) throw py::error_already_set();
+      return result;
+    };
+    if (call(done, nullptr).ptr() == Py_True) return;  // cancelled
     try {
       if (item.error) {
         const py::object type = item.error->code == ErrorCode::invalid_argument
                                     ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
                                     : py::reinterpret_borrow<py::object>(store_error);
-        future.attr(*set_exception)(type(item.error->message));
+        call(set_exception, type(item.error->message).ptr());
       } else {
-        future.attr(*set_result)(item.make());
+        call(set_result, item.make().ptr());
       }
     } catch (py::error_already_set& e) {
-      future.attr(*set_exception)(e.value());
+      call(set_exception, e.value().ptr());
     }
   }
 
@@ -370,7 +379,11 @@ class Pending {
     static auto* get_running_loop = new py::object(py::module_::import("asyncio").attr("get_running_loop"));
     const py::object loop = (*get_running_loop)();
     completions_ = completions_of(loop);
-    future_ = loop.attr("create_future")();
+    static PyObject* const create_future = PyUnicode_InternFromString("create_future");
+    PyObject* args[] = {loop.ptr()};
+    future_ = py::reinterpret_steal<py::object>(
+        PyObject_VectorcallMethod(create_future, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+    if (!future_) throw py::error_already_set();
   }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
