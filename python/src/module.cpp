@@ -121,6 +121,13 @@ Decision decision_of(limiter::Evaluation ev, const http::HeaderOptions& options)
   return d;
 }
 
+// One application as the limiter takes them (moved: a braced list would copy it).
+std::vector<limiter::AppliedRule> alone(limiter::AppliedRule app) {
+  std::vector<limiter::AppliedRule> rules;
+  rules.push_back(std::move(app));
+  return rules;
+}
+
 // Where a Limiter's requests renew their concurrency slots.
 struct Heartbeats {
   EventLoop* loop;
@@ -717,7 +724,7 @@ class Limiter {
     auto keep = limiter_;
     py::gil_scoped_release release;
     for (std::size_t i = 0; i < apps.size(); ++i) {
-      keep->evaluate({std::move(apps[i])}, [many, i, headers, finish](Result<limiter::Evaluation> ev) {
+      keep->evaluate(alone(std::move(apps[i])), [many, i, headers, finish](Result<limiter::Evaluation> ev) {
         if (ev) {
           many->decisions[i] = decision_of(std::move(*ev), headers);
         } else {
@@ -734,7 +741,7 @@ class Limiter {
     Result<limiter::Evaluation> ev;
     {
       py::gil_scoped_release release;
-      ev = limiter_->evaluate_sync({std::move(app)});
+      ev = limiter_->evaluate_sync(alone(std::move(app)));
     }
     if (!ev) raise(ev.error());
     return decision_of(std::move(*ev), config_.middleware.headers);
@@ -747,7 +754,7 @@ class Limiter {
     auto keep = limiter_;
     {
       py::gil_scoped_release release;
-      keep->evaluate({std::move(app)}, [pending, headers](Result<limiter::Evaluation> ev) mutable {
+      keep->evaluate(alone(std::move(app)), [pending, headers](Result<limiter::Evaluation> ev) mutable {
         if (ev) {
           pending->resolve([d = decision_of(std::move(*ev), headers)]() mutable { return py::cast(std::move(d)); });
         } else {
