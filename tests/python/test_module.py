@@ -225,6 +225,13 @@ def test_many_identities_in_one_call_are_each_decided_on_their_own(redis):
     assert limiter.check_many("api", []) == []
     with pytest.raises(ValueError):
         limiter.check_many("api", ["user:ok", ""])
+    # Many store calls in one: each decision in its place, as it arrives; 21 checks of each of
+    # 100 identities under a limit of 20 admit 20 of each.
+    crowd = [f"user:crowd-{i % 100}" for i in range(2100)]
+    decided = limiter.check_many("api", crowd)
+    assert [d.identity for d in decided] == crowd
+    assert sum(d.allowed for d in decided) == 2000
+    assert all(sum(d.allowed for d in decided[k::100]) == 20 for k in range(100))
     limiter.close()
 
 
