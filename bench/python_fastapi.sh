@@ -54,20 +54,27 @@ cpu_of() {
   awk -v hz="$(getconf CLK_TCK)" '{printf "%.4f", ($14 + $15) / hz}' "$stat"
 }
 
+# Starts the app under uvicorn (app_pid), warmed up: RATEKEEPER_LIMITED, the build directory of
+# the module, the store, then the command to run python3 under (none, or valgrind's).
+start_app() {
+  local limited=$1 from=$2 store=$3
+  shift 3
+  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="$store" PYTHONPATH=$from/python PYTHONDONTWRITEBYTECODE=1 \
+    "$@" /usr/bin/python3 -m uvicorn --app-dir bench python_fastapi_app:app --host 127.0.0.1 \
+    --port "$app_port" --log-level warning --no-access-log --no-proxy-headers >"$workdir/app.log" 2>&1 &
+  app_pid=$!
+  for _ in $(seq 1200); do
+    curl -sf "http://127.0.0.1:$app_port/empty" >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  wrk -t1 -c"$connections" -d3s "http://127.0.0.1:$app_port/empty" >/dev/null  # warm up
+}
+
 # One row: its name, RATEKEEPER_LIMITED (0, 1 or seed), the build directory of the module and
 # the store (the local redis-server unless given). Appends "name<TAB>requests/s<TAB>p99 ms<TAB>loop µs/request<TAB>process µs/request".
 row() {
   local name=$1 limited=$2 from=${3:-$build} store=${4:-redis://127.0.0.1:$redis_port}
-  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="$store" \
-    PYTHONPATH=$from/python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m uvicorn --app-dir bench \
-    python_fastapi_app:app --host 127.0.0.1 --port "$app_port" --log-level warning --no-access-log \
-    --no-proxy-headers >"$workdir/app.log" 2>&1 &
-  app_pid=$!
-  for _ in $(seq 200); do
-    curl -sf "http://127.0.0.1:$app_port/empty" >/dev/null 2>&1 && break
-    sleep 0.05
-  done
-  wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$app_port/empty" >/dev/null  # warm up
+  start_app "$limited" "$from" "$store"
   local loop0 process0 loop1 process1
   loop0=$(cpu_of "$app_pid" "$app_pid") process0=$(cpu_of "$app_pid")
   wrk -t1 -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$app_port/empty" >"$workdir/wrk.out"
@@ -94,17 +101,7 @@ PY
 # Appends "name<TAB>instructions per request<TAB>requests counted".
 row_instructions() {
   local name=$1 limited=$2 from=${3:-$build} store=${4:-redis://127.0.0.1:$redis_port}
-  RATEKEEPER_LIMITED=$limited RATEKEEPER_STORE="$store" \
-    PYTHONPATH=$from/python PYTHONDONTWRITEBYTECODE=1 valgrind --tool=callgrind \
-    --callgrind-out-file="$workdir/callgrind.out" /usr/bin/python3 -m uvicorn --app-dir bench \
-    python_fastapi_app:app --host 127.0.0.1 --port "$app_port" --log-level warning --no-access-log \
-    --no-proxy-headers >"$workdir/app.log" 2>&1 &
-  app_pid=$!
-  for _ in $(seq 1200); do
-    curl -sf "http://127.0.0.1:$app_port/empty" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  wrk -t1 -c"$connections" -d3s "http://127.0.0.1:$app_port/empty" >/dev/null  # warm up
+  start_app "$limited" "$from" "$store" valgrind --tool=callgrind --callgrind-out-file="$workdir/callgrind.out"
   callgrind_control -z "$app_pid" >/dev/null 2>&1
   wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$app_port/empty" >"$workdir/wrk.out"
   rm -f "$workdir"/callgrind.out.*

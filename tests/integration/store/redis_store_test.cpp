@@ -58,6 +58,15 @@ std::unique_ptr<Store> open(const StoreOptions& options) {
 
 Limit limit(Algorithm a, std::int64_t capacity, Micros period) { return *Limit::make(a, capacity, period); }
 
+// A RedisStore on `server` (2 s command timeout) whose checks are coalesced on `loop`.
+RedisStoreOptions on_loop(const RedisServer& server, std::shared_ptr<EventLoop> loop) {
+  RedisStoreOptions o;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
+  o.loop = std::move(loop);
+  return o;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -628,10 +637,7 @@ TEST(RedisStore, IndependentInstancesShareOneTokenBucket) {
 TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
   RedisServer server;
   auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o;
-  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
-  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
-  o.loop = loop;
+  RedisStoreOptions o = on_loop(server, loop);
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
 
@@ -688,10 +694,7 @@ TEST(RedisStore, CoalescedChecksOnALoopThreadDecideExactly) {
 // folded into the batch script, which knows no max_delay.
 TEST(RedisStore, ChecksThatMayWaitAreNeverCoalesced) {
   auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o;
-  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{shared_server().host(), shared_server().port(), {}};
-  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
-  o.loop = loop;
+  RedisStoreOptions o = on_loop(shared_server(), loop);
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
 
@@ -751,10 +754,7 @@ TEST(RedisStore, ChecksThatMayWaitAreNeverCoalesced) {
 TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
   RedisServer server;
   auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o;
-  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
-  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
-  o.loop = loop;
+  RedisStoreOptions o = on_loop(server, loop);
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
 
@@ -805,10 +805,7 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
 TEST(RedisStore, CoalescedMixOfIdenticalAndDistinctChecksAnswersAsEachGroupAlone) {
   RedisServer server;
   auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o;
-  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
-  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
-  o.loop = loop;
+  RedisStoreOptions o = on_loop(server, loop);
   o.max_batch = 64;
   RedisStore store(o);
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
