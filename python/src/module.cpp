@@ -168,6 +168,7 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
   if (request.target.empty() || request.target.front() != '/') {
     throw py::value_error("path must start with / (the path and query as received)");
   }
+  if (PyList_Check(headers.ptr())) request.headers.reserve(static_cast<std::size_t>(PyList_GET_SIZE(headers.ptr())));
   for (const auto& item : headers) {
     // ASGI's pairs are tuples of bytes: read in place. Anything else through the generic path.
     if (PyTuple_Check(item.ptr()) && PyTuple_GET_SIZE(item.ptr()) == 2 && PyBytes_Check(PyTuple_GET_ITEM(item.ptr(), 0)) &&
