@@ -16,7 +16,6 @@
 
 #include <atomic>
 #include <cctype>
-#include <condition_variable>
 #include <thread>
 #include <functional>
 #include <future>
@@ -523,32 +522,15 @@ class Limiter {
 
   // One rule for each of many identities, each decided on its own (not all-or-nothing), in
   // one call: the checks go to the store together (coalesced into batch calls on Redis).
-  // The decisions are made into Python objects as they come, while the store still works on
-  // the others: the conversion overlaps the store's round trips instead of following them.
-  py::list check_many(const std::string& rule, const std::vector<std::string>& identities, std::int64_t cost,
-                      const std::string& tier) {
+  std::vector<Decision> check_many(const std::string& rule, const std::vector<std::string>& identities,
+                                   std::int64_t cost, const std::string& tier) {
     auto many = start_many(rule, identities, cost, tier, nullptr);
-    py::list out(identities.size());
-    std::vector<std::size_t> ready;
-    for (bool more = true; more;) {
-      bool failed = false;
-      {
-        py::gil_scoped_release release;
-        std::unique_lock lock(many->mu);
-        many->arrived_cv.wait(lock, [&] { return !many->arrived.empty() || many->left == 0; });
-        ready.swap(many->arrived);
-        more = many->left > 0;
-        failed = many->error.has_value();
-      }
-      if (!failed) {
-        for (const std::size_t i : ready) {
-          PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), py::cast(std::move(many->decisions[i])).release().ptr());
-        }
-      }
-      ready.clear();
+    {
+      py::gil_scoped_release release;
+      many->done.get_future().wait();
     }
     if (many->error) raise(*many->error);
-    return out;
+    return std::move(many->decisions);
   }
 
   py::object check_many_async(const std::string& rule, const std::vector<std::string>& identities, std::int64_t cost,
@@ -704,15 +686,13 @@ class Limiter {
     return future;
   }
 
-  // The checks of check_many in flight: each answer in its place; the synchronous form takes
-  // them as they arrive, the asyncio form's future is completed by the last.
+  // The checks of check_many in flight: each answer in its place; the last one completes.
   struct Many {
-    std::vector<Decision> decisions;  // each written by its check's callback before it arrives
-    std::mutex mu;                    // guards what follows
-    std::condition_variable arrived_cv;
-    std::vector<std::size_t> arrived;  // the synchronous form: decided since the caller last took them
-    std::size_t left = 0;
+    std::vector<Decision> decisions;
     std::optional<Error> error;
+    std::atomic<std::size_t> left{0};
+    std::mutex mu;  // guards error
+    std::promise<void> done;
     std::shared_ptr<Pending> pending;  // the asyncio form's future
   };
 
@@ -726,39 +706,33 @@ class Limiter {
     many->decisions.resize(apps.size());
     many->left = apps.size();
     many->pending = std::move(pending);
-    // The asyncio form, once every check is answered (its decisions all written).
-    const auto complete = [](Many& m) {
-      if (!m.pending) return;
-      if (m.error) {
-        m.pending->fail(*m.error);
-      } else {
-        m.pending->resolve([d = std::move(m.decisions)]() mutable { return py::cast(std::move(d)); });
+    const http::HeaderOptions headers = config_.middleware.headers;
+    auto finish = [headers](const std::shared_ptr<Many>& m) {
+      if (m->pending) {
+        if (m->error) {
+          m->pending->fail(*m->error);
+        } else {
+          m->pending->resolve([d = std::move(m->decisions)]() mutable { return py::cast(std::move(d)); });
+        }
+        m->pending.reset();
       }
-      m.pending.reset();
+      m->done.set_value();
     };
     if (apps.empty()) {
-      complete(*many);
+      finish(many);
       return many;
     }
-    const http::HeaderOptions headers = config_.middleware.headers;
     auto keep = limiter_;
     py::gil_scoped_release release;
     for (std::size_t i = 0; i < apps.size(); ++i) {
-      keep->evaluate(alone(std::move(apps[i])), [many, i, headers, complete](Result<limiter::Evaluation> ev) {
-        if (ev) many->decisions[i] = decision_of(std::move(*ev), headers);
-        bool last = false;
-        bool wake = false;  // the caller sleeps on an empty list: the first arrival wakes it
-        {
+      keep->evaluate(alone(std::move(apps[i])), [many, i, headers, finish](Result<limiter::Evaluation> ev) {
+        if (ev) {
+          many->decisions[i] = decision_of(std::move(*ev), headers);
+        } else {
           const std::lock_guard lock(many->mu);
-          if (!ev && !many->error) many->error = ev.error();
-          if (ev && !many->pending) {
-            wake = many->arrived.empty();
-            many->arrived.push_back(i);
-          }
-          last = --many->left == 0;
+          if (!many->error) many->error = ev.error();
         }
-        if (last) complete(*many);
-        if (wake || last) many->arrived_cv.notify_one();
+        if (many->left.fetch_sub(1) == 1) finish(many);
       });
     }
     return many;
