@@ -227,27 +227,29 @@ http::Request request_of_scope(const py::dict& scope) {
   PyObject* client = PyDict_GetItemWithError(dict, k_client);
   if (PyErr_Occurred()) throw py::error_already_set();
   if (headers == nullptr) throw py::value_error("an ASGI scope has headers");
+  // The values are read by type only (no Python code runs while they are borrowed).
   std::string target;
-  if (raw_path != nullptr && PyObject_IsTrue(raw_path) == 1) {
-    target = scope_text(raw_path, "raw_path");
-  } else if (path != nullptr) {
-    target = scope_text(path, "path");
-  } else {
-    target = "/";
-  }
-  if (query != nullptr && query != Py_None && PyObject_IsTrue(query) == 1) {
-    target += '?';
-    target += scope_text(query, "query_string");
+  if (raw_path != nullptr && raw_path != Py_None) target = scope_text(raw_path, "raw_path");
+  if (target.empty()) target = path != nullptr ? scope_text(path, "path") : std::string("/");
+  if (query != nullptr && query != Py_None) {
+    const std::string text = scope_text(query, "query_string");
+    if (!text.empty()) {
+      target += '?';
+      target += text;
+    }
   }
   std::string peer;
   if (client != nullptr && client != Py_None) {
-    if (!PyTuple_Check(client) && !PyList_Check(client)) throw py::type_error("scope[\"client\"] is (host, port) or None");
-    const auto host = py::reinterpret_borrow<py::sequence>(client);
-    if (host.size() < 1) throw py::type_error("scope[\"client\"] is (host, port) or None");
-    peer = host[0].cast<std::string>();
+    const bool tuple = PyTuple_Check(client);
+    if ((!tuple && !PyList_Check(client)) || Py_SIZE(client) < 1) {
+      throw py::type_error("scope[\"client\"] is (host, port) or None");
+    }
+    PyObject* host = tuple ? PyTuple_GET_ITEM(client, 0) : PyList_GET_ITEM(client, 0);
+    if (!PyUnicode_Check(host)) throw py::type_error("scope[\"client\"] is (host, port) or None");
+    peer = scope_text(host, "client");
   }
-  return request_of(method != nullptr ? scope_text(method, "method") : std::string("GET"), std::move(target),
-                    py::reinterpret_borrow<py::iterable>(headers), std::move(peer));
+  std::string verb = method != nullptr ? scope_text(method, "method") : std::string("GET");
+  return request_of(std::move(verb), std::move(target), py::reinterpret_borrow<py::iterable>(headers), std::move(peer));
 }
 
 // The answers of one asyncio loop's checks, handed over by the store's threads without the GIL:

@@ -381,8 +381,13 @@ def test_an_asgi_scope_is_read_as_the_request_it_describes():
         assert other.admitted and other.rule == ""
         # A peer without an address (a Unix socket's) is not trusted to name the client.
         assert (await decide(method="GET", raw_path=b"/api/a", client=None)).status == 400
+        # raw_path None (a server without it), client as a list: the path, the host.
+        listed = await decide(method="GET", raw_path=None, path="/api/d", client=["192.0.2.9", 1])
+        assert listed.admitted and listed.rule == "api"
         with pytest.raises(TypeError):
             await decide(method="GET", raw_path=5, client=peer)
+        with pytest.raises(TypeError):
+            await decide(method="GET", raw_path=b"/api/a", client=(b"192.0.2.1", 1))
         with pytest.raises(ValueError):
             await limiter.check_asgi_async({"type": "http", "method": "GET", "path": "/api/a"})
 
