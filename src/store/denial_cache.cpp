@@ -29,6 +29,12 @@ struct DenialCache::Shard {
   std::unordered_map<std::string, Denial> denials;
 };
 
+struct DenialCache::Passed {
+  std::vector<CheckItem> items;
+  Micros sent_at = 0;
+  CheckCallback done;
+};
+
 DenialCache::DenialCache(std::unique_ptr<Store> inner, DenialCacheOptions options)
     : inner_(std::move(inner)), options_(options), clock_(&clock_or_system(options_.clock)) {
   const std::size_t n = std::bit_ceil(std::max<std::size_t>(1, options_.shards));
@@ -105,6 +111,38 @@ void DenialCache::record(const std::vector<CheckItem>& items, const CheckOutcome
   }
 }
 
+DenialCache::Passed* DenialCache::pass(const std::vector<CheckItem>& items, Micros sent_at, CheckCallback done) {
+  Passed* passed = nullptr;
+  {
+    const std::lock_guard lock(passed_mu_);
+    if (passed_free_.empty()) {
+      passed = passed_.emplace_back(std::make_unique<Passed>()).get();
+    } else {
+      passed = passed_free_.back();
+      passed_free_.pop_back();
+    }
+  }
+  passed->items = items;  // assigned: the vector's and the keys' capacity is reused
+  passed->sent_at = sent_at;
+  passed->done = std::move(done);
+  return passed;
+}
+
+// The inner store's answer: a denial recorded, the check's own callback called. The callable
+// holds two pointers (no allocation of its own).
+CheckCallback DenialCache::answer_of(Passed* passed) {
+  return [this, passed](Result<CheckOutcome> outcome) {
+    if (outcome && !outcome->decision.allowed) record(passed->items, *outcome, passed->sent_at);
+    CheckCallback done = std::move(passed->done);
+    passed->done = nullptr;
+    {
+      const std::lock_guard lock(passed_mu_);
+      passed_free_.push_back(passed);
+    }
+    done(std::move(outcome));
+  };
+}
+
 void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now, CheckCallback done) {
   // A check that may wait for its turn is admitted where a plain one is denied: always asked.
   if (now || items.empty() || may_delay(items)) {
@@ -118,12 +156,8 @@ void DenialCache::check(std::vector<CheckItem> items, std::optional<Micros> now,
     return;
   }
   // The items are needed again to record a denial (the store takes the originals).
-  std::vector<CheckItem> copy = items;
-  inner_->check(std::move(items), now,
-                [this, copy = std::move(copy), sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
-                  if (outcome && !outcome->decision.allowed) record(copy, *outcome, sent_at);
-                  done(std::move(outcome));
-                });
+  Passed* passed = pass(items, sent_at, std::move(done));
+  inner_->check(std::move(items), now, answer_of(passed));
 }
 
 void DenialCache::reset(std::vector<std::string> keys, ResetCallback done) {
@@ -138,13 +172,8 @@ void DenialCache::reset(std::vector<std::string> keys, ResetCallback done) {
 void DenialCache::reserve(ReservationRecord reservation, std::vector<CheckItem> items, std::optional<Micros> now,
                           CheckCallback done) {
   if (now) return inner_->reserve(std::move(reservation), std::move(items), now, std::move(done));
-  const Micros sent_at = clock_->steady();
-  std::vector<CheckItem> copy = items;
-  inner_->reserve(std::move(reservation), std::move(items), now,
-                  [this, copy = std::move(copy), sent_at, done = std::move(done)](Result<CheckOutcome> outcome) {
-                    if (outcome && !outcome->decision.allowed) record(copy, *outcome, sent_at);
-                    done(std::move(outcome));
-                  });
+  Passed* passed = pass(items, clock_->steady(), std::move(done));
+  inner_->reserve(std::move(reservation), std::move(items), now, answer_of(passed));
 }
 
 void DenialCache::settle(std::string record, std::vector<CheckItem> items, std::optional<Micros> now,

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "ratekeeper/core/clock.hpp"
 #include "ratekeeper/store/store.hpp"
@@ -86,6 +88,12 @@ class DenialCache final : public Store {
   Shard& shard_for(std::size_t hash) const noexcept;
   std::optional<CheckOutcome> lookup(const std::vector<CheckItem>& items, Micros now_steady);
   void record(const std::vector<CheckItem>& items, const CheckOutcome& outcome, Micros sent_at);
+  // A check passed on to the inner store: a copy of its items (to record the denial it may
+  // answer), when it was sent, and its callback. Kept for reuse, with the capacity of its
+  // items and their keys: in the steady state a check allocates nothing here.
+  struct Passed;
+  Passed* pass(const std::vector<CheckItem>& items, Micros sent_at, CheckCallback done);
+  CheckCallback answer_of(Passed* passed);
 
   std::unique_ptr<Store> inner_;
   DenialCacheOptions options_;
@@ -97,6 +105,9 @@ class DenialCache final : public Store {
   // Denials held over all shards, changed under their shard's lock: while none is held, a
   // check is passed on without hashing its keys or taking a lock.
   std::atomic<std::size_t> held_{0};
+  std::mutex passed_mu_;
+  std::vector<std::unique_ptr<Passed>> passed_;  // every one made (stable addresses)
+  std::vector<Passed*> passed_free_;
 };
 
 }  // namespace ratekeeper::store

@@ -57,6 +57,26 @@ class HeldStore final : public Store {
 
 Limit limit(std::int64_t capacity, Micros period) { return *Limit::make(Algorithm::token_bucket, capacity, period); }
 
+// Checks one after the other, of other keys and other numbers of items: each records its own
+// denial (the cache keeps what a check passed on for the next one, and must not mix them).
+TEST(DenialCache, EachCheckRecordsItsOwnItems) {
+  Fixture f;
+  const Limit big = limit(100, 60 * kMicrosPerSecond);
+  const Limit one = limit(1, 60 * kMicrosPerSecond);
+  ASSERT_TRUE(f.cache->check_sync({{"a", big, 1}, {"b", big, 1}})->decision.allowed);
+  ASSERT_TRUE(f.cache->check_sync({{"c", one, 1}})->decision.allowed);
+  ASSERT_FALSE(f.cache->check_sync({{"c", one, 1}})->decision.allowed);
+  EXPECT_EQ(f.cache->stats().recorded, 1u);
+  const int calls = f.counting->calls.load();
+  EXPECT_FALSE(f.cache->check_sync({{"c", one, 1}})->decision.allowed);  // c's denial, known
+  EXPECT_EQ(f.counting->calls.load(), calls);
+  EXPECT_TRUE(f.cache->check_sync({{"a", big, 1}})->decision.allowed);  // a was never denied
+  EXPECT_EQ(f.counting->calls.load(), calls + 1);
+  // A two-item check denied by its second item, after the one-item checks.
+  ASSERT_FALSE(f.cache->check_sync({{"d", big, 1}, {"c", one, 1}})->decision.allowed);
+  EXPECT_EQ(f.cache->stats().recorded, 2u);  // c again (d admitted is not recorded)
+}
+
 TEST(DenialCache, KnownDenialIsAnsweredWithoutTheStore) {
   Fixture f;
   const Limit l = limit(2, 60 * kMicrosPerSecond);
