@@ -109,11 +109,14 @@ void parse_everything(const Reply& reply, std::span<const store::detail::BatchEn
     }
   }
   const auto batch = store::detail::parse_batch(reply, entries);
-  require(batch.size() == entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    require(batch[i].size() == entries[i].repeats);
-    for (const auto& outcome : batch[i]) check_outcome(outcome, entries[i].items->size());
+  std::size_t at = 0;
+  for (const auto& entry : entries) {
+    for (std::size_t r = 0; r < entry.repeats; ++r, ++at) {
+      require(at < batch.size());
+      check_outcome(batch[at], entry.items->size());
+    }
   }
+  require(at == batch.size());
 }
 
 }  // namespace

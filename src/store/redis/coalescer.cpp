@@ -213,16 +213,17 @@ void Coalescer::send_batch(Batch* batch) {
 }
 
 void Coalescer::on_batch_reply(Batch* batch, Result<redis::Reply> reply) {
-  std::vector<std::vector<Result<CheckOutcome>>> outcomes;
+  std::vector<Result<CheckOutcome>> outcomes;  // entry by entry, each entry's repetitions in order
   if (reply) outcomes = parse_batch(*reply, batch->entries);
   finished();
+  std::size_t at = 0;
   for (std::size_t e = 0; e < batch->entries.size(); ++e) {
-    for (std::size_t r = 0; r < batch->checks[e].size(); ++r) {
+    for (std::size_t r = 0; r < batch->checks[e].size(); ++r, ++at) {
       auto done = std::move(batch->checks[e][r]->done);
       // Each check's callback runs whatever the others do.
       contain("a coalesced check's callback", [&] {
         if (reply) {
-          done(std::move(outcomes[e][r]));
+          done(std::move(outcomes[at]));
         } else {
           done(std::unexpected(reply.error()));
         }

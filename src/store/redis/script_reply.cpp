@@ -163,7 +163,7 @@ bool read_closed_form(BatchReader& in, const BatchEntry& e, std::vector<Result<C
   if (*admitted < repeats) {
     const auto denial = in.decision(item);
     if (!denial || denial->allowed) return false;
-    out.resize(e.repeats, CheckOutcome{*denial, {*denial}});
+    out.resize(out.size() + static_cast<std::size_t>(repeats - *admitted), CheckOutcome{*denial, {*denial}});
   }
   return true;
 }
@@ -182,8 +182,10 @@ bool read_check(BatchReader& in, const std::vector<CheckItem>& items, std::vecto
   return true;
 }
 
+// Appends the entry's e.repeats outcomes to `out`.
 bool read_entry(BatchReader& in, const BatchEntry& e, std::vector<Result<CheckOutcome>>& out) {
   const auto& items = *e.items;
+  const std::size_t start = out.size();
   if (items.size() == 1 && e.repeats == 1) return read_check(in, items, out);
   if (items.size() == 1 && e.repeats > 1 && items[0].limit.algorithm == algorithms::Algorithm::token_bucket) {
     return read_closed_form(in, e, out);
@@ -196,20 +198,22 @@ bool read_entry(BatchReader& in, const BatchEntry& e, std::vector<Result<CheckOu
     if (!out.back()->decision.allowed && r + 1 < *answered) return false;
   }
   // The checks after the first denial were denied alike (nothing changed in between).
-  if (out.size() < e.repeats) {
+  if (out.size() - start < e.repeats) {
     if (out.back()->decision.allowed) return false;
-    out.resize(e.repeats, out.back());
+    out.resize(start + e.repeats, out.back());
   }
   return true;
 }
 
 }  // namespace
 
-std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
-                                                           std::span<const BatchEntry> entries) {
-  std::vector<std::vector<Result<CheckOutcome>>> out(entries.size());
+std::vector<Result<CheckOutcome>> parse_batch(const redis::Reply& reply, std::span<const BatchEntry> entries) {
+  std::size_t checks = 0;
+  for (const auto& e : entries) checks += e.repeats;
+  std::vector<Result<CheckOutcome>> out;
+  out.reserve(checks);
   auto fail_all = [&](const Error& error) {
-    for (std::size_t i = 0; i < entries.size(); ++i) out[i].assign(entries[i].repeats, std::unexpected(error));
+    out.assign(checks, std::unexpected(error));
     return out;
   };
   if (reply.is_error()) return fail_all(Error{ErrorCode::reply, reply.str});
@@ -218,8 +222,7 @@ std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& r
   }
   BatchReader in(reply);
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    out[i].reserve(entries[i].repeats);
-    if (!read_entry(in, entries[i], out[i])) {
+    if (!read_entry(in, entries[i], out)) {
       return fail_all(Error{ErrorCode::protocol, fmt::format("batch script reply: entry {} of {} malformed: {}", i,
                                                              entries.size(), reply.to_string())});
     }

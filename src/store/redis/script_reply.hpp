@@ -51,10 +51,10 @@ Result<CheckOutcome> parse_delayed_outcome(const redis::Reply& reply, std::size_
 // parse_outcome.
 Result<CheckOutcome> parse_check_outcome(const redis::Reply& reply, std::span<const CheckItem> items);
 
-// A batch script reply → for each entry, one outcome per repetition, each parsed as
-// parse_outcome does. An error reply (or a malformed one) gives every check that error.
-std::vector<std::vector<Result<CheckOutcome>>> parse_batch(const redis::Reply& reply,
-                                                           std::span<const BatchEntry> entries);
+// A batch script reply → one outcome per check, each parsed as parse_outcome does: the
+// entries in order, each entry's repetitions one after the other (entries[0].repeats outcomes,
+// then entries[1]'s, ...). An error reply (or a malformed one) gives every check that error.
+std::vector<Result<CheckOutcome>> parse_batch(const redis::Reply& reply, std::span<const BatchEntry> entries);
 
 // "multi_at" and "refund" replies for `items` items.
 Result<TimedOutcome> parse_timed_outcome(const redis::Reply& reply, std::size_t items);

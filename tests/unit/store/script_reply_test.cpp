@@ -38,18 +38,17 @@ TEST(ScriptReply, RepeatedTokenBucketCheckUnfoldsFromItsClosedForm) {
   Repeated r(4);
   // Three admitted, the first leaving 8 tokens and full again in 200 ms; the fourth denied.
   const auto out = parse_batch(integers({3, 1, 8, 0, 200'000, 0, 2, 100'000, 800'000}), r.entries);
-  ASSERT_EQ(out.size(), 1u);
-  ASSERT_EQ(out[0].size(), 4u);
+  ASSERT_EQ(out.size(), 4u);
   for (std::int64_t k = 0; k < 3; ++k) {
-    const auto& o = out[0][static_cast<std::size_t>(k)];
+    const auto& o = out[static_cast<std::size_t>(k)];
     ASSERT_TRUE(o) << o.error().message;
     EXPECT_TRUE(o->decision.allowed);
     EXPECT_EQ(o->decision.remaining, 8 - 2 * k);
     EXPECT_EQ(o->decision.reset_after, 200'000 + 200'000 * k);
   }
-  ASSERT_TRUE(out[0][3]);
-  EXPECT_FALSE(out[0][3]->decision.allowed);
-  EXPECT_EQ(out[0][3]->decision.retry_after, 100'000);
+  ASSERT_TRUE(out[3]);
+  EXPECT_FALSE(out[3]->decision.allowed);
+  EXPECT_EQ(out[3]->decision.retry_after, 100'000);
 }
 
 // Found while writing fuzz/resp_fuzz, reproduced by it (corpus/resp/crash-compact-overflow,
@@ -68,8 +67,8 @@ TEST(ScriptReply, RepeatedCheckReplyThatCannotBeTheScriptsIsAProtocolError) {
     std::vector<std::int64_t> fields{3};
     fields.insert(fields.end(), first.begin(), first.end());
     const auto out = parse_batch(integers(fields), r.entries);
-    ASSERT_EQ(out[0].size(), 3u);
-    for (const auto& o : out[0]) {
+    ASSERT_EQ(out.size(), 3u);
+    for (const auto& o : out) {
       ASSERT_FALSE(o) << "remaining " << o->decision.remaining << ", reset_after "
                       << o->decision.reset_after;
       EXPECT_EQ(o.error().code, ErrorCode::protocol);
@@ -91,17 +90,15 @@ TEST(ScriptReply, BatchReplyIsReadEntryByEntry) {
                                          1, 9, 0, 100'000, 1, 4, 0, 900'000,   // b, c
                                          1, 8, 0, 200'000, 0, 4, 900'000, 900'000}),
                                entries);
-  ASSERT_EQ(out.size(), 2u);
-  ASSERT_EQ(out[0].size(), 1u);
-  ASSERT_TRUE(out[0][0]);
-  EXPECT_EQ(out[0][0]->decision, (Decision{true, 10, 9, 0, 100'000}));
-  ASSERT_EQ(out[1].size(), 2u);
-  ASSERT_TRUE(out[1][0] && out[1][1]);
+  ASSERT_EQ(out.size(), 3u);  // a, then the two checks of b and c
+  ASSERT_TRUE(out[0]);
+  EXPECT_EQ(out[0]->decision, (Decision{true, 10, 9, 0, 100'000}));
+  ASSERT_TRUE(out[1] && out[2]);
   // Admitted: the limit with the fewest remaining (c), the longest reset_after.
-  EXPECT_EQ(out[1][0]->decision, (Decision{true, 5, 4, 0, 900'000}));
-  EXPECT_EQ(out[1][0]->items.at(0), (Decision{true, 10, 9, 0, 100'000}));
+  EXPECT_EQ(out[1]->decision, (Decision{true, 5, 4, 0, 900'000}));
+  EXPECT_EQ(out[1]->items.at(0), (Decision{true, 10, 9, 0, 100'000}));
   // Denied by c: its limit, remaining and retry_after.
-  EXPECT_EQ(out[1][1]->decision, (Decision{false, 5, 4, 900'000, 900'000}));
+  EXPECT_EQ(out[2]->decision, (Decision{false, 5, 4, 900'000, 900'000}));
 }
 
 TEST(ScriptReply, BatchReplyOfAnotherShapeFailsEveryCheck) {
@@ -118,13 +115,10 @@ TEST(ScriptReply, BatchReplyOfAnotherShapeFailsEveryCheck) {
            std::vector<std::int64_t>{1, 9, 0, 100'000, 2, 0, 9, 5, 1, 1, 9, 0, 1,         // a denial, then more
                                      1, 9, 0, 1, 1, 9, 0, 1}}) {
     const auto out = parse_batch(integers(fields), entries);
-    ASSERT_EQ(out.size(), 2u);
-    EXPECT_EQ(out[1].size(), 3u);
-    for (const auto& entry : out) {
-      for (const auto& o : entry) {
-        ASSERT_FALSE(o);
-        EXPECT_EQ(o.error().code, ErrorCode::protocol);
-      }
+    ASSERT_EQ(out.size(), 4u);  // one, and three of two
+    for (const auto& o : out) {
+      ASSERT_FALSE(o);
+      EXPECT_EQ(o.error().code, ErrorCode::protocol);
     }
   }
 }
