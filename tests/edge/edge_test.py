@@ -139,6 +139,17 @@ def metric(text, series):
     return None
 
 
+def scraped(port, ready):
+    """The admin listener's /metrics once `ready(text)` holds (or after 10 s): a request's
+    latency is recorded once its response is written, which its client may see first."""
+    end = time.monotonic() + 10
+    while True:
+        _, text = plain_get(port, "/metrics")
+        if ready(text) or time.monotonic() > end:
+            return text
+        time.sleep(0.05)
+
+
 def plain_get(port, path):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
@@ -467,7 +478,8 @@ rules:
         self.assertEqual(refused.exception.status_code, 429)
         self.assertEqual(len(echo.paths), 2)
         self.assertEqual(echo.paths[0][1]["x-forwarded-for"], "127.0.0.1")
-        _, text = plain_get(admin, "/metrics")
+        # A tunnel is counted closed once both its sides are, which the client may see first.
+        text = scraped(admin, lambda text: metric(text, "ratekeeper_proxy_tunnels_open") == 0)
         self.assertEqual(metric(text, "ratekeeper_proxy_upgrades_total"), 2)
         self.assertEqual(metric(text, "ratekeeper_proxy_tunnels_open"), 0)
         # Both ended by a side closing (after the close handshake, the server closes first).
@@ -506,7 +518,7 @@ rules:
                 return "message"
 
         self.assertEqual(asyncio.run(idle()), "closed")
-        _, text = plain_get(admin, "/metrics")
+        text = scraped(admin, lambda text: metric(text, "ratekeeper_proxy_tunnels_open") == 0)
         self.assertEqual(metric(text, "ratekeeper_proxy_tunnels_open"), 0)
         self.assertEqual(metric(text, 'ratekeeper_proxy_tunnels_closed_total{reason="idle"}'), 1)
         self.assertRegex(rk.log(), r"tunnel of 127\.0\.0\.1 closed after \d+s: "
@@ -562,7 +574,10 @@ admin: {{listen: 127.0.0.1:{self.admin}}}
         """The access log's lines once there are at least `at_least` (written twice a second)."""
         end = time.monotonic() + 10
         while True:
-            text = open(path).read() if os.path.exists(path) else ""
+            text = ""
+            if os.path.exists(path):
+                with open(path) as f:
+                    text = f.read()
             lines = [json.loads(line) for line in text.splitlines()]
             if len(lines) >= at_least or time.monotonic() > end:
                 return lines
@@ -592,7 +607,8 @@ admin: {{listen: 127.0.0.1:{self.admin}}}
         self.proxy(f"access_log: {{path: {log}, max_lines_per_second: 5}}\n")
         for _ in range(40):
             plain_get(self.port, "/other")
-        _, text = plain_get(self.admin, "/metrics")
+        text = scraped(self.admin, lambda text: (metric(text, 'ratekeeper_access_log_lines_total{result="written"}') or 0)
+                       + (metric(text, 'ratekeeper_access_log_lines_total{result="dropped"}') or 0) >= 40)
         written = metric(text, 'ratekeeper_access_log_lines_total{result="written"}')
         dropped = metric(text, 'ratekeeper_access_log_lines_total{result="dropped"}')
         self.assertEqual(written + dropped, 40)
@@ -622,7 +638,10 @@ admin: {{listen: 127.0.0.1:{self.admin}}}
         self.proxy("")
         for _ in range(3):
             plain_get(self.port, "/api/data")
-        _, text = plain_get(self.admin, "/metrics")
+        text = scraped(self.admin, lambda text: (
+            metric(text, 'ratekeeper_http_request_duration_seconds_count{rule="api",outcome="rejected"}'),
+            metric(text, 'ratekeeper_http_request_duration_seconds_count{rule="api",outcome="admitted"}'),
+            metric(text, 'ratekeeper_proxy_upstream_duration_seconds_count{rule="api"}')) == (1, 2, 2))
         self.assertEqual(metric(text, 'ratekeeper_http_request_duration_seconds_count{rule="api",outcome="admitted"}'), 2)
         self.assertEqual(metric(text, 'ratekeeper_http_request_duration_seconds_count{rule="api",outcome="rejected"}'), 1)
         self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_duration_seconds_count{rule="api"}'), 2)
