@@ -908,6 +908,12 @@ PYBIND11_MODULE(_native, m) {
         return fmt::format("Decision(allowed={}, limit={}, remaining={}, retry_after={})", d.allowed ? "True" : "False",
                            d.limit, d.remaining, d.retry_after);
       });
+  // `if decision:` is read through the type's slot directly (the __bool__ above stays for
+  // introspection and answers the same).
+  reinterpret_cast<PyTypeObject*>(decision.ptr())->tp_as_number->nb_bool = [](PyObject* self) {
+    return value_of<Decision>(self).allowed ? 1 : 0;
+  };
+  PyType_Modified(reinterpret_cast<PyTypeObject*>(decision.ptr()));
 
   py::class_<RequestDecision> request_decision(m, "RequestDecision");
   add_getters(request_decision, request_decision_getters);
