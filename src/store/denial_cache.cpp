@@ -115,12 +115,7 @@ DenialCache::Passed* DenialCache::pass(const std::vector<CheckItem>& items, Micr
   Passed* passed = nullptr;
   {
     const std::lock_guard lock(passed_mu_);
-    if (passed_free_.empty()) {
-      passed = passed_.emplace_back(std::make_unique<Passed>()).get();
-    } else {
-      passed = passed_free_.back();
-      passed_free_.pop_back();
-    }
+    passed = passed_.acquire();
   }
   passed->items = items;  // assigned: the vector's and the keys' capacity is reused
   passed->sent_at = sent_at;
@@ -137,7 +132,7 @@ CheckCallback DenialCache::answer_of(Passed* passed) {
     passed->done = nullptr;
     {
       const std::lock_guard lock(passed_mu_);
-      passed_free_.push_back(passed);
+      passed_.release(passed);
     }
     done(std::move(outcome));
   };

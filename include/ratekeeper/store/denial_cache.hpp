@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ratekeeper/core/clock.hpp"
+#include "ratekeeper/core/reuse_pool.hpp"
 #include "ratekeeper/store/store.hpp"
 
 namespace ratekeeper::store {
@@ -106,8 +107,7 @@ class DenialCache final : public Store {
   // check is passed on without hashing its keys or taking a lock.
   std::atomic<std::size_t> held_{0};
   std::mutex passed_mu_;
-  std::vector<std::unique_ptr<Passed>> passed_;  // every one made (stable addresses)
-  std::vector<Passed*> passed_free_;
+  ReusePool<Passed> passed_;  // under passed_mu_
 };
 
 }  // namespace ratekeeper::store

@@ -56,14 +56,6 @@ struct Coalescer::Batch {
   }
 };
 
-template <class T>
-T* Coalescer::Pool<T>::acquire() {
-  if (free_.empty()) return all_.emplace_back(std::make_unique<T>()).get();
-  T* t = free_.back();
-  free_.pop_back();
-  return t;
-}
-
 Coalescer::Coalescer(const ScriptClient& client, Post post, Options options)
     : client_(client), post_(std::move(post)), options_(options) {
   options_.max_batch = std::max<std::size_t>(1, options_.max_batch);

@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "ratekeeper/core/reuse_pool.hpp"
 #include "script_client.hpp"
 
 namespace ratekeeper::store::detail {
@@ -58,17 +59,6 @@ class Coalescer {
  private:
   struct Check;
   struct Batch;
-  // Objects kept for reuse: in use from acquire() to release(). Under mu_.
-  template <class T>
-  class Pool {
-   public:
-    T* acquire();
-    void release(T* t) { free_.push_back(t); }
-
-   private:
-    std::vector<std::unique_ptr<T>> all_;  // stable addresses; nothing allocated until used
-    std::vector<T*> free_;
-  };
 
   void schedule_flush();  // under no lock
   void flush();
@@ -83,8 +73,9 @@ class Coalescer {
   Post post_;
   Options options_;
   std::mutex mu_;
-  Pool<Check> check_pool_;
-  Pool<Batch> batch_pool_;
+  // Checks and batches kept for reuse: in use from acquire() to release(). Under mu_.
+  ReusePool<Check> check_pool_;
+  ReusePool<Batch> batch_pool_;
   std::vector<Check*> queued_;
   bool flush_posted_ = false;
   std::size_t in_flight_ = 0;
