@@ -158,6 +158,24 @@ RequestDecision request_decision_of(http::MiddlewareResult r, const Heartbeats& 
   return d;
 }
 
+// The bytes of a value given as bytes (as they are) or str (as UTF-8); anything else is a
+// TypeError saying `wrong`. Reads by type only: no Python code runs.
+std::string bytes_or_str(PyObject* value, const std::string& wrong) {
+  if (PyBytes_Check(value)) return std::string(PyBytes_AS_STRING(value), static_cast<std::size_t>(PyBytes_GET_SIZE(value)));
+  if (PyUnicode_Check(value)) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(value, &size);
+    if (text == nullptr) throw py::error_already_set();
+    return std::string(text, static_cast<std::size_t>(size));
+  }
+  throw py::type_error(wrong);
+}
+
+// An ASGI scope's value: bytes, or str (some servers give a WebSocket's raw_path as str).
+std::string scope_text(PyObject* value, const char* what) {
+  return bytes_or_str(value, fmt::format("scope[\"{}\"] must be bytes or str", what));
+}
+
 // A request as the middleware reads it. `headers`: (name, value) pairs as received (bytes or
 // str; ASGI gives bytes), `client`: the socket peer's address.
 http::Request request_of(std::string method, std::string path, const py::iterable& headers, std::string client) {
@@ -180,12 +198,9 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
     }
     const auto pair = item.cast<py::sequence>();
     if (pair.size() != 2) throw py::value_error("headers must be (name, value) pairs");
-    auto text = [](const py::handle& h) {
-      if (py::isinstance<py::bytes>(h)) return h.cast<std::string>();
-      if (py::isinstance<py::str>(h)) return h.cast<std::string>();
-      throw py::type_error("a header's name and value are bytes or str");
-    };
-    request.headers.emplace_back(text(pair[0]), text(pair[1]));
+    static const std::string wrong = "a header's name and value are bytes or str";
+    request.headers.emplace_back(bytes_or_str(py::object(pair[0]).ptr(), wrong),
+                                 bytes_or_str(py::object(pair[1]).ptr(), wrong));
   }
   if (!client.empty()) {
     const auto ip = http::parse_ip(client);
@@ -193,19 +208,6 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
     request.peer_address = ip->to_string();
   }
   return request;
-}
-
-// The bytes of an ASGI scope's value: bytes as they are, str as UTF-8 (some servers give a
-// WebSocket's raw_path as str).
-std::string scope_text(PyObject* value, const char* what) {
-  if (PyBytes_Check(value)) return std::string(PyBytes_AS_STRING(value), static_cast<std::size_t>(PyBytes_GET_SIZE(value)));
-  if (PyUnicode_Check(value)) {
-    Py_ssize_t size = 0;
-    const char* text = PyUnicode_AsUTF8AndSize(value, &size);
-    if (text == nullptr) throw py::error_already_set();
-    return std::string(text, static_cast<std::size_t>(size));
-  }
-  throw py::type_error(fmt::format("scope[\"{}\"] must be bytes or str", what));
 }
 
 // A request as the middleware reads it, from an ASGI scope (http or websocket): its method (a
@@ -250,6 +252,17 @@ http::Request request_of_scope(const py::dict& scope) {
   }
   std::string verb = method != nullptr ? scope_text(method, "method") : std::string("GET");
   return request_of(std::move(verb), std::move(target), py::reinterpret_borrow<py::iterable>(headers), std::move(peer));
+}
+
+// `self.name(arg)` (or `self.name()` without one), `name` an interned str: called by name,
+// without a bound method object each time.
+py::object call_method(const py::handle& self, PyObject* name, PyObject* arg = nullptr) {
+  PyObject* args[] = {self.ptr(), arg};
+  const std::size_t n = arg == nullptr ? 1 : 2;
+  auto result =
+      py::reinterpret_steal<py::object>(PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  if (!result) throw py::error_already_set();
+  return result;
 }
 
 // The answers of one asyncio loop's checks, handed over by the store's threads without the GIL:
@@ -315,15 +328,7 @@ class Completions {
     static PyObject* const set_result = PyUnicode_InternFromString("set_result");
     static PyObject* const set_exception = PyUnicode_InternFromString("set_exception");
     const auto future = py::reinterpret_steal<py::object>(item.future);
-    // The future's methods called by name, without a bound method object each.
-    const auto call = [&future](PyObject* name, PyObject* arg) {
-      PyObject* args[] = {future.ptr(), arg};
-      const std::size_t n = arg == nullptr ? 1 : 2;
-      auto result = py::reinterpret_steal<py::object>(
-          PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
-      if (!result) throw py::error_already_set();
-      return result;
-    };
+    const auto call = [&future](PyObject* name, PyObject* arg) { return call_method(future, name, arg); };
     if (call(done, nullptr).ptr() == Py_True) return;  // cancelled
     try {
       if (item.error) {
@@ -390,10 +395,7 @@ class Pending {
     const py::object loop = (*get_running_loop)();
     completions_ = completions_of(loop);
     static PyObject* const create_future = PyUnicode_InternFromString("create_future");
-    PyObject* args[] = {loop.ptr()};
-    future_ = py::reinterpret_steal<py::object>(
-        PyObject_VectorcallMethod(create_future, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
-    if (!future_) throw py::error_already_set();
+    future_ = call_method(loop, create_future);
   }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
