@@ -33,10 +33,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RATEKEEPER = os.path.join(ROOT, "build", "ratekeeper")
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: every socket stays bound until all are picked, so the
+    kernel cannot hand the same port out twice."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def run(argv, stdin=b"", timeout=30):
@@ -380,7 +391,7 @@ demo_api: true
     def test_admin_listener_speaks_tls_of_its_own(self):
         upstream = HttpsEcho(self.certs.server)
         self.stops.append(upstream.stop)
-        port, admin = free_port(), free_port()
+        port, admin = free_ports(2)
         self.start(f"""listen: 127.0.0.1:{port}
 upstream: {{url: "https://localhost:{upstream.port}", tls: {{ca_file: {self.certs.ca}}}}}
 admin:
@@ -416,7 +427,7 @@ rules: []
     # ---- https upstreams ----------------------------------------------------------------------
 
     def proxy_to(self, upstream_url, upstream_extra="", listener_tls=""):
-        port, admin = free_port(), free_port()
+        port, admin = free_ports(2)
         rk = self.start(f"""listen: 127.0.0.1:{port}
 {listener_tls}upstream:
   url: "{upstream_url}"
@@ -556,7 +567,7 @@ class Operations(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def proxy(self, access_log):
-        self.port, self.admin = free_port(), free_port()
+        self.port, self.admin = free_ports(2)
         self.yaml = f"""listen: 127.0.0.1:{self.port}
 upstream: {{url: "http://127.0.0.1:{self.upstream.server_address[1]}"}}
 admin: {{listen: 127.0.0.1:{self.admin}}}
@@ -731,7 +742,7 @@ class Http2(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def proxy(self, tls=False, capacity=5, http="{max_body_bytes: 1048576}", upstream="", threads=None):
-        port, admin = free_port(), free_port()
+        port, admin = free_ports(2)
         section = f"tls: {{cert_file: {self.certs.server[0]}, key_file: {self.certs.server[1]}}}\n" if tls else ""
         section += f"threads: {threads}\n" if threads else ""
         rk = Ratekeeper(self.tmp, f"""listen: 127.0.0.1:{port}
@@ -967,7 +978,7 @@ class Monitoring(unittest.TestCase):
         self.addCleanup(lambda: (upstream.shutdown(), upstream.server_close()))
         tmp = tempfile.mkdtemp(prefix="ratekeeper-mon-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        port, admin = free_port(), free_port()
+        port, admin = free_ports(2)
         rk = Ratekeeper(tmp, f"""listen: 127.0.0.1:{port}
 upstream: {{url: "http://127.0.0.1:{upstream.server_address[1]}"}}
 admin: {{listen: 127.0.0.1:{admin}}}

@@ -16,10 +16,21 @@ import pytest
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: every socket stays bound until all are picked, so the
+    kernel cannot hand the same port out twice."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class RedisServer:

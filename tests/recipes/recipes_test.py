@@ -24,10 +24,21 @@ BURST = 200
 CAPACITY = 100
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: every socket stays bound until all are picked, so the
+    kernel cannot hand the same port out twice."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def request(port, method, path, headers=None, body=None, timeout=30):
@@ -163,7 +174,7 @@ class SeedAppBehindTheProxy(unittest.TestCase):
     def test_burst_of_200_lets_exactly_100_reach_the_app(self):
         redis_port = self.p.redis()
         app_port = self.p.uvicorn("seed_app")
-        listen, admin = free_port(), free_port()
+        listen, admin = free_ports(2)
         self.p.ratekeeper(f"""
 listen: 127.0.0.1:{listen}
 threads: 1

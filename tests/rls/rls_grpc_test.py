@@ -59,10 +59,21 @@ descriptors:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: every socket stays bound until all are picked, so the
+    kernel cannot hand the same port out twice."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 def request(domain, *descriptors, hits=0):
@@ -87,7 +98,7 @@ class RateLimitServiceFromPython(unittest.TestCase):
         os.makedirs(os.path.join(self.dir, "domains"))
         with open(os.path.join(self.dir, "domains", "edge.yaml"), "w") as f:
             f.write(DOMAIN)
-        self.grpc_port, self.http_port = free_port(), free_port()
+        self.grpc_port, self.http_port = free_ports(2)
         config = os.path.join(self.dir, "ratekeeper.yaml")
         with open(config, "w") as f:
             f.write(f"""listen: 127.0.0.1:{self.http_port}

@@ -46,7 +46,9 @@ rules:
 )",
                         {}, 1);
     const int upstream_port = free_port();
-    port_ = free_port();
+    do {
+      port_ = free_port();
+    } while (port_ == upstream_port);
     std::string documented = doc_block("docs/nginx.md", "nginx");
     replace_once(documented, "server 127.0.0.1:8000;",
                  fmt::format("server 127.0.0.1:{};", upstream_port));
