@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Decisions/s from one Python process: the seed's class (bench/seed_limiter.py: redis-py, one
 # EVALSHA per decision) against ratekeeper's module (bench/python_module.py) one decision at a
-# time (sync), from threads, with asyncio (many in flight) and 1000 per call (check_many), the
-# last two coalesced into batch calls, on
+# time (sync), from threads, with asyncio (many in flight), 1000 per call (check_many) and
+# 1000 per call with 4 calls in flight (check_many_async), the last three coalesced into batch
+# calls, on
 # one redis-server, over the same keys and limits. Rows are interleaved within each of
 # --repeat runs; the table shows medians, the ratio to the seed's class, and Redis CPU per
 # decision (Δ used_cpu_sys + used_cpu_user of INFO cpu over the decisions).
@@ -73,9 +74,11 @@ for ((r = 1; r <= repeat; r++)); do
   row "module, 4 threads" module --mode threads --threads 4
   row "module, asyncio 256 in flight" module --mode async --in-flight 256
   row "module, check_many of 1000" module --mode batch --batch 1000
+  row "module, check_many_async of 1000, 4 in flight" module --mode batch-async --batch 1000 --in-flight 4
   if [[ -n $before_build ]]; then
     row "module before, asyncio 256 in flight" module_before --mode async --in-flight 256
     row "module before, check_many of 1000" module_before --mode batch --batch 1000
+    row "module before, check_many_async of 1000, 4 in flight" module_before --mode batch-async --batch 1000 --in-flight 4
   fi
 done
 

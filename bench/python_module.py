@@ -4,13 +4,15 @@ bench/seed_limiter.py (the seed's class): `requests` decisions over `keys` ident
 at random, a token bucket of `capacity` refilled at `rate` per second, on one redis-server.
 Prints one JSON line.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_module.py --port P --mode sync|threads|async
-        [--requests N] [--keys K] [--capacity C] [--rate R] [--in-flight F] [--threads T]
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_module.py --port P --mode sync|threads|async|batch|batch-async
+        [--requests N] [--keys K] [--capacity C] [--rate R] [--in-flight F] [--threads T] [--batch B]
 
-Modes (--batch B, --in-flight F, --threads T): `sync` checks one at a time on one thread, as the seed's class does; `threads` runs T
-threads of synchronous checks (the GIL is released while the store answers); `async` keeps F
-checks in flight on one asyncio loop (check_async); `batch` decides B identities per call
-(check_many: independent decisions sent to the store together).
+Modes (--batch B, --in-flight F, --threads T): `sync` checks one at a time on one thread, as
+the seed's class does; `threads` runs T threads of synchronous checks (the GIL is released
+while the store answers); `async` keeps F checks in flight on one asyncio loop (check_async);
+`batch` decides B identities per call (check_many: independent decisions sent to the store
+together); `batch-async` keeps F such calls in flight on one asyncio loop (check_many_async),
+so that one call's decisions are prepared and read while Redis answers another's.
 """
 import argparse
 import asyncio
@@ -37,7 +39,7 @@ rules:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["sync", "threads", "async", "batch"], default="async")
+    parser.add_argument("--mode", choices=["sync", "threads", "async", "batch", "batch-async"], default="async")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=200000)
     parser.add_argument("--keys", type=int, default=10000)
@@ -76,6 +78,21 @@ def main():
     elif args.mode == "batch":
         for i in range(0, len(picks), args.batch):
             allowed += sum(d.allowed for d in limiter.check_many("seed", picks[i:i + args.batch]))
+    elif args.mode == "batch-async":
+        async def run_batches():
+            n = 0
+            it = iter(range(0, len(picks), args.batch))
+
+            async def lane():
+                nonlocal n
+                for i in it:
+                    decisions = await limiter.check_many_async("seed", picks[i:i + args.batch])
+                    n += sum(d.allowed for d in decisions)
+
+            await asyncio.gather(*[lane() for _ in range(args.in_flight)])
+            return n
+
+        allowed = asyncio.run(run_batches())
     else:
         async def run():
             n = 0

@@ -9,7 +9,8 @@
 --
 -- The reply is one flat array of integers; per decision 4 of them: allowed (1/0), remaining,
 -- retry_after, reset_after (the limit is the check's own capacity). Per entry, in order:
--- * one key once: its decision;
+-- * one key once: its decision; a token bucket's in one integer, reset_after when admitted
+--   and -1 - reset_after when denied (the other fields follow from it and the limit);
 -- * a one-key token bucket entry with repetitions, in the closed form of
 --   token_bucket_repeated: the number admitted, the first decision if any was admitted, the
 --   denial if any was denied;
@@ -84,13 +85,17 @@ local function run_batch()
       key_index = key_index + 1
       local step, capacity, period, cost = lsteps[entry], lcap[entry], lperiod[entry], lcost[entry]
       if step == token_bucket then
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token_bucket_now(key, capacity, period, cost, now)
+        -- One integer: reset_after when admitted, -1 - reset_after when denied (RedisStore
+        -- derives the rest of the decision from it, as token_bucket::step would).
+        local allowed, _, _, reset_after = token_bucket_now(key, capacity, period, cost, now)
+        o = o + 1
+        if allowed == 1 then out[o] = reset_after else out[o] = -1 - reset_after end
       else
         local decision, store = step(key, capacity, period, cost, now)
         if store then store() end
         out[o + 1], out[o + 2], out[o + 3], out[o + 4] = decision[1], decision[3], decision[4], decision[5]
+        o = o + 4
       end
-      o = o + 4
     else
       local limits, repeats = limits_of[c], entry
       local l = limits[1]

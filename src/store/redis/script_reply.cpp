@@ -5,11 +5,14 @@
 #include <optional>
 
 #include "algorithms/step.hpp"
+#include "ratekeeper/algorithms/token_bucket.hpp"
 
 namespace ratekeeper::store::detail {
 namespace {
 
 constexpr std::size_t kDecisionFields = 5;
+// The scripts' integers are Lua numbers: doubles, exact below 2^53.
+constexpr std::int64_t kMaxScriptInteger = std::int64_t{1} << 53;
 constexpr std::size_t kRefundFields = 1 + kDecisionFields;
 
 Result<void> expect_integers(const redis::Reply& reply, std::size_t count, std::string_view script) {
@@ -124,6 +127,29 @@ class BatchReader {
     return d;
   }
 
+  // A token bucket's decision in one integer (lua/batch.lua): reset_after when admitted,
+  // −1 − reset_after when denied. The rest is token_bucket::step's from the bucket's state
+  // before the check (TAT relative to now = 0), which the integer gives; a value that step
+  // does not turn back into it is not the script's.
+  static algorithms::State state_at(Micros tat) {
+    algorithms::State state;
+    state.t = tat;
+    return state;
+  }
+
+  std::optional<Decision> packed_token_bucket(const CheckItem& item) {
+    const auto packed = integer();
+    if (!packed || *packed < -kMaxScriptInteger || *packed > kMaxScriptInteger) return std::nullopt;
+    const bool allowed = *packed >= 0;
+    const Micros reset_after = allowed ? *packed : -1 - *packed;
+    // Admitted, the TAT advanced by cost·interval from where it was.
+    const Micros tat = allowed ? reset_after - item.cost * item.limit.period : reset_after;
+    if (tat < 0) return std::nullopt;
+    auto step = algorithms::token_bucket::step(item.limit, state_at(tat), 0, item.cost);
+    if (step.decision.allowed != allowed || step.decision.reset_after != reset_after) return std::nullopt;
+    return step.decision;
+  }
+
  private:
   const std::vector<redis::Reply>& fields_;
   std::size_t at_ = 0;
@@ -168,6 +194,15 @@ bool read_closed_form(BatchReader& in, const BatchEntry& e, std::vector<Result<C
   return true;
 }
 
+// A one-key check sent once: a token bucket's decision in one integer, another's in four.
+bool read_single(BatchReader& in, const CheckItem& item, std::vector<Result<CheckOutcome>>& out) {
+  const auto d = item.limit.algorithm == algorithms::Algorithm::token_bucket ? in.packed_token_bucket(item)
+                                                                             : in.decision(item);
+  if (!d) return false;
+  out.emplace_back(CheckOutcome{*d, {*d}});
+  return true;
+}
+
 // One check of `items`: a decision per item, combined as the script combines them.
 bool read_check(BatchReader& in, const std::vector<CheckItem>& items, std::vector<Result<CheckOutcome>>& out) {
   CheckOutcome outcome;
@@ -186,7 +221,7 @@ bool read_check(BatchReader& in, const std::vector<CheckItem>& items, std::vecto
 bool read_entry(BatchReader& in, const BatchEntry& e, std::vector<Result<CheckOutcome>>& out) {
   const auto& items = *e.items;
   const std::size_t start = out.size();
-  if (items.size() == 1 && e.repeats == 1) return read_check(in, items, out);
+  if (items.size() == 1 && e.repeats == 1) return read_single(in, items[0], out);
   if (items.size() == 1 && e.repeats > 1 && items[0].limit.algorithm == algorithms::Algorithm::token_bucket) {
     return read_closed_form(in, e, out);
   }

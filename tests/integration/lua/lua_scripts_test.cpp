@@ -1473,7 +1473,18 @@ std::vector<std::vector<KeyDecisions>> run_batch(const std::vector<std::string>&
   for (const auto& e : entries) {
     out.emplace_back();
     const Limit& l = limits[e.keys[0]];
-    if (e.keys.size() == 1 && e.repeats == 1) {
+    if (e.keys.size() == 1 && e.repeats == 1 && l.algorithm == Algorithm::token_bucket) {
+      // One integer: reset_after r when admitted, −1 − r when denied; the rest follows from
+      // the limit (τ = capacity·interval).
+      const std::int64_t packed = take(1).at(0);
+      const std::int64_t tau = l.capacity * l.period;
+      const std::int64_t r = packed >= 0 ? packed : -1 - packed;
+      if (packed >= 0) {
+        out.back().push_back({1, (tau - r) / l.period, 0, r});
+      } else {
+        out.back().push_back({0, std::max<std::int64_t>(0, tau - r) / l.period, r + e.costs[0] * l.period - tau, r});
+      }
+    } else if (e.keys.size() == 1 && e.repeats == 1) {
       out.back().push_back(take(4));
     } else if (e.keys.size() == 1 && l.algorithm == Algorithm::token_bucket) {
       // Closed form: {admitted, first decision, denial}; the k-th admitted one has remaining
@@ -1582,6 +1593,40 @@ TEST(LuaScripts, BatchDecidesAndStoresAsSeparateCallsInOrder) {
       EXPECT_EQ(ttl_batched < 0, ttl_alone < 0) << i;
       EXPECT_LE(std::llabs(ttl_batched - ttl_alone), 1000) << i;
     }
+  }
+}
+
+// A bucket's key holding what is not a count of µs (digits) reads as a full bucket, in the
+// single-key script and in a batch; a count is read (the comparison says something).
+TEST(LuaScripts, ABucketHoldingWhatIsNotACountOfMicrosecondsReadsAsFull) {
+  const Micros now = 1'700'000'000'000'000;
+  const Limit l = make_limit(Algorithm::token_bucket, 5, 1'000'000);
+  const std::string owing_three = std::to_string(now + 3'000'000);
+  for (const std::string value : {std::string("garbage"), std::string("-5"), std::string("1.5"), std::string("nan"),
+                                  std::string("inf"), std::string("-inf"), std::string("1e400"),
+                                  std::string("12abc"), std::string(""),
+                                  owing_three + ".5", owing_three}) {
+    SCOPED_TRACE("value '" + value + "'");
+    const std::int64_t remaining = value == owing_three ? 1 : 4;
+    const std::string single = fresh_key("not-a-count");
+    connection().command({"SET", single, value});
+    const auto r = runner().run_integers("token_bucket", {single}, testing::single_args(l, 1, now));
+    ASSERT_EQ(r.size(), 5u);
+    EXPECT_EQ(r[0], 1);
+    EXPECT_EQ(r[2], remaining);
+    const std::string batched = fresh_key("not-a-count");
+    connection().command({"SET", batched, value});
+    const auto replies = run_batch({batched}, {l}, {{{0}, {1}, 1}}, now);
+    ASSERT_EQ(replies.size(), 1u);
+    ASSERT_EQ(replies[0].size(), 1u);
+    EXPECT_EQ(replies[0][0], (KeyDecisions{1, remaining, 0, (5 - remaining) * 1'000'000}));
+    // Two identical checks: the closed form, which reads the key another way.
+    const std::string repeated = fresh_key("not-a-count");
+    connection().command({"SET", repeated, value});
+    const auto twice = run_batch({repeated}, {l}, {{{0}, {1}, 2}}, now);
+    ASSERT_EQ(twice.size(), 1u);
+    ASSERT_EQ(twice[0].size(), 2u);
+    EXPECT_EQ(twice[0][1], (KeyDecisions{1, remaining - 1, 0, (6 - remaining) * 1'000'000}));
   }
 }
 

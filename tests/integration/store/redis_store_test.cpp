@@ -866,6 +866,63 @@ TEST(RedisStore, CoalescedMixOfIdenticalAndDistinctChecksAnswersAsEachGroupAlone
   EXPECT_GT(admitted, 5);  // not all denied: the comparison says something
 }
 
+// A one-key token bucket check in a batch comes back as one integer (lua/batch.lua): admitted
+// and denied, a bucket full, partly drained, empty and over-full (a larger capacity filled it),
+// costs 0 to 3, every decision as the same check sent alone gives it.
+TEST(RedisStore, OneKeyTokenBucketChecksInABatchAnswerAsAlone) {
+  RedisServer server;
+  auto loop = std::make_shared<EventLoop>(1);
+  RedisStoreOptions o = on_loop(server, loop);
+  o.max_batch = 64;
+  RedisStore store(o);
+  ASSERT_TRUE(eventually([&] { return store.health().ready; }));
+
+  constexpr Micros kNow = 1'000'000'000;
+  const Limit l = limit(Algorithm::token_bucket, 5, 100 * kMicrosPerMilli);
+  const Limit larger = limit(Algorithm::token_bucket, 9, 100 * kMicrosPerMilli);
+  constexpr std::size_t kKeys = 24;
+  const auto key = [](const std::string& prefix, std::size_t i) { return fmt::format("{}{{{}}}", prefix, i); };
+  // Key i drained by i % 8 units beforehand (up to 5 by l, beyond by the larger limit).
+  for (const std::string prefix : {"test:one-int:batched:", "test:one-int:alone:"}) {
+    for (std::size_t i = 0; i < kKeys; ++i) {
+      const std::int64_t drained = static_cast<std::int64_t>(i % 8);
+      if (drained == 0) continue;
+      ASSERT_TRUE(store.check_sync({{key(prefix, i), drained > 5 ? larger : l, drained}}, kNow - 50'000));
+    }
+  }
+  const auto cost = [](std::size_t i) { return static_cast<std::int64_t>(i % 4); };
+
+  const auto before = store.stats();
+  std::mutex mu;
+  std::vector<std::optional<Result<CheckOutcome>>> batched(kKeys);
+  std::atomic<std::size_t> answered{0};
+  loop->post(0, [&] {
+    for (std::size_t i = 0; i < kKeys; ++i) {
+      store.check({{key("test:one-int:batched:", i), l, cost(i)}}, kNow, [&, i](Result<CheckOutcome> r) {
+        std::lock_guard lock(mu);
+        batched[i] = std::move(r);
+        answered.fetch_add(1);
+      });
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return answered.load() == kKeys; }));
+  ASSERT_EQ(store.stats().batches, before.batches + 1);
+
+  int admitted = 0;
+  int denied = 0;
+  for (std::size_t i = 0; i < kKeys; ++i) {
+    auto one = store.check_sync({{key("test:one-int:alone:", i), l, cost(i)}}, kNow);
+    ASSERT_TRUE(one) << one.error().message;
+    const auto& got = batched[i];
+    ASSERT_TRUE(got && *got) << "check " << i << ": " << (got ? got->error().message : "none");
+    EXPECT_EQ((*got)->decision, one->decision) << "check " << i;
+    EXPECT_EQ((*got)->items, one->items) << "check " << i;
+    (one->decision.allowed ? admitted : denied) += 1;
+  }
+  EXPECT_GT(admitted, 5);  // both kinds: the comparison says something
+  EXPECT_GT(denied, 5);
+}
+
 void flush_while_a_batch_waits(bool functions) {
   RedisServer::Options debug;
   debug.args = {"--enable-debug-command", "local"};

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "store/redis/script_reply.hpp"
@@ -76,34 +77,78 @@ TEST(ScriptReply, RepeatedCheckReplyThatCannotBeTheScriptsIsAProtocolError) {
   }
 }
 
-// The flat batch reply: a one-key check's 4 integers (its limit is the check's own capacity),
-// then a two-key check repeated twice: the number answered, then per check its keys'
-// decisions, combined as the script combines them.
+// The flat batch reply: a one-key token bucket check's one integer (reset_after; the rest
+// follows from its limit), a one-key window check's 4 integers (its limit is the check's own
+// capacity), then a two-key check repeated twice: the number answered, then per check its
+// keys' decisions, combined as the script combines them.
 TEST(ScriptReply, BatchReplyIsReadEntryByEntry) {
   const Limit ten = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);
   const Limit five = *algorithms::Limit::make(Algorithm::fixed_window, 5, 1'000'000);
   std::vector<CheckItem> one{{"a", ten, 1}};
+  std::vector<CheckItem> window{{"w", five, 1}};
   std::vector<CheckItem> two{{"b", ten, 1}, {"c", five, 1}};
-  const std::vector<BatchEntry> entries{{&one, 1}, {&two, 2}};
-  const auto out = parse_batch(integers({1, 9, 0, 100'000,                     // a
+  const std::vector<BatchEntry> entries{{&one, 1}, {&window, 1}, {&two, 2}};
+  const auto out = parse_batch(integers({300'000,                              // a
+                                         1, 3, 0, 700'000,                     // w
                                          2,                                    // two answered
                                          1, 9, 0, 100'000, 1, 4, 0, 900'000,   // b, c
                                          1, 8, 0, 200'000, 0, 4, 900'000, 900'000}),
                                entries);
-  ASSERT_EQ(out.size(), 3u);  // a, then the two checks of b and c
-  ASSERT_TRUE(out[0]);
-  EXPECT_EQ(out[0]->decision, (Decision{true, 10, 9, 0, 100'000}));
-  ASSERT_TRUE(out[1] && out[2]);
+  ASSERT_EQ(out.size(), 4u);  // a, w, then the two checks of b and c
+  ASSERT_TRUE(out[0] && out[1]);
+  EXPECT_EQ(out[0]->decision, (Decision{true, 10, 7, 0, 300'000}));
+  EXPECT_EQ(out[0]->items, std::vector<Decision>{out[0]->decision});
+  EXPECT_EQ(out[1]->decision, (Decision{true, 5, 3, 0, 700'000}));
+  ASSERT_TRUE(out[2] && out[3]);
   // Admitted: the limit with the fewest remaining (c), the longest reset_after.
-  EXPECT_EQ(out[1]->decision, (Decision{true, 5, 4, 0, 900'000}));
-  EXPECT_EQ(out[1]->items.at(0), (Decision{true, 10, 9, 0, 100'000}));
+  EXPECT_EQ(out[2]->decision, (Decision{true, 5, 4, 0, 900'000}));
+  EXPECT_EQ(out[2]->items.at(0), (Decision{true, 10, 9, 0, 100'000}));
   // Denied by c: its limit, remaining and retry_after.
-  EXPECT_EQ(out[2]->decision, (Decision{false, 5, 4, 900'000, 900'000}));
+  EXPECT_EQ(out[3]->decision, (Decision{false, 5, 4, 900'000, 900'000}));
+}
+
+// A token bucket's one integer, as token_bucket::step decides from the state it implies: an
+// admission (reset_after), a denial (−1 − reset_after) with a token short and with the
+// bucket over-full (its capacity lowered since), an admission of cost 0 (a peek).
+TEST(ScriptReply, TokenBucketDecisionInOneIntegerIsTheAlgorithms) {
+  const Limit ten = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);  // τ = 1 s
+  for (const auto& [packed, cost, expected] : std::vector<std::tuple<std::int64_t, std::int64_t, Decision>>{
+           {1'000'000, 1, Decision{true, 10, 0, 0, 1'000'000}},
+           {-1 - 950'000, 1, Decision{false, 10, 0, 50'000, 950'000}},
+           {-1 - 950'000, 2, Decision{false, 10, 0, 150'000, 950'000}},
+           {-1 - 3'000'000, 1, Decision{false, 10, 0, 2'100'000, 3'000'000}},
+           {250'000, 0, Decision{true, 10, 7, 0, 250'000}}}) {
+    std::vector<CheckItem> one{{"a", ten, cost}};
+    const std::vector<BatchEntry> entries{{&one, 1}};
+    const auto out = parse_batch(integers({packed}), entries);
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(out[0]) << packed << ": " << out[0].error().message;
+    EXPECT_EQ(out[0]->decision, expected) << packed;
+  }
+}
+
+// An integer the script cannot have sent: an admission that moved the TAT back (below cost ×
+// interval), an admission beyond τ, a denial the state it implies would admit, values
+// beyond Lua's exact integers.
+TEST(ScriptReply, TokenBucketIntegerTheScriptCannotSendFailsTheCheck) {
+  const Limit ten = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);
+  std::vector<CheckItem> one{{"a", ten, 1}};
+  const std::vector<BatchEntry> entries{{&one, 1}};
+  for (const std::int64_t packed : {std::int64_t{50'000}, std::int64_t{1'000'001}, std::int64_t{-1 - 100'000},
+                                    std::int64_t{1} << 54, -(std::int64_t{1} << 54),
+                                    std::numeric_limits<std::int64_t>::min(),
+                                    std::numeric_limits<std::int64_t>::max()}) {
+    const auto out = parse_batch(integers({packed}), entries);
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_FALSE(out[0]) << packed;
+    EXPECT_EQ(out[0].error().code, ErrorCode::protocol);
+  }
 }
 
 TEST(ScriptReply, BatchReplyOfAnotherShapeFailsEveryCheck) {
   const Limit ten = *algorithms::Limit::make(Algorithm::token_bucket, 10, 100'000);
-  std::vector<CheckItem> one{{"a", ten, 1}};
+  const Limit window = *algorithms::Limit::make(Algorithm::fixed_window, 10, 1'000'000);
+  std::vector<CheckItem> one{{"a", window, 1}};  // one key once: 4 integers
   std::vector<CheckItem> two{{"b", ten, 1}, {"c", ten, 1}};
   const std::vector<BatchEntry> entries{{&one, 1}, {&two, 3}};
   for (const auto& fields : {
