@@ -59,21 +59,8 @@ descriptors:
 """
 
 
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports: every socket stays bound until all are picked, so the
-    kernel cannot hand the same port out twice."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from ports import free_port, free_ports  # noqa: E402
 
 
 def request(domain, *descriptors, hits=0):
