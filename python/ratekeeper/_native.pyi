@@ -103,6 +103,9 @@ class Limiter:
         """check_request_async of an ASGI scope (http or websocket: a handshake is a GET): its
         raw_path (else path) and query_string as received, headers, and client (None: a Unix
         socket's peer)."""
+    def check_asgi_async_lean(self, scope: dict[str, Any]) -> Awaitable[Union[list[tuple[bytes, bytes]], RequestDecision]]:
+        """check_asgi_async, but an admission at once that holds nothing (no delay, no
+        reservation: the common answer) is answered by its asgi_headers list alone."""
     def check_rule_asgi_async(self, rule: str, scope: dict[str, Any]) -> Awaitable[Decision]:
         """check_rule_request_async of an ASGI scope, read as check_asgi_async reads it."""
     def release(self, decision: RequestDecision) -> None: ...

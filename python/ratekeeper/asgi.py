@@ -284,32 +284,44 @@ class RateLimitMiddleware:
             return
         limiter = self._opened or self._native()
         # A WebSocket's handshake is a GET: decided as one, so that an upgrade is no way around
-        # the rules; a concurrency limit holds its slot while the connection is open.
-        decision: RequestDecision = await limiter.check_asgi_async(scope)
-        if not decision.admitted:
-            start, body = _rejection(decision.status, decision.body, decision.content_type, decision.asgi_headers)
-            if kind == "websocket":
-                await _refuse_websocket(scope, start, body, send)
-            else:
-                await send(start)
-                await send(body)
-            return
-        if decision.delay > 0:
-            await asyncio.sleep(decision.delay)
-        added = decision.asgi_headers
+        # the rules; a concurrency limit holds its slot while the connection is open. An
+        # admission at once that holds nothing (the common answer) comes as the list of
+        # headers to add alone; any other answer as a RequestDecision.
+        answer = await limiter.check_asgi_async_lean(scope)
         first = "http.response.start" if kind == "http" else "websocket.accept"
-        if not decision.holds_reservation:
-            if not added:  # no rule applied
-                await self.app(scope, receive, send)
+        if answer.__class__ is not list:
+            decision: RequestDecision = answer
+            if not decision.admitted:
+                start, body = _rejection(decision.status, decision.body, decision.content_type, decision.asgi_headers)
+                if kind == "websocket":
+                    await _refuse_websocket(scope, start, body, send)
+                else:
+                    await send(start)
+                    await send(body)
                 return
-
-            # A plain function handing on send's awaitable: no coroutine of its own per message.
-            def send_headed(message: dict) -> Awaitable[None]:
-                return send(_with_headers(message, added) if message["type"] == first else message)
-
-            await self.app(scope, receive, send_headed)
+            if decision.delay > 0:
+                await asyncio.sleep(decision.delay)
+            if decision.holds_reservation:
+                await self._holding(decision, limiter, first, scope, receive, send)
+                return
+            answer = decision.asgi_headers
+        added: list[tuple[bytes, bytes]] = answer
+        if not added:  # no rule applied
+            await self.app(scope, receive, send)
             return
 
+        # A plain function handing on send's awaitable: no coroutine of its own per message.
+        def send_headed(message: dict) -> Awaitable[None]:
+            return send(_with_headers(message, added) if message["type"] == first else message)
+
+        await self.app(scope, receive, send_headed)
+
+    async def _holding(self, decision: RequestDecision, limiter: Limiter, first: str, scope: Scope, receive: Receive,
+                       send: Send) -> None:
+        """The application behind an admission holding a reservation, given back when the
+        request ends: settled to the cost its response header reports (a `usage` rule), or
+        released (concurrency slots)."""
+        added = decision.asgi_headers
         usage_header = decision.usage_header.lower().encode("latin-1")
         reported: list[Optional[bytes]] = [None]
 
@@ -326,8 +338,6 @@ class RateLimitMiddleware:
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            # A request holding a reservation gives it back when it ends: settled to the cost
-            # its response header reports (a `usage` rule), or released (concurrency slots).
             if usage_header:
                 limiter.settle_from_header(decision, None if reported[0] is None else reported[0].decode("latin-1"))
             else:

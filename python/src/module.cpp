@@ -159,8 +159,9 @@ RequestDecision request_decision_of(http::MiddlewareResult r, const Heartbeats& 
 }
 
 // The bytes of a value given as bytes (as they are) or str (as UTF-8); anything else is a
-// TypeError saying `wrong`. Reads by type only: no Python code runs.
-std::string bytes_or_str(PyObject* value, const std::string& wrong) {
+// TypeError saying `wrong()`. Reads by type only: no Python code runs.
+template <class Wrong>
+std::string bytes_or_str(PyObject* value, Wrong&& wrong) {
   if (PyBytes_Check(value)) return std::string(PyBytes_AS_STRING(value), static_cast<std::size_t>(PyBytes_GET_SIZE(value)));
   if (PyUnicode_Check(value)) {
     Py_ssize_t size = 0;
@@ -168,12 +169,12 @@ std::string bytes_or_str(PyObject* value, const std::string& wrong) {
     if (text == nullptr) throw py::error_already_set();
     return std::string(text, static_cast<std::size_t>(size));
   }
-  throw py::type_error(wrong);
+  throw py::type_error(wrong());
 }
 
 // An ASGI scope's value: bytes, or str (some servers give a WebSocket's raw_path as str).
 std::string scope_text(PyObject* value, const char* what) {
-  return bytes_or_str(value, fmt::format("scope[\"{}\"] must be bytes or str", what));
+  return bytes_or_str(value, [what] { return fmt::format("scope[\"{}\"] must be bytes or str", what); });
 }
 
 // A request as the middleware reads it. `headers`: (name, value) pairs as received (bytes or
@@ -198,7 +199,7 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
     }
     const auto pair = item.cast<py::sequence>();
     if (pair.size() != 2) throw py::value_error("headers must be (name, value) pairs");
-    static const std::string wrong = "a header's name and value are bytes or str";
+    const auto wrong = [] { return "a header's name and value are bytes or str"; };
     request.headers.emplace_back(bytes_or_str(py::object(pair[0]).ptr(), wrong),
                                  bytes_or_str(py::object(pair[1]).ptr(), wrong));
   }
@@ -254,6 +255,31 @@ http::Request request_of_scope(const py::dict& scope) {
   return request_of(std::move(verb), std::move(target), py::reinterpret_borrow<py::iterable>(headers), std::move(peer));
 }
 
+// Headers as ASGI sends them: a new list of (bytes, bytes), names in lower case; nullptr with
+// the exception set when Python is out of memory. With the GIL.
+PyObject* asgi_header_list(const Headers& headers) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(headers.size()));
+  if (list == nullptr) return nullptr;
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    const auto& [name, value] = headers[i];
+    PyObject* lower = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(name.size()));
+    PyObject* bytes = PyBytes_FromStringAndSize(value.data(), static_cast<Py_ssize_t>(value.size()));
+    PyObject* pair = lower != nullptr && bytes != nullptr ? PyTuple_New(2) : nullptr;
+    if (pair == nullptr) {
+      Py_XDECREF(lower);
+      Py_XDECREF(bytes);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    char* out = PyBytes_AS_STRING(lower);
+    for (const char c : name) *out++ = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    PyTuple_SET_ITEM(pair, 0, lower);
+    PyTuple_SET_ITEM(pair, 1, bytes);
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), pair);
+  }
+  return list;
+}
+
 // `self.name(arg)` (or `self.name()` without one), `name` an interned str: called by name,
 // without a bound method object each time.
 py::object call_method(const py::handle& self, PyObject* name, PyObject* arg = nullptr) {
@@ -282,6 +308,12 @@ class Completions {
   // With the GIL, on the loop's thread.
   explicit Completions(const py::object& loop) : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     if (fd_ < 0) throw std::runtime_error("eventfd failed");
+    // A loop whose create_future is asyncio's own gets asyncio.Future(loop=loop) made here,
+    // without a call through Python code; any other loop is asked each time.
+    const py::module_ asyncio = py::module_::import("asyncio");
+    const py::object stock = asyncio.attr("BaseEventLoop").attr("create_future");
+    const py::object own = py::type::of(loop).attr("create_future");
+    if (own.is(stock)) future_type_ = py::object(asyncio.attr("Future")).release().ptr();
     loop_ = loop.inc_ref().ptr();
   }
   // Its Python objects are let go by let_go() (with the GIL), never here: the last owner may
@@ -289,6 +321,20 @@ class Completions {
   ~Completions() { ::close(fd_); }
   Completions(const Completions&) = delete;
   Completions& operator=(const Completions&) = delete;
+
+  // A new future of the loop. With the GIL, on the loop's thread.
+  py::object new_future() const {
+    if (future_type_ == nullptr) {
+      static PyObject* const create_future = PyUnicode_InternFromString("create_future");
+      return call_method(py::handle(loop_), create_future);
+    }
+    static PyObject* const loop_name = Py_BuildValue("(s)", "loop");
+    PyObject* args[] = {nullptr, loop_};
+    auto future = py::reinterpret_steal<py::object>(
+        PyObject_Vectorcall(future_type_, args + 1, 0 | PY_VECTORCALL_ARGUMENTS_OFFSET, loop_name));
+    if (!future) throw py::error_already_set();
+    return future;
+  }
 
   // With the GIL: the loop calls `drainer` when the eventfd is written.
   void watch(py::object drainer) {
@@ -357,12 +403,14 @@ class Completions {
     for (auto& item : items) Py_DECREF(item.future);
     Py_XDECREF(drainer_);
     Py_XDECREF(loop_);
-    drainer_ = loop_ = nullptr;
+    Py_XDECREF(future_type_);
+    drainer_ = loop_ = future_type_ = nullptr;
   }
 
  private:
   int fd_;
   PyObject* loop_ = nullptr;
+  PyObject* future_type_ = nullptr;  // asyncio.Future, when the loop makes its futures so
   PyObject* drainer_ = nullptr;
   std::mutex mu_;
   std::vector<Item> queue_;
@@ -394,8 +442,7 @@ class Pending {
     static auto* get_running_loop = new py::object(py::module_::import("asyncio").attr("get_running_loop"));
     const py::object loop = (*get_running_loop)();
     completions_ = completions_of(loop);
-    static PyObject* const create_future = PyUnicode_InternFromString("create_future");
-    future_ = call_method(loop, create_future);
+    future_ = completions_->new_future();
   }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
@@ -581,6 +628,12 @@ class Limiter {
 
   py::object check_asgi_async(const py::dict& scope) { return handle_later(request_of_scope(scope)); }
 
+  // check_asgi_async, but an admission at once that holds nothing (the common answer) is
+  // answered by the list of headers to add alone, without a RequestDecision object.
+  py::object check_asgi_async_lean(const py::dict& scope) {
+    return handle_later(request_of_scope(scope), Answer::lean);
+  }
+
   // The request ended: the slots of its reservation are given back (its estimate stays).
   void release(const RequestDecision& decision) {
     open();
@@ -674,15 +727,29 @@ class Limiter {
     if (closed_) throw py::value_error("the limiter is closed");
   }
 
-  // The middleware's answer to `request`, as a future of a RequestDecision.
-  py::object handle_later(const http::Request& request) {
+  // How handle_later answers: a RequestDecision always, or (lean) the headers' list alone for
+  // an admission at once that holds nothing.
+  enum class Answer { decision, lean };
+
+  // The middleware's answer to `request`, as a future of a RequestDecision (or, lean, of the
+  // ASGI headers of a plain admission).
+  py::object handle_later(const http::Request& request, Answer answer = Answer::decision) {
     open();
     auto pending = std::make_shared<Pending>();
     py::object future = pending->future();
     {
       py::gil_scoped_release release;
-      middleware_->handle(request, [pending, heartbeats = heartbeats()](http::MiddlewareResult r) mutable {
-        pending->resolve([d = request_decision_of(std::move(r), heartbeats)]() mutable { return py::cast(std::move(d)); });
+      middleware_->handle(request, [pending, heartbeats = heartbeats(), answer](http::MiddlewareResult r) mutable {
+        if (answer == Answer::lean && r.admitted && r.delay == 0 && !r.usage) {
+          pending->resolve([headers = std::move(r.headers)] {
+            auto list = py::reinterpret_steal<py::object>(asgi_header_list(headers));
+            if (!list) throw py::error_already_set();
+            return list;
+          });
+        } else {
+          pending->resolve(
+              [d = request_decision_of(std::move(r), heartbeats)]() mutable { return py::cast(std::move(d)); });
+        }
         pending.reset();
       });
     }
@@ -838,29 +905,7 @@ void add_getters(const py::handle& type, PyGetSetDef* defs) {
 }
 
 // A decision's headers as ASGI sends them: (bytes, bytes) pairs, names in lower case.
-PyObject* asgi_headers(PyObject* self, void*) {
-  const auto& headers = value_of<RequestDecision>(self).headers;
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(headers.size()));
-  if (list == nullptr) return nullptr;
-  for (std::size_t i = 0; i < headers.size(); ++i) {
-    const auto& [name, value] = headers[i];
-    PyObject* lower = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(name.size()));
-    PyObject* bytes = PyBytes_FromStringAndSize(value.data(), static_cast<Py_ssize_t>(value.size()));
-    PyObject* pair = lower != nullptr && bytes != nullptr ? PyTuple_New(2) : nullptr;
-    if (pair == nullptr) {
-      Py_XDECREF(lower);
-      Py_XDECREF(bytes);
-      Py_DECREF(list);
-      return nullptr;
-    }
-    char* out = PyBytes_AS_STRING(lower);
-    for (const char c : name) *out++ = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    PyTuple_SET_ITEM(pair, 0, lower);
-    PyTuple_SET_ITEM(pair, 1, bytes);
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), pair);
-  }
-  return list;
-}
+PyObject* asgi_headers(PyObject* self, void*) { return asgi_header_list(value_of<RequestDecision>(self).headers); }
 
 PyGetSetDef decision_getters[] = {
     {"allowed", get_bool<Decision, &Decision::allowed>, nullptr, nullptr, nullptr},
@@ -956,6 +1001,7 @@ PYBIND11_MODULE(_native, m) {
       .def("check_request_async", &Limiter::check_request_async, py::arg("method"), py::arg("path"),
            py::arg("headers"), py::arg("client"))
       .def("check_asgi_async", &Limiter::check_asgi_async, py::arg("scope"))
+      .def("check_asgi_async_lean", &Limiter::check_asgi_async_lean, py::arg("scope"))
       .def("check_rule_asgi_async", &Limiter::check_rule_asgi_async, py::arg("rule"), py::arg("scope"))
       .def("release", &Limiter::release, py::arg("decision"))
       .def("settle", &Limiter::settle, py::arg("decision"), py::arg("cost"))

@@ -12,6 +12,7 @@ import pytest
 import ratekeeper
 from conftest import SOURCE
 from ratekeeper import Limiter
+from ratekeeper._native import RequestDecision
 
 RULES = """
 rules:
@@ -392,4 +393,85 @@ def test_an_asgi_scope_is_read_as_the_request_it_describes():
             await limiter.check_asgi_async({"type": "http", "method": "GET", "path": "/api/a"})
 
     asyncio.run(main())
+    limiter.close()
+
+
+LEAN_RULES = """
+logging: {decisions: {enabled: false}}
+rules:
+  - name: api
+    match: {path: /api}
+    identity: {type: ip}
+    limits: [{rate: 2/1h}]
+  - name: queued
+    match: {path: /queued}
+    identity: {type: ip}
+    limits: [{algorithm: token_bucket, capacity: 1, refill_rate: 20}]
+    on_limit: delay
+    max_delay: 10s
+  - name: streams
+    match: {path: /stream}
+    identity: {type: ip}
+    limits: [{algorithm: concurrency, limit: 1, slot_ttl: 30s}]
+"""
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_plain_admission_is_answered_lean_by_its_headers_alone(store, request):
+    """check_asgi_async_lean: an admission at once that holds nothing is answered by the list of
+    headers check_asgi_async's decision carries; a denial, a delayed admission and one holding a
+    reservation by the RequestDecision itself. On Redis the answer comes from the store's thread."""
+    url = request.getfixturevalue("redis").url if store == "redis" else "memory://"
+    limiter = Limiter(yaml=LEAN_RULES, store=url)
+
+    def scope(path, peer):
+        return {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "headers": [],
+                "client": (peer, 1)}
+
+    async def main():
+        lean = await limiter.check_asgi_async_lean(scope("/api", "192.0.2.1"))
+        full = await limiter.check_asgi_async(scope("/api", "192.0.2.2"))  # another client, the same count
+        assert type(lean) is list
+        assert lean == full.asgi_headers
+        assert [name for name, _ in lean] == [b"ratelimit-policy", b"ratelimit"]
+        assert lean[1][1] == b'"api";r=1;t=1800'
+        assert await limiter.check_asgi_async_lean(scope("/none", "192.0.2.1")) == []  # no rule applied
+        await limiter.check_asgi_async_lean(scope("/api", "192.0.2.1"))
+        denied = await limiter.check_asgi_async_lean(scope("/api", "192.0.2.1"))
+        assert isinstance(denied, RequestDecision) and not denied.admitted and denied.status == 429
+        await limiter.check_asgi_async_lean(scope("/queued", "192.0.2.1"))
+        delayed = await limiter.check_asgi_async_lean(scope("/queued", "192.0.2.1"))
+        assert isinstance(delayed, RequestDecision) and delayed.admitted and delayed.delay > 0
+        held = await limiter.check_asgi_async_lean(scope("/stream", "192.0.2.1"))
+        assert isinstance(held, RequestDecision) and held.admitted and held.holds_reservation
+        limiter.release(held)
+
+    asyncio.run(main())
+    limiter.close()
+
+
+def test_a_loop_making_its_own_futures_is_asked_for_each():
+    """A loop with its own create_future (as uvloop's is) makes every future the module answers
+    with; asyncio's own loop gets asyncio.Future made directly."""
+    limiter = Limiter(yaml=ASGI_RULES, store="memory://")
+
+    class OwnFutures(asyncio.SelectorEventLoop):
+        made = 0
+
+        def create_future(self):
+            OwnFutures.made += 1
+            return super().create_future()
+
+    async def main():
+        scope = {"type": "http", "method": "GET", "path": "/api/a", "headers": [], "client": ("192.0.2.1", 1)}
+        decisions = [await limiter.check_asgi_async(scope) for _ in range(3)]
+        return [d.admitted for d in decisions]
+
+    loop = OwnFutures()
+    try:
+        assert loop.run_until_complete(main()) == [True, True, True]
+    finally:
+        loop.close()
+    assert OwnFutures.made == 3
+    assert asyncio.run(main()) == [False, False, False]  # the same limit, asyncio's own loop
     limiter.close()
