@@ -1,6 +1,8 @@
 """An empty FastAPI endpoint, with ratekeeper's middleware (RATEKEEPER_LIMITED=1: every request
 checked on RATEKEEPER_STORE, all admitted), with the seed's own middleware (RATEKEEPER_LIMITED=
-seed: its class, bench/seed_limiter.py, through redis-py on the same Redis), or without: what
+seed: its class, bench/seed_limiter.py, through redis-py on the same Redis), with a middleware
+that only adds the two RateLimit header fields ratekeeper's adds here, constant, and decides
+nothing (RATEKEEPER_LIMITED=headers: what any middleware sending them costs), or without: what
 bench/python_fastapi.sh compares."""
 
 import os
@@ -51,3 +53,26 @@ if os.environ.get("RATEKEEPER_LIMITED") == "seed":
             return JSONResponse(status_code=429, content={"error": "Rate limit exceeded", "retryAfter": 10},
                                 headers={"Retry-After": "10"})
         return await call_next(request)
+
+
+if os.environ.get("RATEKEEPER_LIMITED") == "headers":
+    # The fields ratekeeper's middleware adds to this endpoint's responses, as it words them.
+    FIELDS = [(b"ratelimit-policy", b'"empty";q=1000000000;w=1000'), (b"ratelimit", b'"empty";r=999999999;t=1')]
+
+    class HeadersOnly:
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http":
+                await self.app(scope, receive, send)
+                return
+
+            def send_headed(message):
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", ()), *FIELDS]}
+                return send(message)
+
+            await self.app(scope, receive, send_headed)
+
+    app.add_middleware(HeadersOnly)

@@ -203,7 +203,9 @@ http::Request request_of(std::string method, std::string path, const py::iterabl
     request.headers.emplace_back(bytes_or_str(py::object(pair[0]).ptr(), wrong),
                                  bytes_or_str(py::object(pair[1]).ptr(), wrong));
   }
-  if (!client.empty()) {
+  if (http::is_canonical_ipv4(client)) {
+    request.peer_address = std::move(client);  // its own canonical form: nothing to parse
+  } else if (!client.empty()) {
     const auto ip = http::parse_ip(client);
     if (!ip) throw py::value_error("client must be an IP address");
     request.peer_address = ip->to_string();

@@ -475,3 +475,19 @@ def test_a_loop_making_its_own_futures_is_asked_for_each():
     assert OwnFutures.made == 3
     assert asyncio.run(main()) == [False, False, False]  # the same limit, asyncio's own loop
     limiter.close()
+
+
+def test_a_client_address_is_one_identity_however_it_is_written():
+    """The client's address is read in its canonical form: an IPv4-mapped IPv6 address, the
+    same dotted quad, and one IPv6 address in upper and lower case are each one identity; a
+    dotted quad with a leading zero is not an address."""
+    limiter = Limiter(yaml=ASGI_RULES, store="memory://")  # 3 an hour per IP on GET /api/...
+    assert [limiter.check_request("GET", "/api/a", [], client).admitted
+            for client in ("::ffff:192.0.2.44", "192.0.2.44", "::FFFF:192.0.2.44", "192.0.2.44")] == [
+                True, True, True, False]
+    assert [limiter.check_request("GET", "/api/a", [], client).admitted
+            for client in ("2001:DB8::7", "2001:db8::7", "2001:0db8:0:0:0:0:0:7", "2001:db8::7")] == [
+                True, True, True, False]
+    with pytest.raises(ValueError, match="IP address"):
+        limiter.check_request("GET", "/api/a", [], "192.0.2.044")
+    limiter.close()
