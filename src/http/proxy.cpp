@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <functional>
@@ -464,6 +465,21 @@ struct Proxy::Impl : ServerCore {
     spdlog::warn("proxy: {} {} for {} {}{}: upstream {}:{}: {}{}", error.status,
                  error.status == 504 ? "(timeout)" : "(bad gateway)", method, target, via, upstream.host,
                  upstream.port, reason,
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
+
+  // A response under way the upstream broke off (closed, stalled past upstream.timeout, sent
+  // what is not HTTP): counted and logged, rate-bounded with the other upstream failures; the
+  // client's response cannot be completed.
+  void upstream_cut_off(const beast::error_code& ec, bool timed_out, std::string_view method, std::string_view target,
+                        std::string_view via) {
+    count(upstream_aborted);
+    std::uint64_t suppressed = 0;
+    if (!failure_log.admit(suppressed)) return;
+    spdlog::warn("proxy: the response to {} {}{} was cut off: upstream {}:{}: {}{}", method, target, via, upstream.host,
+                 upstream.port,
+                 timed_out ? std::string("nothing read or written for upstream.timeout")
+                           : ec ? ec.message() : std::string("the body broke off"),
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
 
@@ -1066,7 +1082,7 @@ class ProxySession final : public ClientConnection {
       if (self->closed()) return;
       if (e) return self->client_gone();
       if (failed) {
-        self->proxy_.count(self->proxy_.upstream_aborted);
+        self->cut_off({});
         return self->close();
       }
       self->relay_response_body();
@@ -1096,7 +1112,7 @@ class ProxySession final : public ClientConnection {
     if (ec && n == 0) {
       // The upstream broke off mid-body (closed, stalled, garbage): the client's response
       // cannot be completed, its connection is closed.
-      proxy_.count(proxy_.upstream_aborted);
+      cut_off(ec);
       return close();
     }
     if (n == 0) return relay_response_body();
@@ -1212,6 +1228,13 @@ class ProxySession final : public ClientConnection {
   }
 
   // ---- answers of the proxy itself ---------------------------------------------------------
+
+  void cut_off(const beast::error_code& ec) {
+    const bool has_request = req_ && req_->is_header_done();
+    proxy_.upstream_cut_off(ec, ec == beast::error::timeout,
+                            has_request ? std::string_view(req_->request().method) : std::string_view("-"),
+                            has_request ? std::string_view(req_->request().target) : std::string_view("-"), "");
+  }
 
   void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter,
                        beast::error_code ec = {}, std::string why = {}) {
@@ -1495,6 +1518,10 @@ class H2ProxySession final : public ClientConnection {
     std::optional<net::steady_timer> delay;
     BodyBuffer body;
     std::string head;
+    // While an operation on the upstream connection is under way, when it times out
+    // (upstream.timeout); the sweep closes the connection then. Unset between operations.
+    std::chrono::steady_clock::time_point up_deadline{};
+    bool timed_out = false;    // the sweep closed the upstream connection: its operation timed out
     bool gone = false;         // the client's stream closed: nothing more is done for it
     bool reading = false;      // a read of the response body is under way
     bool waiting_room = false; // the response body waits for the stream's buffer to drain
@@ -1559,21 +1586,43 @@ class H2ProxySession final : public ClientConnection {
 
   // Every request must come whole within http.request_timeout of its first frame: checked
   // a few times per timeout (at least once a second), late streams answered 408.
+  // Every second at most (a quarter of the shorter timeout when that is less): the streams
+  // whose request is not whole within request_timeout end, and the upstream operations under
+  // way longer than upstream.timeout are cut. One timer for the session, where a timer per
+  // operation would be armed and cancelled several times a stream.
   void sweep() {
     const auto timeout = to_duration(proxy_.options.request_timeout);
-    sweep_timer_.expires_after(std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(1), timeout / 4));
+    using Duration = std::chrono::steady_clock::duration;
+    const auto every = std::min<Duration>({std::chrono::seconds(1), timeout / 4, to_duration(proxy_.upstream.timeout) / 4});
+    sweep_timer_.expires_after(every);
     sweep_timer_.async_wait([self = self<H2ProxySession>(), timeout](beast::error_code ec) {
       if (ec || self->closed_) return;
+      const auto now = std::chrono::steady_clock::now();
       self->in_frames_ = true;
-      const std::size_t late = self->h2_.expire(std::chrono::steady_clock::now() - timeout);
+      const std::size_t late = self->h2_.expire(now - timeout);
       self->in_frames_ = false;
       if (late > 0) {
         self->proxy_.client_aborted.fetch_add(late, std::memory_order_relaxed);
         self->flush();
       }
+      for (const auto& [id, x] : self->exchanges_) {
+        if (x->up && x->up_deadline != std::chrono::steady_clock::time_point{} && x->up_deadline <= now) {
+          // Its operation completes now, as cancelled, and reads timed_out.
+          x->timed_out = true;
+          x->up_deadline = {};
+          x->up->stream.tcp().close();
+        }
+      }
       self->sweep();
     });
   }
+
+  // An operation on the exchange's upstream connection begins (its deadline: upstream.timeout
+  // from now) or has completed.
+  void upstream_begins(Exchange& x) const {
+    x.up_deadline = std::chrono::steady_clock::now() + to_duration(proxy_.upstream.timeout);
+  }
+  static void upstream_done(Exchange& x) { x.up_deadline = {}; }
 
   void close() {
     if (closed_) return;
@@ -1688,11 +1737,16 @@ class H2ProxySession final : public ClientConnection {
     write_upstream_request_head(x->head, r.method, r.target, r.headers, Forwarding(peer_address_, proxy_.scheme(), {}),
                                 framing, r.body.size());
     x->served.upstream_sent = std::chrono::steady_clock::now();
-    x->up->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    // A new connection still holds its connect timeout; the session's sweep bounds what follows
+    // (a pooled connection has none).
+    if (!x->reused) x->up->stream.tcp().expires_never();
+    upstream_begins(*x);
     const std::array<net::const_buffer, 2> buffers{net::buffer(x->head), net::buffer(r.body)};
     net::async_write(x->up->stream, buffers, [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
+      upstream_done(*x);
       if (self->closed_ || x->gone) return;
       if (ec) {
+        if (x->timed_out) return self->failed(*x, kTimeout, self->proxy_.upstream_timeout, ec);
         if (self->retry(x)) return;
         return self->failed(*x, kUnreachable, self->proxy_.upstream_unreachable, ec);
       }
@@ -1714,16 +1768,17 @@ class H2ProxySession final : public ClientConnection {
   void read_head(const ExchangePtr& x) {
     x->res.emplace(static_cast<std::uint32_t>(std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
     if (x->head_request) x->res->skip(true);
-    x->up->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    upstream_begins(*x);
     bhttp::async_read_header(x->up->stream, x->up->buffer, *x->res,
                              [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
+                               upstream_done(*x);
                                if (self->closed_ || x->gone) return;
                                self->on_head(x, ec);
                              });
   }
 
   void on_head(const ExchangePtr& x, beast::error_code ec) {
-    if (ec == beast::error::timeout) return failed(*x, kTimeout, proxy_.upstream_timeout, ec);
+    if (ec && x->timed_out) return failed(*x, kTimeout, proxy_.upstream_timeout, ec);
     if (ec) {
       if (retry(x)) return;
       return failed(*x, kBadResponse, proxy_.upstream_bad_response, ec);
@@ -1763,7 +1818,7 @@ class H2ProxySession final : public ClientConnection {
     x->res->stream_body(x->body.room(room), room);
     beast::error_code ec;
     parse_buffered(*x->res, x->up->buffer, ec);
-    if (ec) return aborted(*x);
+    if (ec) return aborted(*x, ec);
     if (const std::size_t n = x->res->streamed(); n > 0) {
       x->served.bytes += n;
       feed_usage(x->usage, std::string_view(x->body.data(), n));
@@ -1773,10 +1828,11 @@ class H2ProxySession final : public ClientConnection {
     }
     x->up->buffer.reserve(room);
     x->res->stream_body(x->body.room(room), room);
-    x->up->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    upstream_begins(*x);
     x->reading = true;
     bhttp::async_read_some(x->up->stream, x->up->buffer, *x->res,
                            [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
+                             upstream_done(*x);
                              x->reading = false;
                              if (self->closed_ || x->gone) return;
                              if (ec == bhttp::error::need_buffer) ec = {};
@@ -1788,7 +1844,7 @@ class H2ProxySession final : public ClientConnection {
                                self->h2_.body(x->id, std::string_view(x->body.data(), n), !ec && x->res->is_done());
                                self->flush();
                              }
-                             if (ec) return self->aborted(*x);
+                             if (ec) return self->aborted(*x, ec);
                              self->relay(x);
                            });
   }
@@ -1824,8 +1880,8 @@ class H2ProxySession final : public ClientConnection {
   }
 
   // The upstream broke off mid-body: the stream is reset.
-  void aborted(Exchange& x) {
-    proxy_.count(proxy_.upstream_aborted);
+  void aborted(Exchange& x, const beast::error_code& ec) {
+    proxy_.upstream_cut_off(ec, x.timed_out, x.request.method, x.request.target, " (HTTP/2)");
     drop(x);
     h2_.reset(x.id);
     flush();

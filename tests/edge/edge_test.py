@@ -163,7 +163,27 @@ class Echo(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
+    def handle(self):
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the proxy gave up on a slow answer (/sleep/, /stall/)
+
     def do_GET(self):
+        if self.path.startswith("/sleep/"):  # the answer after this many milliseconds
+            time.sleep(int(self.path[len("/sleep/"):]) / 1000)
+        if self.path.startswith("/stall/"):  # the head and 5 of 10 bytes, the rest after this many ms
+            self.send_response(200)
+            self.send_header("Content-Length", "10")
+            self.end_headers()
+            self.wfile.write(b"01234")
+            self.wfile.flush()
+            time.sleep(int(self.path[len("/stall/"):]) / 1000)
+            try:
+                self.wfile.write(b"56789")
+            except OSError:
+                pass
+            return
         if self.path.startswith("/bytes/"):  # N bytes of a pattern
             n = int(self.path[len("/bytes/"):])
             self.send_response(200)
@@ -788,6 +808,39 @@ http: {http}
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_connections_total{state="opened"}'), 1)
         self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_connections_total{state="reused"}'), 29)
+
+    def test_an_upstream_answering_after_its_timeout_is_a_504_on_the_stream(self):
+        rk, port, admin = self.proxy(capacity=100, upstream=", timeout: 400ms")
+        started = time.monotonic()
+        code, version, body = self.curl(f"http://127.0.0.1:{port}/sleep/4000", "--http2-prior-knowledge")
+        self.assertEqual((code, version), (504, "2"))
+        self.assertIn("upstream", json.loads(body)["error"].lower())
+        self.assertLess(time.monotonic() - started, 3)  # not the upstream's 4 s
+        # An answer within the timeout, several times over: each operation has its own.
+        self.assertEqual(self.curl(f"http://127.0.0.1:{port}/sleep/250", "--http2-prior-knowledge")[:2], (200, "2"))
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_errors_total{kind="timeout"}'), 1)
+        self.assertRegex(rk.log(), r"504 \(timeout\) for GET /sleep/4000 \(HTTP/2\)")
+
+    def test_an_upstream_stalling_mid_body_past_its_timeout_resets_the_stream_and_says_so(self):
+        rk, port, admin = self.proxy(capacity=100, upstream=", timeout: 400ms")
+        started = time.monotonic()
+        r = run(["curl", "-s", "-o", "-", "--http2-prior-knowledge", f"http://127.0.0.1:{port}/stall/4000"])
+        self.assertNotEqual(r.returncode, 0)  # the stream was reset: curl says the transfer failed
+        self.assertNotEqual(r.stdout, b"0123456789")
+        self.assertLess(time.monotonic() - started, 3)
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_errors_total{kind="aborted"}'), 1)
+        self.assertRegex(rk.log(), r"the response to GET /stall/4000 \(HTTP/2\) was cut off: upstream .*"
+                                   r"nothing read or written for upstream\.timeout")
+        # Over HTTP/1.1 the client's connection is closed short of the length, and the same said.
+        r = run(["curl", "-s", "-o", "-", "--http1.1", f"http://127.0.0.1:{port}/stall/4001"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.stdout, b"01234")
+        self.assertRegex(rk.log(), r"the response to GET /stall/4001 was cut off: upstream .*"
+                                   r"nothing read or written for upstream\.timeout")
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_errors_total{kind="aborted"}'), 2)
 
     def test_an_idle_upstream_connection_is_closed_after_idle_timeout(self):
         # One io thread: one pool of upstream connections for every client connection.

@@ -106,6 +106,23 @@ TEST(ProxyFields, ResponseLosesHopByHopAndTheLimiterFieldsReplaceTheUpstreams) {
   EXPECT_EQ(ratelimits, 1);
 }
 
+TEST(ProxyHeads, LeaveOutAFieldWithACarriageReturnALineFeedOrANulAnywhere) {
+  using namespace std::string_literals;
+  // Each of the three alone, in a name or a value, at the start, inside and at the end; a tab
+  // (a value's whitespace) and the other bytes below a carriage return are written as given.
+  HeaderList fields = {{"Host", "x"}};
+  for (const std::string& ending : {"\r"s, "\n"s, "\0"s}) {
+    for (const std::string& text : {ending + "a", "a" + ending + "b", "ab" + ending}) {
+      fields.emplace_back("X-Value", text);
+      fields.emplace_back("X-Name" + text, "v");
+    }
+  }
+  fields.emplace_back("X-Tab", "a\tb");
+  fields.emplace_back("X-Low", "a\x01\x0b\x0c b");
+  EXPECT_EQ(request_head("GET", "/", fields, Framing::none, 0),
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Tab: a\tb\r\nX-Low: a\x01\x0b\x0c b\r\n\r\n");
+}
+
 TEST(ProxyHeads, StateTheirOwnFramingAndLeaveOutFieldsThatWouldBreakThem) {
   const HeaderList fields = {{"Host", "x"}, {"X-Bad", "a\r\nInjected: 1"}, {"", "v"}, {"A:B", "c"}};
   EXPECT_EQ(request_head("POST", "/a?b", fields, Framing::chunked, 0),
