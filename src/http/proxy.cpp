@@ -616,6 +616,7 @@ class ProxySession final : public ClientConnection {
         delay_timer_(client_.get_executor()),
         body_timer_(client_.get_executor()),
         tunnel_timer_(client_.get_executor()),
+        up_timer_(client_.get_executor()),
         resolver_(client_.get_executor()) {
     peer_of(client_.tcp().socket(), peer_address_, peer_port_);
     beast::error_code ec;
@@ -869,10 +870,14 @@ class ProxySession final : public ClientConnection {
     const bool last = !body_ec && chunked && req_->is_done();
     if (last) request_framing_ = Framing::none;  // written: relay_request_body() does not again
     served_.upstream_sent = std::chrono::steady_clock::now();
-    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    // A new connection still holds its connect timeout (a pooled one has none): upstream_begins
+    // bounds what follows.
+    if (!reused_) up_->stream.tcp().expires_never();
+    upstream_begins();
     net::async_write(up_->stream, up_frames_.build(head_, up_body_.data(), n, chunked, last),
                      [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
                          beast::error_code ec, std::size_t written) {
+                       ec = self->upstream_done(ec);
                        self->release_held();
                        self->on_head_sent(ec, written >= head, bad_body);
                      });
@@ -929,9 +934,10 @@ class ProxySession final : public ClientConnection {
     if (req_->is_done()) {
       body_timer_.cancel();
       if (request_framing_ != Framing::chunked) return read_response_header();
-      up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+      upstream_begins();
       net::async_write(up_->stream, up_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
+                         ec = self->upstream_done(ec);
                          if (self->closed()) return;
                          if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response, ec);
                          self->read_response_header();
@@ -986,6 +992,7 @@ class ProxySession final : public ClientConnection {
   }
 
   void on_request_body_sent(beast::error_code ec, std::size_t) {
+    ec = upstream_done(ec);
     release_held();
     if (closed()) return;
     if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
@@ -997,7 +1004,7 @@ class ProxySession final : public ClientConnection {
   void write_body(UpstreamConnection& to, const char* data, std::size_t n, bool chunked,
                   Handler&& handler) {
     hold(n);
-    to.stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    upstream_begins();
     net::async_write(to.stream, up_frames_.build({}, data, n, chunked, false), std::forward<Handler>(handler));
   }
 
@@ -1007,11 +1014,12 @@ class ProxySession final : public ClientConnection {
     res_.emplace(static_cast<std::uint32_t>(
         std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
     if (head_request_) res_->skip(true);
-    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    upstream_begins();
     bhttp::async_read_header(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_header));
   }
 
   void on_response_header(beast::error_code ec, std::size_t) {
+    ec = upstream_done(ec);
     if (closed()) return;
     if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
     if (ec) {
@@ -1099,11 +1107,12 @@ class ProxySession final : public ClientConnection {
     const std::size_t room = response_room();
     up_->buffer.reserve(proxy_.upstream.buffer_size);
     res_->stream_body(down_body_.room(room), room);
-    up_->stream.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    upstream_begins();
     bhttp::async_read_some(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_body));
   }
 
   void on_response_body(beast::error_code ec, std::size_t) {
+    ec = upstream_done(ec);
     if (closed()) return;
     if (ec == bhttp::error::need_buffer) ec = {};
     // A body delimited by the upstream closing ends with end_of_stream once complete.
@@ -1322,6 +1331,38 @@ class ProxySession final : public ClientConnection {
 
   void drop_upstream() { retire(std::move(up_)); }
 
+  // An operation on the upstream connection begins: it has upstream.timeout. The timer is
+  // armed only when it is not: an operation moves the deadline, and the timer, when it fires
+  // before it, waits again until it (one wait a timeout, not one armed and cancelled per
+  // operation).
+  void upstream_begins() {
+    up_deadline_ = std::chrono::steady_clock::now() + to_duration(proxy_.upstream.timeout);
+    up_busy_ = true;
+    up_timed_out_ = false;
+    if (!up_timer_armed_) arm_upstream_timer();
+  }
+
+  // Its completion: `ec` as the operation's handler reads it (a cut connection's error is the
+  // timeout's).
+  beast::error_code upstream_done(beast::error_code ec) {
+    up_busy_ = false;
+    return ec && up_timed_out_ ? beast::error_code(beast::error::timeout) : ec;
+  }
+
+  void arm_upstream_timer() {
+    up_timer_armed_ = true;
+    up_timer_.expires_at(up_deadline_);
+    up_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
+      if (ec) return;  // cancelled: the session closed
+      self->up_timer_armed_ = false;
+      if (self->closed() || !self->up_busy_ || !self->up_) return;
+      if (std::chrono::steady_clock::now() < self->up_deadline_) return self->arm_upstream_timer();
+      self->up_timed_out_ = true;
+      beast::error_code ignored;
+      self->up_->stream.tcp().socket().close(ignored);  // the operation completes, cut
+    });
+  }
+
   void close() {
     if (closed()) return;
     phase_ = Phase::closed;
@@ -1331,6 +1372,7 @@ class ProxySession final : public ClientConnection {
     delay_timer_.cancel();
     tunnel_timer_.cancel();
     body_timer_.cancel();
+    up_timer_.cancel();
     resolver_.cancel();
     drop_upstream();
     beast::error_code ec;
@@ -1395,6 +1437,13 @@ class ProxySession final : public ClientConnection {
   net::steady_timer delay_timer_;
   net::steady_timer body_timer_;  // request_timeout of the request's body
   net::steady_timer tunnel_timer_;  // an upgraded connection's idle and total time
+  // upstream.timeout of the operation under way on the upstream connection: its deadline moves
+  // with each operation, and up_timer_ (armed lazily) cuts the connection once it passes.
+  net::steady_timer up_timer_;
+  std::chrono::steady_clock::time_point up_deadline_{};
+  bool up_busy_ = false;        // an operation on the upstream connection is under way
+  bool up_timer_armed_ = false;
+  bool up_timed_out_ = false;   // up_timer_ cut the connection: its operation timed out
   bool reading_body_ = false;     // a read of the request's body is under way
   bool watching_held_ = false;    // watch_held_client's wait is under way
   tcp::resolver resolver_;

@@ -184,6 +184,15 @@ class Echo(http.server.BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
+        if self.path.startswith("/drip/"):  # 6 bytes, one every this many milliseconds
+            self.send_response(200)
+            self.send_header("Content-Length", "6")
+            self.end_headers()
+            for byte in b"abcdef":
+                time.sleep(int(self.path[len("/drip/"):]) / 1000)
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            return
         if self.path.startswith("/bytes/"):  # N bytes of a pattern
             n = int(self.path[len("/bytes/"):])
             self.send_response(200)
@@ -821,6 +830,15 @@ http: {http}
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_errors_total{kind="timeout"}'), 1)
         self.assertRegex(rk.log(), r"504 \(timeout\) for GET /sleep/4000 \(HTTP/2\)")
+
+    def test_an_upstream_timeout_bounds_each_read_not_the_whole_response(self):
+        # 6 bytes 150 ms apart: 900 ms in all under a timeout of 400 ms, relayed whole.
+        _, port, admin = self.proxy(capacity=100, upstream=", timeout: 400ms")
+        for version in ("--http2-prior-knowledge", "--http1.1"):
+            code, _, body = self.curl(f"http://127.0.0.1:{port}/drip/150", version)
+            self.assertEqual((code, body), (200, "abcdef"), version)
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_errors_total{kind="aborted"}'), 0)
 
     def test_an_upstream_stalling_mid_body_past_its_timeout_resets_the_stream_and_says_so(self):
         rk, port, admin = self.proxy(capacity=100, upstream=", timeout: 400ms")
