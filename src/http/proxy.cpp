@@ -605,6 +605,59 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> buffered_high{0};
 };
 
+// The deadline of one connection's operations under way, kept by one timer armed lazily: each
+// operation moves the deadline, and the timer, when it fires before it, waits again until it;
+// once it passes with an operation under way, `cut` closes the connection, and its operations
+// complete with an error read as beast::error::timeout (done()). One wait a timeout, where
+// Beast's stream arms and cancels a timer for every operation.
+class LazyDeadline {
+ public:
+  explicit LazyDeadline(const Stream::executor_type& executor) : timer_(executor) {}
+
+  // An operation begins, bounded by `timeout` from now. `owner` (a shared_ptr to what holds
+  // this) is kept while the timer waits; `cut(owner)` closes the connection.
+  template <class Owner, class Cut>
+  void begin(std::chrono::steady_clock::duration timeout, const Owner& owner, Cut cut) {
+    deadline_ = std::chrono::steady_clock::now() + timeout;
+    ++ops_;
+    timed_out_ = false;
+    if (!armed_) arm(owner, cut);
+  }
+
+  // The operation completed with `ec`: the error its handler reads.
+  beast::error_code done(beast::error_code ec) {
+    if (ops_ > 0) --ops_;
+    return ec && timed_out_ ? beast::error_code(beast::error::timeout) : ec;
+  }
+
+  // No operation of the connection's is bounded any more (it closed, or it is handed on).
+  void cancel() {
+    ops_ = 0;
+    timer_.cancel();
+  }
+
+ private:
+  template <class Owner, class Cut>
+  void arm(const Owner& owner, Cut cut) {
+    armed_ = true;
+    timer_.expires_at(deadline_);
+    timer_.async_wait([this, owner, cut](beast::error_code ec) {
+      if (ec) return;  // cancelled
+      armed_ = false;
+      if (ops_ == 0) return;
+      if (std::chrono::steady_clock::now() < deadline_) return arm(owner, cut);
+      timed_out_ = true;
+      cut(owner);
+    });
+  }
+
+  net::steady_timer timer_;
+  std::chrono::steady_clock::time_point deadline_{};
+  std::size_t ops_ = 0;
+  bool armed_ = false;
+  bool timed_out_ = false;
+};
+
 class ProxySession final : public ClientConnection {
  public:
   ProxySession(const std::shared_ptr<Proxy::Impl>& proxy, tcp::socket&& socket)
@@ -616,7 +669,8 @@ class ProxySession final : public ClientConnection {
         delay_timer_(client_.get_executor()),
         body_timer_(client_.get_executor()),
         tunnel_timer_(client_.get_executor()),
-        up_timer_(client_.get_executor()),
+        client_deadline_(client_.get_executor()),
+        up_deadline_(client_.get_executor()),
         resolver_(client_.get_executor()) {
     peer_of(client_.tcp().socket(), peer_address_, peer_port_);
     beast::error_code ec;
@@ -639,6 +693,7 @@ class ProxySession final : public ClientConnection {
           self->proxy_.tls_handshake_failed(ec, self->client_, self->peer_address_);
           return self->close();
         }
+        self->client_.tcp().expires_never();  // from here, client_deadline_ bounds each operation
         if (self->proxy_.options.http2 && alpn_h2(self->client_)) return self->start_h2({});
         self->read_request();
       });
@@ -677,8 +732,9 @@ class ProxySession final : public ClientConnection {
   // A plain connection's first bytes: HTTP/2's connection preface (h2c with prior knowledge)
   // hands the connection to an HTTP/2 session; anything else is HTTP/1.1, parsed from them.
   void read_preface() {
-    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+    client_begins(proxy_.options.read_timeout);
     client_.async_read_some(client_buf_.prepare(4096), [self = self<ProxySession>()](beast::error_code ec, std::size_t n) {
+      ec = self->client_done(ec);
       if (self->closed()) return;
       if (ec) return self->close();
       self->client_buf_.commit(n);
@@ -704,11 +760,12 @@ class ProxySession final : public ClientConnection {
     body_deadline_.reset();
     req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
                  std::numeric_limits<std::uint64_t>::max(), true);
-    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+    client_begins(proxy_.options.read_timeout);
     bhttp::async_read_header(client_, client_buf_, *req_, bind(&ProxySession::on_request_header));
   }
 
   void on_request_header(beast::error_code ec, std::size_t) {
+    ec = client_done(ec);
     if (closed()) return;
     if (ec) {
       if (ec == bhttp::error::header_limit) return answer_error(kHeaderTooLarge, false);
@@ -916,9 +973,10 @@ class ProxySession final : public ClientConnection {
     if (!request_body_) return read_response_header();
     if (expect_continue_) {
       expect_continue_ = false;
-      client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+      client_begins(proxy_.options.read_timeout);
       net::async_write(client_, net::buffer(kContinue), [self = self<ProxySession>()](
                                                             beast::error_code e, std::size_t) {
+        e = self->client_done(e);
         if (self->closed()) return;
         if (e) return self->client_gone();
         self->relay_request_body();
@@ -962,12 +1020,13 @@ class ProxySession final : public ClientConnection {
       });
     }
     if (now >= *body_deadline_) return request_timed_out();
-    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+    client_begins(proxy_.options.read_timeout);
     reading_body_ = true;
     bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
   }
 
   void on_request_body(beast::error_code ec, std::size_t) {
+    ec = client_done(ec);
     reading_body_ = false;
     if (closed()) return;
     if (ec == bhttp::error::need_buffer) ec = {};
@@ -1082,10 +1141,11 @@ class ProxySession final : public ClientConnection {
     const bool chunked = response_framing_ == Framing::chunked;
     const bool last = !failed && chunked && body_expected_ && res_->is_done();
     if (last) response_framing_ = Framing::none;  // written: finish_response() does not again
-    client_.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    client_begins(proxy_.upstream.timeout);
     net::async_write(client_, down_frames_.build(with_head ? std::string_view(head_) : std::string_view(),
                                                  down_body_.data(), n, chunked, last), [self = self<ProxySession>(), failed](beast::error_code e,
                                                                               std::size_t) {
+      e = self->client_done(e);
       self->release_held();
       if (self->closed()) return;
       if (e) return self->client_gone();
@@ -1131,9 +1191,10 @@ class ProxySession final : public ClientConnection {
   void finish_response() {
     if (response_framing_ == Framing::chunked) {
       response_framing_ = Framing::none;  // written once
-      client_.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+      client_begins(proxy_.upstream.timeout);
       net::async_write(client_, down_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code e, std::size_t) {
+                         e = self->client_done(e);
                          if (self->closed()) return;
                          if (e) return self->client_gone();
                          self->finish_response();
@@ -1170,8 +1231,9 @@ class ProxySession final : public ClientConnection {
     enter(Phase::responding);
     proxy_.count(proxy_.upgrades);
     write_client_upgrade_head(head_, res_->reason(), res_->fields(), limiter_fields_);
-    client_.tcp().expires_after(to_duration(proxy_.upstream.timeout));
+    client_begins(proxy_.upstream.timeout);
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
+      ec = self->client_done(ec);
       if (self->closed()) return;
       if (ec) return self->client_gone();
       self->start_tunnel();
@@ -1275,9 +1337,10 @@ class ProxySession final : public ClientConnection {
     head_ = response_head(version_, status, reason_of(status), fields, Framing::length,
                           body.size(), client_keep_);
     head_ += body;
-    client_.tcp().expires_after(to_duration(proxy_.options.read_timeout));
+    client_begins(proxy_.options.read_timeout);
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
                                                       beast::error_code ec, std::size_t) {
+      ec = self->client_done(ec);
       if (self->closed()) return;
       if (ec) return self->close();
       if (self->client_keep_) return self->next_request();
@@ -1331,37 +1394,26 @@ class ProxySession final : public ClientConnection {
 
   void drop_upstream() { retire(std::move(up_)); }
 
-  // An operation on the upstream connection begins: it has upstream.timeout. The timer is
-  // armed only when it is not: an operation moves the deadline, and the timer, when it fires
-  // before it, waits again until it (one wait a timeout, not one armed and cancelled per
-  // operation).
+  // An operation on the upstream connection begins, bounded by upstream.timeout; its handler
+  // reads its error through upstream_done.
   void upstream_begins() {
-    up_deadline_ = std::chrono::steady_clock::now() + to_duration(proxy_.upstream.timeout);
-    up_busy_ = true;
-    up_timed_out_ = false;
-    if (!up_timer_armed_) arm_upstream_timer();
-  }
-
-  // Its completion: `ec` as the operation's handler reads it (a cut connection's error is the
-  // timeout's).
-  beast::error_code upstream_done(beast::error_code ec) {
-    up_busy_ = false;
-    return ec && up_timed_out_ ? beast::error_code(beast::error::timeout) : ec;
-  }
-
-  void arm_upstream_timer() {
-    up_timer_armed_ = true;
-    up_timer_.expires_at(up_deadline_);
-    up_timer_.async_wait([self = self<ProxySession>()](beast::error_code ec) {
-      if (ec) return;  // cancelled: the session closed
-      self->up_timer_armed_ = false;
-      if (self->closed() || !self->up_busy_ || !self->up_) return;
-      if (std::chrono::steady_clock::now() < self->up_deadline_) return self->arm_upstream_timer();
-      self->up_timed_out_ = true;
+    up_deadline_.begin(to_duration(proxy_.upstream.timeout), self<ProxySession>(), [](const Self& self) {
+      if (self->closed() || !self->up_) return;
       beast::error_code ignored;
-      self->up_->stream.tcp().socket().close(ignored);  // the operation completes, cut
+      self->up_->stream.tcp().socket().close(ignored);
     });
   }
+  beast::error_code upstream_done(beast::error_code ec) { return up_deadline_.done(ec); }
+
+  // The same for the client connection, bounded by `timeout`.
+  void client_begins(Micros timeout) {
+    client_deadline_.begin(to_duration(timeout), self<ProxySession>(), [](const Self& self) {
+      if (self->closed()) return;
+      beast::error_code ignored;
+      self->client_.tcp().socket().close(ignored);
+    });
+  }
+  beast::error_code client_done(beast::error_code ec) { return client_deadline_.done(ec); }
 
   void close() {
     if (closed()) return;
@@ -1372,7 +1424,8 @@ class ProxySession final : public ClientConnection {
     delay_timer_.cancel();
     tunnel_timer_.cancel();
     body_timer_.cancel();
-    up_timer_.cancel();
+    client_deadline_.cancel();
+    up_deadline_.cancel();
     resolver_.cancel();
     drop_upstream();
     beast::error_code ec;
@@ -1437,13 +1490,8 @@ class ProxySession final : public ClientConnection {
   net::steady_timer delay_timer_;
   net::steady_timer body_timer_;  // request_timeout of the request's body
   net::steady_timer tunnel_timer_;  // an upgraded connection's idle and total time
-  // upstream.timeout of the operation under way on the upstream connection: its deadline moves
-  // with each operation, and up_timer_ (armed lazily) cuts the connection once it passes.
-  net::steady_timer up_timer_;
-  std::chrono::steady_clock::time_point up_deadline_{};
-  bool up_busy_ = false;        // an operation on the upstream connection is under way
-  bool up_timer_armed_ = false;
-  bool up_timed_out_ = false;   // up_timer_ cut the connection: its operation timed out
+  LazyDeadline client_deadline_;  // the client connection's operations (after a TLS handshake)
+  LazyDeadline up_deadline_;      // the upstream connection's, upstream.timeout each
   bool reading_body_ = false;     // a read of the request's body is under way
   bool watching_held_ = false;    // watch_held_client's wait is under way
   tcp::resolver resolver_;
@@ -1986,6 +2034,7 @@ class H2ProxySession final : public ClientConnection {
 };
 
 void ProxySession::start_h2(std::string received) {
+  client_deadline_.cancel();  // the HTTP/2 session bounds its own reads
   auto h2 = std::make_shared<H2ProxySession>(std::static_pointer_cast<Proxy::Impl>(proxy_.shared_from_this()),
                                              std::move(client_), std::move(tls_), std::move(received), peer_address_,
                                              peer_port_);
