@@ -102,6 +102,7 @@ class Ratekeeper:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ratekeeper exited with {self.proc.returncode}:\n{self.log()}")
             if time.monotonic() > end:
+                self.stop()  # no cleanup was registered for it yet
                 raise RuntimeError(f"ratekeeper did not listen:\n{self.log()}")
             time.sleep(0.05)
         if "admin endpoints on" in yaml or "upstream:" in yaml:

@@ -77,6 +77,8 @@ class App:
                     return
             except httpx.HTTPError:
                 time.sleep(0.05)
+        # Not serving (its workers failing to start, say): stopped here, as no fixture will.
+        self.stop()
         raise RuntimeError(f"uvicorn did not start: {self.output()}")
 
     @property
