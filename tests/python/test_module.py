@@ -491,3 +491,30 @@ def test_a_client_address_is_one_identity_however_it_is_written():
     with pytest.raises(ValueError, match="IP address"):
         limiter.check_request("GET", "/api/a", [], "192.0.2.044")
     limiter.close()
+
+
+def test_the_type_stubs_name_every_public_attribute_of_the_module():
+    """python/ratekeeper/_native.pyi against the built module: a class or attribute added to
+    one and not the other fails here."""
+    import ast
+
+    import ratekeeper._native as native
+
+    stub = ast.parse(open(os.path.join(SOURCE, "python", "ratekeeper", "_native.pyi"), encoding="utf-8").read())
+    stubbed = {}
+    for node in stub.body:
+        if isinstance(node, ast.ClassDef):
+            names = set()
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+            stubbed[node.name] = names
+    built = {name: value for name, value in vars(native).items() if isinstance(value, type) and not name.startswith("_")}
+    assert set(built) - {"StoreError"} == set(stubbed) - {"StoreError"}
+    for name, cls in built.items():
+        if name == "StoreError":
+            continue
+        public = {attr for attr in dir(cls) if not attr.startswith("_")}
+        assert public == {attr for attr in stubbed[name] if not attr.startswith("_")}, name
