@@ -22,6 +22,7 @@
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/latency_metrics.hpp"
 #include "ratekeeper/http/path.hpp"
+#include "lazy_deadline.hpp"
 #include "request_parser.hpp"
 #include "server_core.hpp"
 
@@ -79,6 +80,7 @@ class Session final : public ClientConnection {
           }
           return self->close();
         }
+        self->stream_.tcp().expires_never();  // from here, one deadline each way
         self->do_read();
       });
     });
@@ -147,13 +149,22 @@ class Session final : public ClientConnection {
     if (queue_.size() >= server_.options.max_pipelined) return;
     parser_.emplace(static_cast<std::uint32_t>(server_.options.header_limit),
                     server_.options.body_limit);
-    stream_.tcp().expires_after(to_duration(server_.options.read_timeout));
+    read_deadline_.begin(to_duration(server_.options.read_timeout), shared_from_this(), cut);
     reading_ = true;
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&Session::on_read, shared_from_this()));
   }
 
+  // Past a deadline with an operation under way, the connection is closed: both ways, as
+  // Beast's stream closes it on a timeout.
+  static void cut(const std::shared_ptr<Session>& self) {
+    if (self->closed_) return;
+    beast::error_code ignored;
+    self->stream_.tcp().socket().close(ignored);
+  }
+
   void on_read(beast::error_code ec, std::size_t) {
+    ec = read_deadline_.done(ec);
     reading_ = false;
     if (ec) {
       read_closed_ = true;
@@ -297,7 +308,7 @@ class Session final : public ClientConnection {
     close_after_write_ = !slot.keep_alive || last || (read_closed_ && queue_.size() == 1);
     slot.response->keep_alive(!close_after_write_);
     writing_ = true;
-    stream_.tcp().expires_after(to_duration(server_.options.read_timeout));
+    write_deadline_.begin(to_duration(server_.options.read_timeout), shared_from_this(), cut);
     if (!flatten(*slot.response, wire_)) {
       net::post(stream_.get_executor(),
                 beast::bind_front_handler(&Session::on_write, shared_from_this(),
@@ -332,6 +343,7 @@ class Session final : public ClientConnection {
   }
 
   void on_write(beast::error_code ec, std::size_t) {
+    ec = write_deadline_.done(ec);
     writing_ = false;
     queue_.pop_front();
     if (wire_.capacity() > kKeptWireBytes) std::string().swap(wire_);  // after a large response
@@ -372,6 +384,8 @@ class Session final : public ClientConnection {
   void close() {
     if (closed_) return;
     closed_ = true;
+    read_deadline_.cancel();
+    write_deadline_.cancel();
     beast::error_code ec;
     stream_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     stream_.tcp().socket().close(ec);
@@ -380,6 +394,10 @@ class Session final : public ClientConnection {
   Server::Impl& server_;  // kept alive by core_
   std::shared_ptr<TlsServerContext> tls_;  // with TLS: the listener's context when accepted
   Stream stream_;
+  // Reading a request and writing a response, each bounded by read_timeout (one may be under
+  // way while the other is: pipelining).
+  LazyDeadline read_deadline_{stream_.get_executor()};
+  LazyDeadline write_deadline_{stream_.get_executor()};
   beast::flat_buffer buffer_;
   std::optional<RequestParser> parser_;
   std::string wire_;     // the response being written (one write at a time), reused

@@ -143,8 +143,10 @@ struct HttpClient::Impl {
   std::string host;
   int port = 0;
   bool used = false;  // the connection has carried a request already
+  std::size_t opened = 0;  // connections opened so far
 
   void connect() {
+    ++opened;
     socket.emplace(ioc);
     buffer.clear();
     used = false;
@@ -225,6 +227,8 @@ HttpClient::HttpClient(int port, std::string host) : impl_(std::make_unique<Impl
 HttpClient::~HttpClient() {
   impl_->close();
 }
+
+std::size_t HttpClient::connections_opened() const { return impl_->opened; }
 
 HttpResponse HttpClient::request(const HttpRequest& request) {
   return impl_->with_retry([&] {

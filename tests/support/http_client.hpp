@@ -63,6 +63,8 @@ class HttpClient {
 
   void close();
   bool connected() const;
+  // How many connections it has opened: 1 while the server keeps the first one open.
+  std::size_t connections_opened() const;
 
  private:
   struct Impl;

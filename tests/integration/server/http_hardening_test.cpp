@@ -155,6 +155,18 @@ TEST(HttpHardening, ARequestTricklingPastReadTimeoutIsClosed) {
   EXPECT_EQ(http_get(server->port(), "/healthz").status, 200);
 }
 
+// read_timeout bounds each request's reading and each response's writing, not the connection:
+// requests 150 ms apart on one keep-alive connection go on past it.
+TEST(HttpHardening, KeepAliveRequestsEachWithinReadTimeoutOutlastItTogether) {
+  auto server = serve(std::string("http: {read_timeout: 400ms}\n") + kDemoRules);
+  HttpClient client(server->port());
+  for (int i = 0; i < 6; ++i) {  // 6 × 150 ms: 900 ms on one connection
+    std::this_thread::sleep_for(150ms);
+    EXPECT_EQ(client.get("/healthz").status, 200) << "request " << i;
+  }
+  EXPECT_EQ(client.connections_opened(), 1u);
+}
+
 // A client that sends its whole oversized body at once, then reads: the 413 must reach it,
 // and its body must be taken (read and discarded), not cut off by a reset caused by
 // closing with the body unread.
