@@ -1248,19 +1248,21 @@ class ProxySession final : public ClientConnection {
 
   // ---- answers of the proxy itself ---------------------------------------------------------
 
+  // The request's method and target as the logs name them ("-" before its head was read).
+  std::string_view logged_method() {
+    return req_ && req_->is_header_done() ? std::string_view(req_->request().method) : std::string_view("-");
+  }
+  std::string_view logged_target() {
+    return req_ && req_->is_header_done() ? std::string_view(req_->request().target) : std::string_view("-");
+  }
+
   void cut_off(const beast::error_code& ec) {
-    const bool has_request = req_ && req_->is_header_done();
-    proxy_.upstream_cut_off(ec, ec == beast::error::timeout,
-                            has_request ? std::string_view(req_->request().method) : std::string_view("-"),
-                            has_request ? std::string_view(req_->request().target) : std::string_view("-"), "");
+    proxy_.upstream_cut_off(ec, ec == beast::error::timeout, logged_method(), logged_target(), "");
   }
 
   void upstream_failed(const JsonError& error, std::atomic<std::uint64_t>& counter,
                        beast::error_code ec = {}, std::string why = {}) {
-    const bool has_request = req_ && req_->is_header_done();
-    proxy_.upstream_failed(error, counter, ec, std::move(why),
-                           has_request ? std::string_view(req_->request().method) : std::string_view("-"),
-                           has_request ? std::string_view(req_->request().target) : std::string_view("-"), "");
+    proxy_.upstream_failed(error, counter, ec, std::move(why), logged_method(), logged_target(), "");
     drop_upstream();
     answer_error(error, true);
   }
@@ -1629,12 +1631,11 @@ class H2ProxySession final : public ClientConnection {
     });
   }
 
-  // Every request must come whole within http.request_timeout of its first frame: checked
-  // a few times per timeout (at least once a second), late streams answered 408.
-  // Every second at most (a quarter of the shorter timeout when that is less): the streams
-  // whose request is not whole within request_timeout end, and the upstream operations under
-  // way longer than upstream.timeout are cut. One timer for the session, where a timer per
-  // operation would be armed and cancelled several times a stream.
+  // Every second (or every quarter of the shorter timeout, when that is less): the streams
+  // whose request is not whole within http.request_timeout of its first frame are answered
+  // 408, and the upstream operations under way longer than upstream.timeout are cut. One timer
+  // for the session, where a timer per operation would be armed and cancelled several times a
+  // stream.
   void sweep() {
     const auto timeout = to_duration(proxy_.options.request_timeout);
     using Duration = std::chrono::steady_clock::duration;

@@ -36,6 +36,7 @@ namespace {
 
 using algorithms::Algorithm;
 using testing::RedisServer;
+using testing::eventually;
 using namespace std::chrono_literals;
 
 constexpr Algorithm kAlgorithms[] = {Algorithm::token_bucket, Algorithm::sliding_window_log,
@@ -67,11 +68,47 @@ RedisStoreOptions on_loop(const RedisServer& server, std::shared_ptr<EventLoop> 
   return o;
 }
 
+// A RedisStore on a loop of its own (one thread), on a fresh redis-server, coalescing up to
+// `max_batch` checks a batch call.
+struct StoreOnLoop {
+  explicit StoreOnLoop(std::size_t max_batch) : store(options(max_batch)) {}
+
+  RedisStoreOptions options(std::size_t max_batch) const {
+    RedisStoreOptions o = on_loop(server, loop);
+    o.max_batch = max_batch;
+    return o;
+  }
+
+  // `checks` issued from one task on the loop's thread, so that they go out together, then
+  // each answer in its place (nullopt for one that did not come).
+  std::vector<std::optional<Result<CheckOutcome>>> checked_together(const std::vector<std::vector<CheckItem>>& checks,
+                                                                    Micros now) {
+    std::mutex mu;
+    std::vector<std::optional<Result<CheckOutcome>>> answers(checks.size());
+    std::atomic<std::size_t> answered{0};
+    loop->post(0, [&] {
+      for (std::size_t i = 0; i < checks.size(); ++i) {
+        store.check(checks[i], now, [&, i](Result<CheckOutcome> r) {
+          std::lock_guard lock(mu);
+          answers[i] = std::move(r);
+          answered.fetch_add(1);
+        });
+      }
+    });
+    EXPECT_TRUE(eventually([&] { return answered.load() == checks.size(); }));
+    std::lock_guard lock(mu);
+    return answers;
+  }
+
+  RedisServer server;
+  std::shared_ptr<EventLoop> loop = std::make_shared<EventLoop>(1);
+  RedisStore store;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-using testing::eventually;
 
 // Whether the server on `port` leaves a PING unanswered for 200 ms (asleep, e.g. in DEBUG
 // SLEEP), on a connection of its own.
@@ -752,10 +789,8 @@ TEST(RedisStore, ChecksThatMayWaitAreNeverCoalesced) {
 // same checks answer sent one call at a time: decision, remaining, retry_after and
 // reset_after (RateLimit's t=) of each, in issue order.
 TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
-  RedisServer server;
-  auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o = on_loop(server, loop);
-  RedisStore store(o);
+  StoreOnLoop on_loop(RedisStoreOptions{}.max_batch);
+  RedisStore& store = on_loop.store;
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
 
   constexpr int kChecks = 8;
@@ -766,20 +801,7 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
     const std::string coalesced = fmt::format("test:{{coalesced:{}}}", algorithms::to_string(a));
     const std::string alone = fmt::format("test:{{alone:{}}}", algorithms::to_string(a));
     const auto before = store.stats();
-    std::mutex mu;
-    std::vector<std::optional<Result<CheckOutcome>>> batched(kChecks);
-    std::atomic<int> answered{0};
-    // Issued from one task on the loop's thread: they go out together at the end of it.
-    loop->post(0, [&] {
-      for (int i = 0; i < kChecks; ++i) {
-        store.check({{coalesced, l, cost}}, kNow, [&, i](Result<CheckOutcome> r) {
-          std::lock_guard lock(mu);
-          batched[static_cast<std::size_t>(i)] = std::move(r);
-          answered.fetch_add(1);
-        });
-      }
-    });
-    ASSERT_TRUE(eventually([&] { return answered.load() == kChecks; }));
+    const auto batched = on_loop.checked_together(std::vector<std::vector<CheckItem>>(kChecks, {{coalesced, l, cost}}), kNow);
     ASSERT_EQ(store.stats().batches, before.batches + 1) << algorithms::to_string(a);
     ASSERT_EQ(store.stats().batched_checks, before.batched_checks + kChecks);
 
@@ -803,11 +825,8 @@ TEST(RedisStore, CoalescedIdenticalChecksAnswerAsTheSameChecksOneCallAtATime) {
 // one after the other where the first of them stands; the others get entries of their own.
 // Every check answers what it answers sent one call at a time in that order.
 TEST(RedisStore, CoalescedMixOfIdenticalAndDistinctChecksAnswersAsEachGroupAlone) {
-  RedisServer server;
-  auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o = on_loop(server, loop);
-  o.max_batch = 64;
-  RedisStore store(o);
+  StoreOnLoop on_loop(64);
+  RedisStore& store = on_loop.store;
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
 
   constexpr Micros kNow = 1'000'000'000;
@@ -826,19 +845,9 @@ TEST(RedisStore, CoalescedMixOfIdenticalAndDistinctChecksAnswersAsEachGroupAlone
   for (int i = 0; i < 40; ++i) shapes.push_back((i * 3 + i / 5) % 5);
 
   const auto before = store.stats();
-  std::mutex mu;
-  std::vector<std::optional<Result<CheckOutcome>>> batched(shapes.size());
-  std::atomic<std::size_t> answered{0};
-  loop->post(0, [&] {
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-      store.check(check_of("test:mix:", shapes[i]), kNow, [&, i](Result<CheckOutcome> r) {
-        std::lock_guard lock(mu);
-        batched[i] = std::move(r);
-        answered.fetch_add(1);
-      });
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return answered.load() == shapes.size(); }));
+  std::vector<std::vector<CheckItem>> checks;
+  for (const int shape : shapes) checks.push_back(check_of("test:mix:", shape));
+  const auto batched = on_loop.checked_together(checks, kNow);
   ASSERT_EQ(store.stats().batches, before.batches + 1);
 
   // The same checks one call at a time, on keys of their own (a's key is shared by shapes 0 and
@@ -870,11 +879,8 @@ TEST(RedisStore, CoalescedMixOfIdenticalAndDistinctChecksAnswersAsEachGroupAlone
 // and denied, a bucket full, partly drained, empty and over-full (a larger capacity filled it),
 // costs 0 to 3, every decision as the same check sent alone gives it.
 TEST(RedisStore, OneKeyTokenBucketChecksInABatchAnswerAsAlone) {
-  RedisServer server;
-  auto loop = std::make_shared<EventLoop>(1);
-  RedisStoreOptions o = on_loop(server, loop);
-  o.max_batch = 64;
-  RedisStore store(o);
+  StoreOnLoop on_loop(64);
+  RedisStore& store = on_loop.store;
   ASSERT_TRUE(eventually([&] { return store.health().ready; }));
 
   constexpr Micros kNow = 1'000'000'000;
@@ -893,19 +899,9 @@ TEST(RedisStore, OneKeyTokenBucketChecksInABatchAnswerAsAlone) {
   const auto cost = [](std::size_t i) { return static_cast<std::int64_t>(i % 4); };
 
   const auto before = store.stats();
-  std::mutex mu;
-  std::vector<std::optional<Result<CheckOutcome>>> batched(kKeys);
-  std::atomic<std::size_t> answered{0};
-  loop->post(0, [&] {
-    for (std::size_t i = 0; i < kKeys; ++i) {
-      store.check({{key("test:one-int:batched:", i), l, cost(i)}}, kNow, [&, i](Result<CheckOutcome> r) {
-        std::lock_guard lock(mu);
-        batched[i] = std::move(r);
-        answered.fetch_add(1);
-      });
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return answered.load() == kKeys; }));
+  std::vector<std::vector<CheckItem>> checks;
+  for (std::size_t i = 0; i < kKeys; ++i) checks.push_back({{key("test:one-int:batched:", i), l, cost(i)}});
+  const auto batched = on_loop.checked_together(checks, kNow);
   ASSERT_EQ(store.stats().batches, before.batches + 1);
 
   int admitted = 0;
