@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "h2_connection.hpp"
+#include "executor_thread.hpp"
 #include "lazy_deadline.hpp"
 #include "proxy_message.hpp"
 #include "ratekeeper/core/contained.hpp"
@@ -763,7 +764,8 @@ class ProxySession final : public ClientConnection {
       std::shared_ptr<Middleware> middleware = proxy_.middleware();
       Middleware& decider = *middleware;
       decider.handle(request, [self = self<ProxySession>(), executor,
-                               middleware = std::move(middleware)](MiddlewareResult r) {
+                               middleware = std::move(middleware)](MiddlewareResult r) mutable {
+        if (on_thread_of(executor)) return self->on_decision(std::move(r), std::move(middleware));
         net::dispatch(executor, [self, r = std::move(r), middleware]() mutable {
           self->on_decision(std::move(r), std::move(middleware));
         });
@@ -778,7 +780,7 @@ class ProxySession final : public ClientConnection {
     }
   }
 
-  void on_decision(MiddlewareResult result, std::shared_ptr<Middleware> middleware) {
+  void on_decision(MiddlewareResult&& result, std::shared_ptr<Middleware> middleware) {
     if (closed() || decided_ == req_id_) return;
     decided_ = req_id_;
     served_.outcome = result.outcome;
@@ -1706,7 +1708,8 @@ class H2ProxySession final : public ClientConnection {
       std::shared_ptr<Middleware> middleware = proxy_.middleware();
       Middleware& decider = *middleware;
       decider.handle(x->request, [self = self<H2ProxySession>(), x, executor,
-                                  middleware = std::move(middleware)](MiddlewareResult r) {
+                                  middleware = std::move(middleware)](MiddlewareResult r) mutable {
+        if (on_thread_of(executor)) return self->on_decision(x, std::move(r), std::move(middleware));
         net::dispatch(executor, [self, x, r = std::move(r), middleware]() mutable {
           self->on_decision(x, std::move(r), std::move(middleware));
         });
@@ -1718,7 +1721,7 @@ class H2ProxySession final : public ClientConnection {
     }
   }
 
-  void on_decision(const ExchangePtr& x, MiddlewareResult result, std::shared_ptr<Middleware> middleware) {
+  void on_decision(const ExchangePtr& x, MiddlewareResult&& result, std::shared_ptr<Middleware> middleware) {
     if (closed_ || x->gone || x->served.status != 0) return;
     x->served.outcome = result.outcome;
     x->served.rule = std::move(result.rule);

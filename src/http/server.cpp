@@ -22,6 +22,7 @@
 #include "ratekeeper/http/headers.hpp"
 #include "ratekeeper/http/latency_metrics.hpp"
 #include "ratekeeper/http/path.hpp"
+#include "executor_thread.hpp"
 #include "lazy_deadline.hpp"
 #include "request_parser.hpp"
 #include "server_core.hpp"
@@ -107,6 +108,10 @@ class Session final : public ClientConnection {
   // answered inline, or a Redis reply arrived on the shared loop) it is handled at once;
   // from any other thread it is posted there.
   void post_response(std::uint64_t id, Response response) {
+    if (on_thread_of(stream_.get_executor())) {
+      const auto self = shared_from_this();  // alive until the response is handled
+      return self->on_response(id, std::move(response));
+    }
     net::dispatch(stream_.get_executor(),
                   [self = shared_from_this(), id, response = std::move(response)]() mutable {
                     self->on_response(id, std::move(response));

@@ -1602,7 +1602,7 @@ TEST(LuaScripts, ABucketHoldingWhatIsNotACountOfMicrosecondsReadsAsFull) {
   const Micros now = 1'700'000'000'000'000;
   const Limit l = make_limit(Algorithm::token_bucket, 5, 1'000'000);
   const std::string owing_three = std::to_string(now + 3'000'000);
-  for (const std::string value : {std::string("garbage"), std::string("-5"), std::string("1.5"), std::string("nan"),
+  for (const std::string& value : {std::string("garbage"), std::string("-5"), std::string("1.5"), std::string("nan"),
                                   std::string("inf"), std::string("-inf"), std::string("1e400"),
                                   std::string("12abc"), std::string(""),
                                   owing_three + ".5", owing_three}) {
