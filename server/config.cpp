@@ -10,6 +10,7 @@
 
 #include "ratekeeper/core/host_port.hpp"
 #include "ratekeeper/http/client_ip.hpp"
+#include "ratekeeper/http/path.hpp"
 #include "ratekeeper/limiter/identity.hpp"
 #include "ratekeeper/limiter/keys.hpp"
 #include "ratekeeper/redis/tls.hpp"
@@ -407,6 +408,30 @@ limiter::IdentitySpec read_identity(const Reader& r, const YAML::Node& id, const
   return spec;
 }
 
+// Requests are matched on their normal path (http/path.hpp), so a rule's path or prefix in
+// another form would match nothing: refused, naming the form to write. A prefix may end inside
+// a segment: a last segment of dots ("/files/.") is the start of a name, not a dot segment.
+void check_match_paths(const Reader& r, const http::RuleMatch& match, const http::PathOptions& paths,
+                       const std::string& match_path) {
+  const auto check = [&](std::string_view value, std::string_view checked, std::string_view key) {
+    if (value.empty() || http::is_normal_path(checked, paths)) return;
+    auto normal = http::normalize_path(value, paths);
+    r.fail(Reader::field(match_path, key),
+           normal ? fmt::format("'{}' is not the normal form of a path (http section, upstream.lowercase_path), "
+                                "which requests are matched on: it would match nothing; write '{}'",
+                                value, *normal)
+                  : fmt::format("'{}' would match nothing: {}", value, normal.error().message));
+  };
+  check(match.path, match.path, "path");
+  std::string_view prefix = match.path_prefix;
+  if (const auto last = prefix.rfind('/'); last != std::string_view::npos &&
+                                           prefix.find_first_not_of('.', last + 1) == std::string_view::npos &&
+                                           last + 1 < prefix.size()) {
+    prefix = prefix.substr(0, last + 1);
+  }
+  check(match.path_prefix, prefix, "path_prefix");
+}
+
 // A rule, and in `match` the HTTP requests it applies to.
 limiter::Rule read_rule(const Reader& r, const YAML::Node& node, const std::string& path,
                         FailureMode default_mode, http::RuleMatch& match, bool& by_name_only) {
@@ -593,7 +618,24 @@ void read_upstream(const Reader& r, const YAML::Node& node, const std::string& p
   if (u.tls.enabled) {
     if (auto context = make_tls_context(u.tls); !context) r.fail(Reader::field(path, "tls"), context.error().message);
   }
-  if (node["upgrades"]) u.upgrades = r.boolean(node["upgrades"], Reader::field(path, "upgrades"));
+  if (const auto up = node["upgrades"]) {
+    // true (WebSocket), false (none), or the protocols to relay.
+    const auto up_path = Reader::field(path, "upgrades");
+    if (up.IsSequence()) {
+      u.upgrade_protocols = r.strings(up, up_path);
+      u.upgrades = !u.upgrade_protocols.empty();
+      for (const auto& p : u.upgrade_protocols) {
+        if (!http_token(p) || p.find('/') != std::string::npos) {
+          r.fail(up_path, fmt::format("'{}' is not a protocol name (a token such as websocket)", p));
+        }
+        if (http::iequals(p, "h2c")) {
+          r.fail(up_path, "h2c cannot be relayed: the requests sent inside its tunnel would never meet the rules");
+        }
+      }
+    } else {
+      u.upgrades = r.boolean(up, up_path);
+    }
+  }
   if (node["tunnel_idle_timeout"]) {
     u.tunnel_idle_timeout = r.duration(node["tunnel_idle_timeout"], Reader::field(path, "tunnel_idle_timeout"), 1);
   }
@@ -835,6 +877,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       http::RuleMatch match;
       bool by_name_only = false;
       auto rule = read_rule(r, rules[i], Reader::index("rules", i), default_mode, match, by_name_only);
+      check_match_paths(r, match, c.middleware.paths, Reader::field(Reader::index("rules", i), "match"));
       match.rule = rule.name;
       if (!by_name_only) c.middleware.matches.push_back(std::move(match));
       c.limiter.rules.push_back(std::move(rule));

@@ -54,7 +54,8 @@ std::optional<std::string> query_param(std::string_view query, std::string_view 
 // A duration in whole milliseconds, rounded up (negative: 0), as the JSON answers give them.
 Micros to_ms(Micros t);
 
-// An HTTP method as RFC 9110 writes it: a token (letters, digits, !#$%&'*+-.^_`|~).
+// A request method as the rules take it (http::is_request_method: a token without lower-case
+// letters), at most 32 characters.
 bool is_method(std::string_view s);
 
 class Api::Routes {

@@ -16,7 +16,7 @@ namespace ratekeeper::server {
 void Api::Routes::auth(Request subrequest, Responder respond) {
   const auto method = subrequest.header("X-Original-Method");
   if (!method || !is_method(*method)) {
-    return respond(bad_request("header X-Original-Method must be the request's method"));
+    return respond(bad_request("header X-Original-Method must be the request's method: a token in upper case, such as POST"));
   }
   const auto uri = subrequest.header("X-Original-URI");
   if (!uri || uri->empty() || uri->front() != '/') {

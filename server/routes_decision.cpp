@@ -296,7 +296,7 @@ void Api::Routes::check_request(const json& described, const Request& caller, Re
   Request request;
   auto method = required_string(described, "method", "request.method");
   if (!method || !is_method(*method)) {
-    return respond(bad_request("`request.method` must be an HTTP method (a token)"));
+    return respond(bad_request("`request.method` must be an HTTP method: a token in upper case, such as POST"));
   }
   request.method = std::move(*method);
   auto path = required_string(described, "path", "request.path");
@@ -313,7 +313,12 @@ void Api::Routes::check_request(const json& described, const Request& caller, Re
         return respond(bad_request(fmt::format(
             "`request.headers` must map header names to strings (`{}`)", name.substr(0, 64))));
       }
-      request.headers.emplace_back(name, value.get<std::string>());
+      // As an HTTP parser gives a field's value (RFC 9110 5.5): without the spaces and tabs
+      // around it, so that " alice " is the identity `alice` here as over HTTP.
+      std::string_view v = value.get_ref<const std::string&>();
+      const auto first = v.find_first_not_of(" \t");
+      v = first == std::string_view::npos ? std::string_view() : v.substr(first, v.find_last_not_of(" \t") - first + 1);
+      request.headers.emplace_back(name, std::string(v));
     }
   }
   request.peer_address = caller.peer_address;

@@ -68,15 +68,6 @@ Micros to_ms(Micros t) {
   return (std::max<Micros>(t, 0) + kMicrosPerMilli - 1) / kMicrosPerMilli;
 }
 
-bool is_method(std::string_view s) {
-  if (s.empty() || s.size() > 32) return false;
-  for (const char c : s) {
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (!alnum && std::string_view("!#$%&'*+-.^_`|~").find(c) == std::string_view::npos) {
-      return false;
-    }
-  }
-  return true;
-}
+bool is_method(std::string_view s) { return s.size() <= 32 && http::is_request_method(s); }
 
 }  // namespace ratekeeper::server

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ratekeeper/core/contained.hpp"
@@ -71,9 +72,24 @@ struct H2Callbacks {
       c.answer_early(frame->hd.stream_id, *s, 431, R"({"error":"Request header fields too large"})");
       return 0;
     }
+    // Trailers (a HEADERS block after the request's) are not the request's header fields: they
+    // are left out, as over HTTP/1.1, so that neither the rules nor the upstream take them for
+    // some (RFC 9110 6.5.1). They count against header_limit all the same.
+    if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     const std::string_view n(reinterpret_cast<const char*>(name), namelen);
     const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
-    if (n == ":method") {
+    if (n == "cookie") {
+      // Cookie crumbs, one field each over HTTP/2, are one field over HTTP/1.1, joined by "; "
+      // (RFC 9113 8.2.3): many applications read only the first Cookie line.
+      for (auto& [fn, fv] : s->request.headers) {
+        if (fn == "cookie") {
+          fv += "; ";
+          fv += v;
+          return 0;
+        }
+      }
+      s->request.headers.emplace_back("cookie", std::string(v));
+    } else if (n == ":method") {
       s->request.method = v;
     } else if (n == ":path") {
       s->request.target = v;
@@ -131,6 +147,22 @@ struct H2Callbacks {
     return 0;
   }
 
+  // A GOAWAY with an error code (a flood, a protocol error) is the connection's end: said once.
+  static int frame_send(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    if (frame->hd.type != NGHTTP2_GOAWAY || frame->goaway.error_code == NGHTTP2_NO_ERROR) return 0;
+    auto& c = self(user);
+    if (std::exchange(c.ended_, true)) return 0;
+    std::string reason = c.failure_;
+    if (reason.empty()) {
+      // The GOAWAY's debug data, written by the frame layer: printable, bounded, for a log line.
+      const std::string_view debug(reinterpret_cast<const char*>(frame->goaway.opaque_data),
+                                   std::min<std::size_t>(frame->goaway.opaque_data_len, 200));
+      for (const char ch : debug) reason += ch >= 0x20 && ch < 0x7f ? ch : '?';
+    }
+    if (c.events_.ended) c.events_.ended(frame->goaway.error_code, reason);
+    return 0;
+  }
+
   static ssize_t read_body(nghttp2_session*, std::int32_t stream, std::uint8_t* buf, std::size_t length,
                            std::uint32_t* flags, nghttp2_data_source*, void* user) {
     auto& c = self(user);
@@ -177,6 +209,8 @@ struct Guarded<F> {
 
 }  // namespace
 
+std::string_view h2_error_name(std::uint32_t code) noexcept { return nghttp2_http2_strerror(code); }
+
 H2Connection::H2Connection(H2Limits limits, Events events) : limits_(limits), events_(std::move(events)) {
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_session_callbacks_new(&callbacks);
@@ -185,6 +219,7 @@ H2Connection::H2Connection(H2Limits limits, Events events) : limits_(limits), ev
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, Guarded<&H2Callbacks::data_chunk>::call);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, Guarded<&H2Callbacks::frame_recv>::call);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, Guarded<&H2Callbacks::stream_close>::call);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, Guarded<&H2Callbacks::frame_send>::call);
   nghttp2_option* option = nullptr;
   nghttp2_option_new(&option);
   nghttp2_option_set_stream_reset_rate_limit(option, limits_.reset_burst, limits_.reset_rate);
@@ -219,6 +254,7 @@ bool H2Connection::receive(std::string_view bytes) {
   // A fatal error: the client is told why with a GOAWAY (when the session has not queued one
   // already), then the connection ends.
   const bool flood = n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
+  if (n < 0 && failure_.empty()) failure_ = nghttp2_strerror(static_cast<int>(n));
   nghttp2_session_terminate_session(session_, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
   return false;
 }

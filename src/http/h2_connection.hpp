@@ -66,6 +66,9 @@ class H2Fields {
   std::vector<Span> spans_;
 };
 
+// The name of an HTTP/2 error code ("PROTOCOL_ERROR", "ENHANCE_YOUR_CALM", ...; RFC 9113 7).
+std::string_view h2_error_name(std::uint32_t code) noexcept;
+
 class H2Connection {
  public:
   struct Events {
@@ -76,6 +79,10 @@ class H2Connection {
     std::function<void(std::int32_t stream)> closed;
     // A stream's response body buffer was emptied into frames: room for more.
     std::function<void(std::int32_t stream)> drained;
+    // The connection is ended by an error of the client's (a flood, a protocol error): its
+    // GOAWAY, with that error code (RFC 9113 7), went out. `reason`: what the frame layer said
+    // of it, when it said something (may be empty). Once a connection.
+    std::function<void(std::uint32_t error_code, std::string_view reason)> ended;
   };
 
   H2Connection(H2Limits limits, Events events);
@@ -121,6 +128,8 @@ class H2Connection {
   nghttp2_session* session_ = nullptr;
   std::map<std::int32_t, std::unique_ptr<Stream>> streams_;
   std::size_t bodies_held_ = 0;  // request body bytes of streams not yet whole
+  std::string failure_;          // why receive() failed (the frame layer's words), if it did
+  bool ended_ = false;           // Events::ended was called
 };
 
 }  // namespace ratekeeper::http

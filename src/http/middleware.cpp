@@ -167,6 +167,9 @@ Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
 }
 
 Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Request& request) const {
+  if (!is_request_method(request.method)) {
+    return make_error(ErrorCode::invalid_argument, "the method must be a token in upper case, such as POST");
+  }
   std::vector<limiter::AppliedRule> out;
   std::string storage;
   const auto normal = normal_path(request, options_.paths, storage);

@@ -61,6 +61,9 @@ constexpr std::string_view kSlashRefused =
     "an escaped slash (%2F, %5C) or a backslash in the path is refused";
 constexpr std::string_view kAmbiguousRefused =
     "a ';' or an escaped '%' or ';' (%25, %3B) in the path is refused";
+// A fragment is the client's own (RFC 9110 7.1): a request target carries none. Applications
+// that cut it off would serve `/login#x` as `/login`.
+constexpr std::string_view kFragmentRefused = "a '#' (a fragment) in the request target is refused";
 
 // The length of the separator at path[i]: 1 for '/', and under `unescape` 1 for '\\' and 3 for
 // %2F or %5C; 0 when path[i] starts no separator.
@@ -100,7 +103,7 @@ bool is_normal_path(std::string_view path, const PathOptions& o) noexcept {
       if (is_slash_escape(v) && !keep_slashes) return false;
       if (is_ambiguous_escape(v) && o.reject_ambiguous) return false;
       i += 2;
-    } else if (is_control(u) || (o.lowercase && c >= 'A' && c <= 'Z') ||
+    } else if (is_control(u) || c == '#' || (o.lowercase && c >= 'A' && c <= 'Z') ||
                (c == '\\' && !keep_slashes) || (c == ';' && o.reject_ambiguous)) {
       return false;
     }
@@ -152,6 +155,8 @@ Result<std::string> normalize_path(std::string_view path, const PathOptions& o) 
         i += 2;
       } else if (is_control(static_cast<unsigned char>(c))) {
         return make_error(ErrorCode::invalid_argument, "control character in the path");
+      } else if (c == '#') {
+        return make_error(ErrorCode::invalid_argument, std::string(kFragmentRefused));
       } else if (c == '\\' && o.escaped_slashes == EscapedSlashes::reject) {
         return make_error(ErrorCode::invalid_argument, std::string(kSlashRefused));
       } else if (c == ';' && o.reject_ambiguous) {
@@ -183,6 +188,9 @@ Result<std::string> normalize_target(std::string_view target, const PathOptions&
   const auto q = target.find('?');
   auto path = normalize_path(target.substr(0, q), options);
   if (!path || q == std::string_view::npos) return path;
+  if (target.find('#', q) != std::string_view::npos) {
+    return make_error(ErrorCode::invalid_argument, std::string(kFragmentRefused));
+  }
   path->append(target.substr(q));
   return path;
 }

@@ -485,6 +485,30 @@ struct Proxy::Impl : ServerCore {
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
 
+  // An HTTP/2 connection the proxy ended for the client's error (a flood, a protocol error):
+  // counted by error code and logged (rate-bounded), with the client and what the frame layer
+  // said.
+  void h2_ended(std::uint32_t code, std::string_view reason, std::string_view peer) {
+    if (code < h2_goaways.size()) count(h2_goaways[code]);
+    std::uint64_t suppressed = 0;
+    if (!h2_log.admit(suppressed)) return;
+    spdlog::warn("proxy: HTTP/2 connection of {} ended with GOAWAY {}{}{}", peer, h2_error_name(code),
+                 reason.empty() ? std::string() : fmt::format(": {}", reason),
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
+
+  // An HTTP/2 stream whose client let none of its response through for upstream.timeout: reset,
+  // counted and logged (rate-bounded).
+  void h2_stalled_stream(std::string_view peer, std::string_view method, std::string_view target) {
+    count(h2_stalled);
+    std::uint64_t suppressed = 0;
+    if (!h2_log.admit(suppressed)) return;
+    spdlog::warn("proxy: the response to {} {} (HTTP/2) of {} was given up: the client let none of it through "
+                 "for upstream.timeout (its flow-control window shut); the stream is reset{}",
+                 method, target, peer,
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
+
   // The record of a request whose head was just read (active only when something observes it:
   // an access log or the latency histograms).
   Served begin_served() const {
@@ -603,6 +627,9 @@ struct Proxy::Impl : ServerCore {
   std::array<std::atomic<std::uint64_t>, kTunnelEnds> tunnels_closed{};  // by TunnelEnd
   LogLimit tunnel_log;  // tunnels ended by a time bound or a failed write
   std::atomic<std::uint64_t> h2_connections{0};
+  std::array<std::atomic<std::uint64_t>, 14> h2_goaways{};  // by error code
+  std::atomic<std::uint64_t> h2_stalled{0};
+  LogLimit h2_log;  // HTTP/2 connections ended for the client's error, streams stalled
   std::atomic<std::uint64_t> buffered{0};
   std::atomic<std::uint64_t> buffered_high{0};
 };
@@ -745,7 +772,7 @@ class ProxySession final : public ClientConnection {
     // the connection carries the new protocol's bytes.
     upgrade_.clear();
     if (proxy_.upstream.upgrades && version_ == 11 && !request_body_) {
-      upgrade_ = requested_upgrade(request.headers);
+      upgrade_ = requested_upgrade(request.headers, proxy_.upstream.upgrade_protocols);
     }
 
     if (request.method == "CONNECT") return answer_error(kNotImplemented, false);
@@ -1528,6 +1555,9 @@ class H2ProxySession final : public ClientConnection {
                 .request = [this](std::int32_t id, Request r) { on_request(id, std::move(r)); },
                 .closed = [this](std::int32_t id) { on_stream_closed(id); },
                 .drained = [this](std::int32_t id) { on_drained(id); },
+                .ended = [this](std::uint32_t code, std::string_view reason) {
+                  proxy_.h2_ended(code, reason, peer_address_);
+                },
             }) {}
 
   void start() override {
@@ -1574,6 +1604,9 @@ class H2ProxySession final : public ClientConnection {
     bool gone = false;         // the client's stream closed: nothing more is done for it
     bool reading = false;      // a read of the response body is under way
     bool waiting_room = false; // the response body waits for the stream's buffer to drain
+    // While waiting for room: when the client's window has been shut too long (upstream.timeout
+    // from when it began to wait); the sweep resets the stream then.
+    std::chrono::steady_clock::time_point room_deadline{};
     bool reused = false;
     bool retried = false;
     bool head_request = false;
@@ -1598,12 +1631,17 @@ class H2ProxySession final : public ClientConnection {
 
   void read() {
     if (closed_ || going_) return;
-    // An idle connection (no stream open) is bounded as a keep-alive one; with streams open, a
-    // client that sends nothing (no frame, no window update) for as long as a request's body
-    // or an upstream's answer may take is gone.
-    client_.tcp().expires_after(to_duration(
-        h2_.open_streams() == 0 ? proxy_.options.read_timeout
-                                : std::max(proxy_.options.request_timeout, proxy_.upstream.timeout)));
+    // An idle connection (no stream open) is bounded as a keep-alive one, from when its last
+    // stream was: frames that open no stream (PING, SETTINGS, WINDOW_UPDATE) do not keep it.
+    // With streams open, a client that sends nothing (no frame, no window update) for as long
+    // as a request's body or an upstream's answer may take is gone.
+    const auto now = std::chrono::steady_clock::now();
+    if (h2_.open_streams() == 0) {
+      client_.tcp().expires_at(active_at_ + to_duration(proxy_.options.read_timeout));
+    } else {
+      active_at_ = now;
+      client_.tcp().expires_at(now + to_duration(std::max(proxy_.options.request_timeout, proxy_.upstream.timeout)));
+    }
     client_.async_read_some(net::buffer(in_), [self = self<H2ProxySession>()](beast::error_code ec, std::size_t n) {
       if (self->closed_) return;
       if (ec) return self->close();
@@ -1653,6 +1691,7 @@ class H2ProxySession final : public ClientConnection {
         self->proxy_.client_aborted.fetch_add(late, std::memory_order_relaxed);
         self->flush();
       }
+      std::vector<ExchangePtr> stalled;
       for (const auto& [id, x] : self->exchanges_) {
         if (x->up && x->up_deadline != std::chrono::steady_clock::time_point{} && x->up_deadline <= now) {
           // Its operation completes now, as cancelled, and reads timed_out.
@@ -1660,7 +1699,12 @@ class H2ProxySession final : public ClientConnection {
           x->up_deadline = {};
           x->up->stream.tcp().close();
         }
+        if (x->waiting_room && x->room_deadline <= now) stalled.push_back(x);
       }
+      // A client that lets none of a response through (its window shut) holds the stream's
+      // upstream connection and buffer no longer than an upstream that sends nothing would.
+      for (const auto& x : stalled) self->stall(*x);
+      if (!stalled.empty()) self->flush();
       self->sweep();
     });
   }
@@ -1692,11 +1736,13 @@ class H2ProxySession final : public ClientConnection {
     x->id = id;
     x->served = proxy_.begin_served();
     x->head_request = request.method == "HEAD";
-    auto target = normalize_target(request.target, proxy_.paths);
     request.peer_address = peer_address_;
     request.peer_port = peer_port_;
     exchanges_[id] = x;
-    if (request.method == "CONNECT" || !target) {
+    // CONNECT has no :path: answered 501 as over HTTP/1.1, before its target is looked at.
+    const bool connect = request.method == "CONNECT";
+    auto target = connect ? Result<std::string>(std::string()) : normalize_target(request.target, proxy_.paths);
+    if (connect || !target) {
       x->request = std::move(request);
       return answer(*x, !target ? 400 : kNotImplemented.status, "application/json",
                     !target ? bad_request_body(target.error().message) : std::string(kNotImplemented.body), {});
@@ -1860,6 +1906,7 @@ class H2ProxySession final : public ClientConnection {
     if (x->res->is_done()) return release(*x);
     if (h2_.buffered(x->id) >= proxy_.upstream.buffer_size) {
       x->waiting_room = true;  // on_drained() resumes
+      x->room_deadline = std::chrono::steady_clock::now() + to_duration(proxy_.upstream.timeout);
       return;
     }
     const auto length = x->res->content_length();
@@ -1902,6 +1949,7 @@ class H2ProxySession final : public ClientConnection {
     const auto it = exchanges_.find(id);
     if (it == exchanges_.end() || !it->second->waiting_room) return;
     it->second->waiting_room = false;
+    it->second->room_deadline = {};
     // Resumed after the frames are out: not inside the frame layer's callback.
     net::post(client_.get_executor(), [self = self<H2ProxySession>(), x = it->second] {
       if (!self->closed_ && !x->gone) self->relay(x);
@@ -1941,12 +1989,24 @@ class H2ProxySession final : public ClientConnection {
     retire(std::move(x.up));
   }
 
+  // The stream's client let none of its response through for upstream.timeout: reset, its
+  // upstream connection closed (the rest of the body is not read).
+  void stall(Exchange& x) {
+    x.waiting_room = false;
+    x.room_deadline = {};
+    proxy_.h2_stalled_stream(peer_address_, x.request.method, x.request.target);
+    x.usage.reset();  // cut short, it reports nothing: released, the estimate stays
+    drop(x);
+    h2_.reset(x.id);
+  }
+
   void on_stream_closed(std::int32_t id) {
     const auto it = exchanges_.find(id);
     if (it == exchanges_.end()) return;
     auto x = it->second;
     exchanges_.erase(it);
     x->gone = true;
+    active_at_ = std::chrono::steady_clock::now();
     if (x->up) {
       // Closed before its response was relayed whole (reset by the client, or the proxy).
       if (x->served.status == 0 || !x->res || !x->res->is_done()) {
@@ -1981,6 +2041,8 @@ class H2ProxySession final : public ClientConnection {
   bool writing_ = false;
   bool in_frames_ = false;  // inside the frame layer (its events run): no flush
   bool going_ = false;  // the frame layer ends the connection: close once its GOAWAY is out
+  // When the connection last had a stream open (or began): idle from then on.
+  std::chrono::steady_clock::time_point active_at_ = std::chrono::steady_clock::now();
   bool closed_ = false;
   std::atomic<bool> draining_{false};
 };
@@ -2096,6 +2158,8 @@ ProxyStats Proxy::proxy_stats() const {
   s.tunnels_open = get(im.tunnels_open);
   for (std::size_t i = 0; i < s.tunnels_closed.size(); ++i) s.tunnels_closed[i] = get(im.tunnels_closed[i]);
   s.http2_connections = get(im.h2_connections);
+  for (std::size_t i = 0; i < s.http2_goaways.size(); ++i) s.http2_goaways[i] = get(im.h2_goaways[i]);
+  s.http2_streams_stalled = get(im.h2_stalled);
   s.buffered_bytes_high_water = get(im.buffered_high);
   return s;
 }
@@ -2149,6 +2213,15 @@ void write_proxy_metrics(MetricsWriter& out, const Proxy& proxy) {
   }
   out.counter("ratekeeper_proxy_http2_connections_total",
               "Client connections that spoke HTTP/2 (h2 by ALPN, or h2c with prior knowledge).", s.http2_connections);
+  for (std::uint32_t code = 1; code < s.http2_goaways.size(); ++code) {
+    out.counter("ratekeeper_proxy_http2_goaways_total",
+                "HTTP/2 connections ended by the proxy for the client's error (a flood, a protocol error), by "
+                "the GOAWAY's error code.",
+                s.http2_goaways[code], {{"error", h2_error_name(code)}});
+  }
+  out.counter("ratekeeper_proxy_http2_streams_stalled_total",
+              "HTTP/2 streams reset because their client let none of the response through for upstream.timeout.",
+              s.http2_streams_stalled);
 }
 
 }  // namespace ratekeeper::http

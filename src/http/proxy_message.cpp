@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -14,10 +15,11 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
-constexpr std::array<std::string_view, 9> kHopByHop = {
+// HTTP2-Settings belongs to an upgrade to h2c (RFC 7540 3.2.1), which is never relayed.
+constexpr std::array<std::string_view, 10> kHopByHop = {
     "connection", "keep-alive", "proxy-connection",    "te",
     "trailer",    "upgrade",    "transfer-encoding",   "proxy-authenticate",
-    "proxy-authorization"};
+    "proxy-authorization", "http2-settings"};
 
 // Fields the proxy sets or vouches for: naming them in Connection does not remove them.
 constexpr std::array<std::string_view, 11> kProtected = {
@@ -228,10 +230,23 @@ void append_head_end(std::string& out, int version, bool keep_alive) {
 
 }  // namespace
 
-std::string_view requested_upgrade(const HeaderList& received) noexcept {
+std::string_view requested_upgrade(const HeaderList& received, std::span<const std::string> allowed) noexcept {
   if (!ConnectionTokens(received).names("upgrade")) return {};
   for (const auto& [n, v] : received) {
-    if (iequals(n, "upgrade")) return trim(v);
+    if (!iequals(n, "upgrade")) continue;
+    const std::string_view offered = trim(v);
+    for (std::string_view rest = offered; !offered.empty();) {
+      const auto comma = rest.find(',');
+      const std::string_view token = trim(rest.substr(0, comma));
+      const std::string_view name = token.substr(0, token.find('/'));
+      if (name.empty() ||
+          std::none_of(allowed.begin(), allowed.end(), [&](const std::string& a) { return iequals(a, name); })) {
+        return {};
+      }
+      if (comma == std::string_view::npos) return offered;
+      rest.remove_prefix(comma + 1);
+    }
+    return {};
   }
   return {};
 }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <span>
 #include <string_view>
 
 #include "ratekeeper/http/request.hpp"
@@ -51,8 +52,9 @@ struct Forwarding {
 };
 
 // The protocols a request asks to upgrade to (its Upgrade field, when Connection names
-// "upgrade"); empty when it asks for none.
-std::string_view requested_upgrade(const HeaderList& received) noexcept;
+// "upgrade"), when each protocol it offers is one of `allowed` (names compared without case, a
+// version ignored: "websocket/13" is websocket); empty when it asks for none or for another.
+std::string_view requested_upgrade(const HeaderList& received, std::span<const std::string> allowed) noexcept;
 
 // The fields of the request the upstream receives (without framing: see request_head).
 HeaderList upstream_request_fields(const HeaderList& received, const Forwarding& forwarding);

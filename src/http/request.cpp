@@ -2,6 +2,17 @@
 
 namespace ratekeeper::http {
 
+bool is_request_method(std::string_view method) noexcept {
+  if (method.empty()) return false;
+  for (const char c : method) {
+    const bool upper_or_digit = (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!upper_or_digit && std::string_view("!#$%&'*+-.^_`|~").find(c) == std::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string_view Request::path() const noexcept {
   std::string_view t = target;
   return t.substr(0, t.find('?'));

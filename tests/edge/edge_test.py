@@ -13,6 +13,7 @@ import http.server
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -552,6 +553,29 @@ rules:
         self.assertRegex(rk.log(), r"tunnel of 127\.0\.0\.1 closed after \d+s: "
                                    r"no byte either way for upstream\.tunnel_idle_timeout")
 
+    def test_an_upgrade_to_h2c_is_never_relayed(self):
+        # Relayed, an h2c upgrade would carry requests the rules never see (h2c smuggling): only
+        # the protocols in upstream.upgrades (WebSocket) are, and HTTP2-Settings never is.
+        upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+        self.stops.append(lambda: (upstream.shutdown(), upstream.server_close()))
+        _, port, admin = self.proxy_to(f"http://127.0.0.1:{upstream.server_address[1]}")
+        for offered in ("h2c", "websocket, h2c", "H2C"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                conn.request("GET", "/h2c", headers={"Connection": "Upgrade, HTTP2-Settings", "Upgrade": offered,
+                                                     "HTTP2-Settings": "AAMAAABkAAQAoAAAAAIAAAAA"})
+                r = conn.getresponse()
+                self.assertEqual(r.status, 200, offered)
+                seen = {k.lower(): v for k, v in json.loads(r.read())["headers"].items()}
+            finally:
+                conn.close()
+            self.assertNotIn("upgrade", seen, offered)
+            self.assertNotIn("http2-settings", seen, offered)
+            self.assertNotIn("upgrade", seen.get("connection", "").lower(), offered)
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_upgrades_total"), 0)
+
     def test_upgrades_off_sends_a_plain_request(self):
         echo = WebSocketEcho()
         self.stops.append(echo.stop)
@@ -924,17 +948,26 @@ http: {http}
             pass
         return h2_frames(sock, timeout=3)
 
+    def goaways(self, admin):
+        _, text = plain_get(admin, "/metrics")
+        return {code: metric(text, f'ratekeeper_proxy_http2_goaways_total{{error="{code}"}}')
+                for code in ("PROTOCOL_ERROR", "INTERNAL_ERROR", "ENHANCE_YOUR_CALM")}
+
     def test_rapid_reset_flood_ends_the_connection(self):
-        _, port, _ = self.proxy()
+        rk, port, admin = self.proxy()
         # Within the bound (a burst of 1000 resets): the connection goes on.
         self.assertNotIn(GOAWAY, [f[0] for f in self.reset_flood(port, 300)])
-        # Beyond it: GOAWAY, the connection ends; other clients are served on.
+        self.assertEqual(sum(self.goaways(admin).values()), 0)
+        # Beyond it: GOAWAY, the connection ends; other clients are served on. The end is
+        # logged and counted: an attack is seen.
         frames = self.reset_flood(port, 3000)
         self.assertIn(GOAWAY, [f[0] for f in frames], [f[0] for f in frames][:20])
         self.assert_serving(port)
+        self.assertEqual(sum(self.goaways(admin).values()), 1)
+        self.assertRegex(rk.log(), r"HTTP/2 connection of 127\.0\.0\.1 ended with GOAWAY [A-Z_]+")
 
     def test_continuation_flood_ends_the_connection(self):
-        _, port, _ = self.proxy()
+        rk, port, admin = self.proxy()
         sock = self.raw(port)
         block = hpack_get("/c")
         frames = [h2_frame(HEADERS, END_STREAM, 1, block)]  # no END_HEADERS: CONTINUATION follows
@@ -947,6 +980,51 @@ http: {http}
         self.assertIn(GOAWAY, [f[0] for f in received])
         self.assertNotIn(HEADERS, [f[0] for f in received])  # no response: the request never completed
         self.assert_serving(port)
+        self.assertEqual(self.goaways(admin)["ENHANCE_YOUR_CALM"], 1)
+        # The line docs/configuration.md shows, as logged.
+        documented = re.search(r"```text\n(proxy: HTTP/2 connection of .*)\n```",
+                               open(os.path.join(ROOT, "docs", "configuration.md")).read()).group(1)
+        self.assertIn(documented, rk.log())
+
+    def test_a_client_letting_no_response_through_is_reset_after_the_upstream_timeout(self):
+        # Its window shut (SETTINGS_INITIAL_WINDOW_SIZE 0), the client reads the frames it is
+        # sent but lets no DATA through: the stream would hold its upstream connection and
+        # buffer for ever. It is reset after upstream.timeout, logged and counted.
+        rk, port, admin = self.proxy(upstream=", timeout: 1s")
+        sock = socket.create_connection(("127.0.0.1", port))
+        self.addCleanup(sock.close)
+        no_window = struct.pack(">HI", 0x4, 0)  # SETTINGS_INITIAL_WINDOW_SIZE = 0
+        sock.sendall(H2_PREFACE + h2_frame(SETTINGS, 0, 0, no_window)
+                     + h2_frame(HEADERS, END_STREAM | END_HEADERS, 1, hpack_get("/bytes/1000000")))
+        frames = h2_frames(sock, timeout=4)
+        resets = [f for f in frames if f[0] == RST_STREAM and f[2] == 1]
+        self.assertTrue(resets, [f[0] for f in frames])
+        self.assertNotIn(DATA, [f[0] for f in frames if f[2] == 1])
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_http2_streams_stalled_total"), 1)
+        self.assertIn("the client let none of it through for upstream.timeout", rk.log())
+        self.assert_serving(port)
+
+    def test_an_idle_connection_is_closed_however_often_it_pings(self):
+        _, port, _ = self.proxy(http="{read_timeout: 1s}")
+        sock = self.raw(port)
+        sock.settimeout(0.2)
+        start = time.monotonic()
+        closed_after = None
+        while time.monotonic() - start < 6:
+            try:
+                sock.sendall(h2_frame(PING, 0, 0, b"12345678"))
+                while sock.recv(65536):
+                    pass
+                closed_after = time.monotonic() - start  # recv returned b"": closed
+                break
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = time.monotonic() - start
+                break
+        self.assertIsNotNone(closed_after, "still open after 6 s of pings")
+        self.assertLess(closed_after, 4)
 
     def test_streams_beyond_the_concurrency_limit_are_refused(self):
         _, port, _ = self.proxy()
@@ -970,6 +1048,26 @@ http: {http}
         self.assertTrue(answers, [f[0] for f in frames])
         self.assertIn(b"408", answers[0][3])
         self.assertIn(RST_STREAM, [f[0] for f in frames if f[2] == 1])
+        self.assert_serving(port)
+
+    def test_connect_is_501_and_a_lower_case_method_or_a_fragment_is_400(self):
+        _, port, _ = self.proxy()
+        sock = self.raw(port)
+        # CONNECT (no :path), `post` (a method frameworks upper-case), /api/data#x (a path an
+        # application cutting the fragment serves as /api/data): none reaches a rule or the upstream.
+        connect = b"\x02\x07CONNECT" + b"\x01\x0elocalhost:8443"
+        post = b"\x02\x04post\x86\x04\x09/api/data\x01\x09localhost"
+        sock.sendall(h2_frame(HEADERS, END_STREAM | END_HEADERS, 1, connect)
+                     + h2_frame(HEADERS, END_STREAM | END_HEADERS, 3, post)
+                     + h2_frame(HEADERS, END_STREAM | END_HEADERS, 5, hpack_get("/api/data#x")))
+        frames = h2_frames(sock, timeout=3)
+        # The statuses are HPACK-coded (400 from the static table, 501 Huffman): each stream's
+        # answer is told by its body, which is the proxy's own.
+        bodies = {f[2]: f[3] for f in frames if f[0] == DATA}
+        self.assertIn(b"not implemented", bodies.get(1, b""), frames)
+        self.assertIn(b"upper case", bodies.get(3, b""), frames)
+        self.assertIn(b"fragment", bodies.get(5, b""), frames)
+        self.assertEqual({f[2] for f in frames if f[0] == HEADERS}, {1, 3, 5})
         self.assert_serving(port)
 
     def test_one_host_goes_on_the_authority(self):
@@ -1031,7 +1129,6 @@ class Monitoring(unittest.TestCase):
         self.promtool("check", "rules", path)
 
     def test_every_series_they_name_is_exposed(self):
-        import re
         upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
         self.addCleanup(lambda: (upstream.shutdown(), upstream.server_close()))

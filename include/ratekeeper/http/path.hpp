@@ -7,7 +7,8 @@
 //     dot segments are resolved); the hex digits of the other escapes upper-cased; `%2F`
 //     stays encoded (it is data, not a separator);
 //   - refused: a path not starting with `/`, an invalid escape (`%`, `%4`, `%zz`), a control
-//     byte (raw or encoded: NUL, CR, LF, DEL, ...);
+//     byte (raw or encoded: NUL, CR, LF, DEL, ...), a raw `#` (a fragment, anywhere in the
+//     target: applications that cut it off would serve `/login#x` as `/login`);
 //   - case is kept (HTTP paths are case-sensitive) unless `lowercase` (case-insensitive
 //     applications): then ASCII letters are lower-cased, escapes keep upper-case hex;
 //   - spellings that applications behind the limiter read differently (PathOptions): escaped

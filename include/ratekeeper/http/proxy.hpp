@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ratekeeper/core/error.hpp"
 #include "ratekeeper/core/time.hpp"
@@ -60,6 +61,10 @@ struct UpstreamOptions {
   // closes, no byte either way for tunnel_idle_timeout, or tunnel_max_duration has passed.
   // Off: the Upgrade field is dropped (the request goes on as a plain one).
   bool upgrades = true;
+  // The protocols relayed (names, without case): a request offering any other has its Upgrade
+  // field dropped, as with upgrades off. Never h2c: the requests inside its tunnel would not
+  // meet the rules (the configuration refuses it).
+  std::vector<std::string> upgrade_protocols{"websocket"};
   Micros tunnel_idle_timeout = 300 * kMicrosPerSecond;
   Micros tunnel_max_duration = 86400 * kMicrosPerSecond;
 
@@ -99,6 +104,13 @@ struct ProxyStats {
   // the server stopping.
   std::array<std::uint64_t, kTunnelEnds> tunnels_closed{};
   std::uint64_t http2_connections = 0;  // client connections that spoke HTTP/2
+  // HTTP/2 connections the proxy ended for an error of the client's (a flood, a protocol
+  // error), by the GOAWAY's error code (RFC 9113 7: index 1 PROTOCOL_ERROR ... 13
+  // HTTP_1_1_REQUIRED; 0 unused).
+  std::array<std::uint64_t, 14> http2_goaways{};
+  // HTTP/2 streams reset because their client let none of the response through (its
+  // flow-control window shut) for upstream.timeout; their upstream connections closed.
+  std::uint64_t http2_streams_stalled = 0;
   // The most body bytes held at once, over all connections, between being read from one side
   // and written to the other: a few buffer_size per request in flight, whatever the bodies'
   // sizes.

@@ -34,6 +34,11 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept {
   return true;
 }
 
+// A request method as ratekeeper takes it: a token (RFC 9110 5.6.2) without lower-case letters.
+// Methods are case-sensitive and the rules name theirs in upper case; `post` would be another
+// method to them and POST to an application that upper-cases it, so it is refused (400).
+bool is_request_method(std::string_view method) noexcept;
+
 struct Request {
   std::string method;  // as sent, e.g. "GET" (compared case-sensitively, as HTTP says)
   std::string target;  // path and query, e.g. "/api/search?q=x"

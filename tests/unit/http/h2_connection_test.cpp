@@ -45,6 +45,7 @@ struct Server {
   H2Limits limits;
   std::map<std::int32_t, Request> requests;
   std::vector<std::int32_t> closed;
+  std::vector<std::pair<std::uint32_t, std::string>> ended;  // error code, reason
   std::string sent;
   H2Connection h2;
 
@@ -54,6 +55,7 @@ struct Server {
                   .request = [this](std::int32_t id, Request r) { requests[id] = std::move(r); },
                   .closed = [this](std::int32_t id) { closed.push_back(id); },
                   .drained = [](std::int32_t) {},
+                  .ended = [this](std::uint32_t code, std::string_view why) { ended.emplace_back(code, why); },
               }) {}
 
   bool feed(std::string_view bytes) {
@@ -79,6 +81,35 @@ TEST(H2Connection, ARequestComesOutWholeWithItsBody) {
   EXPECT_EQ(s.requests[1].body, "hello world");
   ASSERT_FALSE(s.requests[1].headers.empty());
   EXPECT_EQ(s.requests[1].headers[0].first, "host");
+}
+
+// A field as an HPACK literal without indexing, its name new.
+std::string literal(std::string_view name, std::string_view value) {
+  std::string b(1, '\0');
+  b += static_cast<char>(name.size());
+  b += name;
+  b += static_cast<char>(value.size());
+  b += value;
+  return b;
+}
+
+// Cookie crumbs (one field each over HTTP/2) come out as one field, as HTTP/1.1 has it; the
+// fields of a trailer block are not the request's: left out, as over HTTP/1.1.
+TEST(H2Connection, CookiesAreJoinedAndTrailersAreNotRequestFields) {
+  Server s({});
+  ASSERT_TRUE(s.feed(std::string(kPreface) + frame(4, 0, 0) +
+                     frame(1, 4, 1, post("/upload") + literal("cookie", "a=1") + literal("x-app", "1") +
+                                        literal("cookie", "b=2")) +
+                     frame(0, 0, 1, "body") + frame(1, 4 | 1, 1, literal("x-user", "bob"))));
+  ASSERT_EQ(s.requests.count(1), 1u);
+  const auto& r = s.requests[1];
+  EXPECT_EQ(r.body, "body");
+  EXPECT_EQ(r.header("cookie"), "a=1; b=2");
+  EXPECT_EQ(r.header("x-app"), "1");
+  EXPECT_FALSE(r.header("x-user").has_value());
+  int cookies = 0;
+  for (const auto& [n, v] : r.headers) cookies += n == "cookie" ? 1 : 0;
+  EXPECT_EQ(cookies, 1);
 }
 
 TEST(H2Connection, BodiesHeldAtOnceAreBoundedPerConnection) {
@@ -128,6 +159,30 @@ TEST(H2Connection, AFrameOnTheWrongStreamEndsTheConnectionWithGoaway) {
     out.remove_prefix(std::min(out.size(), 9 + length));
   }
   EXPECT_TRUE(goaway);
+  // Said once, with the code the GOAWAY carries, for the proxy to log and count.
+  ASSERT_EQ(s.ended.size(), 1u);
+  EXPECT_EQ(s.ended[0].first, NGHTTP2_PROTOCOL_ERROR);
+  EXPECT_EQ(h2_error_name(s.ended[0].first), "PROTOCOL_ERROR");
+}
+
+// A flood (here, SETTINGS frames whose acknowledgements the client never reads) ends the
+// connection with ENHANCE_YOUR_CALM, said with the frame layer's reason; a graceful GOAWAY
+// (NO_ERROR) is no error, never said.
+TEST(H2Connection, AFloodEndsTheConnectionAndSaysWhy) {
+  Server s({});
+  std::string flood = std::string(kPreface);
+  for (int i = 0; i < 1100; ++i) flood += frame(4, 0, 0);
+  EXPECT_FALSE(s.h2.receive(flood));
+  s.h2.take_output(s.sent);
+  ASSERT_EQ(s.ended.size(), 1u);
+  EXPECT_EQ(s.ended[0].first, NGHTTP2_ENHANCE_YOUR_CALM);
+  EXPECT_FALSE(s.ended[0].second.empty());
+
+  Server calm({});
+  ASSERT_TRUE(calm.feed(std::string(kPreface) + frame(4, 0, 0)));
+  calm.h2.go_away();
+  calm.h2.take_output(calm.sent);
+  EXPECT_TRUE(calm.ended.empty());
 }
 
 // The fields of the HEADERS frame the server sent on `stream`, decoded (HPACK state carried

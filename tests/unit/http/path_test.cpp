@@ -71,6 +71,25 @@ TEST(Path, RefusesInvalidEscapesControlBytesAndRelativePaths) {
   EXPECT_FALSE(normalize_path("/a\x7f"));
 }
 
+// A fragment is never part of a request: `/login#x` would be `/login` to an application that
+// cuts it off, and another path (or an unmatched one) to the rules. `%23` is data.
+TEST(Path, RefusesAFragmentAnywhereInTheTarget) {
+  for (std::string_view bad : {"/login#x", "/login#", "/#/login", "/a/#/../login"}) {
+    const auto r = normalize_path(bad);
+    EXPECT_FALSE(r) << bad << " → " << *r;
+    EXPECT_FALSE(is_normal_path(bad)) << bad;
+    if (!r) {
+      EXPECT_NE(r.error().message.find("'#'"), std::string::npos) << r.error().message;
+    }
+    EXPECT_FALSE(normalize_path(bad, kKeep)) << bad;
+    EXPECT_FALSE(normalize_target(bad)) << bad;
+  }
+  EXPECT_FALSE(normalize_target("/login?a=1#x"));
+  EXPECT_EQ(norm("/a%23b"), "/a%23b");
+  EXPECT_TRUE(is_normal_path("/a%23b"));
+  EXPECT_EQ(normalize_target("/a?b=%23").value_or("<error>"), "/a?b=%23");
+}
+
 TEST(Path, CaseKeptUnlessLowercased) {
   EXPECT_EQ(norm("/ORDERS"), "/ORDERS");
   EXPECT_EQ(norm("/ORDERS", kLower), "/orders");
@@ -216,6 +235,44 @@ rules:
   const auto bad = middleware.handle_sync(r);
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("percent"), std::string::npos) << bad.body;
+  r.target = "/orders#x";  // a fragment: refused, not another path
+  const auto fragment = middleware.handle_sync(r);
+  EXPECT_EQ(fragment.status, 400);
+  EXPECT_NE(fragment.body.find("fragment"), std::string::npos) << fragment.body;
+}
+
+// A method is case-sensitive, and the rules name theirs in upper case: `post` would be another
+// method to them and POST to an application that upper-cases it. Refused (400), whatever the
+// rules; upper-case tokens of any other kind pass.
+TEST(PathMatching, AMethodWithALowerCaseLetterIsRefused) {
+  ManualClock clock{1'700'000'000LL * kMicrosPerSecond};
+  store::MemoryStore store{store::MemoryStoreOptions{.max_keys = 100, .shards = 1, .clock = &clock}};
+  auto config = server::parse_config(R"(
+logging: {decisions: {enabled: false}}
+rules:
+  - name: login
+    match: {methods: [post], path: /login}
+    limits: [{capacity: 1, refill_rate: 0.001}]
+)", "path_test.yaml");
+  limiter::Limiter limiter{config.limiter, store};
+  Middleware middleware{limiter, config.middleware};
+  Request r;
+  r.target = "/login";
+  r.peer_address = "192.0.2.1";
+  r.method = "POST";
+  EXPECT_TRUE(middleware.handle_sync(r).admitted);
+  EXPECT_EQ(middleware.handle_sync(r).status, 429);
+  for (const char* method : {"post", "Post", "pOST"}) {
+    r.method = method;
+    const auto res = middleware.handle_sync(r);
+    EXPECT_EQ(res.status, 400) << method;
+    EXPECT_EQ(res.outcome, RequestOutcome::bad_request) << method;
+    EXPECT_NE(res.body.find("upper case"), std::string::npos) << res.body;
+  }
+  r.method = "PURGE";  // an extension method, unmatched
+  EXPECT_TRUE(middleware.handle_sync(r).admitted);
+  r.method = "";
+  EXPECT_EQ(middleware.handle_sync(r).status, 400);
 }
 
 }  // namespace

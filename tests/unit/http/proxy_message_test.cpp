@@ -270,17 +270,48 @@ TEST(UpstreamUrl, RefusesWhatItCannotHonour) {
 namespace ratekeeper::http {
 namespace {
 
+const std::vector<std::string> kWebSocket{"websocket"};
+
 TEST(ProxyUpgrade, AskedForOnlyWithUpgradeNamedInConnection) {
-  EXPECT_EQ(requested_upgrade({{"Connection", "keep-alive, Upgrade"}, {"Upgrade", " websocket "}}), "websocket");
-  EXPECT_EQ(requested_upgrade({{"Upgrade", "websocket"}}), "");                    // not named in Connection
-  EXPECT_EQ(requested_upgrade({{"Connection", "upgrade"}}), "");                   // no protocol
-  EXPECT_EQ(requested_upgrade({{"Connection", "close"}, {"Upgrade", "h2c"}}), "");
+  EXPECT_EQ(requested_upgrade({{"Connection", "keep-alive, Upgrade"}, {"Upgrade", " websocket "}}, kWebSocket),
+            "websocket");
+  EXPECT_EQ(requested_upgrade({{"Upgrade", "websocket"}}, kWebSocket), "");   // not named in Connection
+  EXPECT_EQ(requested_upgrade({{"Connection", "upgrade"}}, kWebSocket), "");  // no protocol
+  EXPECT_EQ(requested_upgrade({{"Connection", "close"}, {"Upgrade", "h2c"}}, kWebSocket), "");
+}
+
+// Only the protocols allowed are relayed: an offer naming any other (h2c above all, whose
+// tunnel would carry requests the rules never see) is no upgrade at all.
+TEST(ProxyUpgrade, OnlyTheAllowedProtocolsAreRelayed) {
+  const auto offer = [](std::string_view protocols, const std::vector<std::string>& allowed) {
+    return std::string(requested_upgrade({{"Connection", "Upgrade"}, {"Upgrade", std::string(protocols)}}, allowed));
+  };
+  EXPECT_EQ(offer("WebSocket", kWebSocket), "WebSocket");
+  EXPECT_EQ(offer("websocket/13", kWebSocket), "websocket/13");
+  EXPECT_EQ(offer("h2c", kWebSocket), "");
+  EXPECT_EQ(offer("websocket, h2c", kWebSocket), "");
+  EXPECT_EQ(offer("h2c, websocket", kWebSocket), "");
+  EXPECT_EQ(offer("websocket,", kWebSocket), "");
+  EXPECT_EQ(offer("/13", kWebSocket), "");
+  EXPECT_EQ(offer("websocket", {}), "");
+  EXPECT_EQ(offer("websocket, chat", {"chat", "websocket"}), "websocket, chat");
+}
+
+TEST(ProxyUpgrade, Http2SettingsIsNeverSentUpstream) {
+  const HeaderList received = {{"Host", "app"}, {"Connection", "Upgrade, HTTP2-Settings"}, {"Upgrade", "h2c"},
+                               {"HTTP2-Settings", "AAMAAABkAAQAoAAAAAIAAAAA"}};
+  const auto out = upstream_request_fields(received, Forwarding("192.0.2.7", "http", requested_upgrade(received, kWebSocket)));
+  for (const auto& [n, v] : out) {
+    EXPECT_FALSE(iequals(n, "HTTP2-Settings")) << n;
+    EXPECT_FALSE(iequals(n, "Upgrade")) << n;
+    EXPECT_FALSE(iequals(n, "Connection")) << n << ": " << v;
+  }
 }
 
 TEST(ProxyUpgrade, TheUpstreamGetsTheUpgradeAndTheScheme) {
   const HeaderList received = {{"Host", "app"}, {"Connection", "Upgrade"}, {"Upgrade", "websocket"},
                                {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}};
-  const auto out = upstream_request_fields(received, Forwarding("192.0.2.7", "https", requested_upgrade(received)));
+  const auto out = upstream_request_fields(received, Forwarding("192.0.2.7", "https", requested_upgrade(received, kWebSocket)));
   const HeaderList expected = {{"Host", "app"},
                                {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
                                {"X-Forwarded-For", "192.0.2.7"},

@@ -176,6 +176,29 @@ TEST(ConfigTest, UnknownFieldIsNamedWithItsPath) {
                "rules[2].match.paths", "unknown field");
 }
 
+// Requests are matched on their normal path: a rule written in another form would match
+// nothing, silently. Refused at load, naming the field and the form to write.
+TEST(ConfigTest, AMatchPathNotInNormalFormIsRefusedWithTheFormToWrite) {
+  expect_error(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path: /a//b}}\n", "rules[2].match.path",
+               "write '/a/b'");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /a/./b}}\n",
+               "rules[2].match.path_prefix", "write '/a/b'");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path: '/login#x'}}\n", "rules[2].match.path",
+               "fragment");
+  expect_error(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path: '/a;b'}}\n", "rules[2].match.path",
+               "would match nothing");
+  // Under upstream.lowercase_path, request paths are lower-cased: so must the rules' be.
+  const std::string lower = "upstream: {url: 'http://10.0.0.5', lowercase_path: true}\n";
+  expect_error(lower + kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /API}}\n",
+               "rules[2].match.path_prefix", "write '/api'");
+  EXPECT_NO_THROW(parse_config(lower + kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /api}}\n"));
+  EXPECT_NO_THROW(parse_config(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /API}}\n"));
+  // A prefix ends where it likes: inside a name made of dots, after a slash.
+  EXPECT_NO_THROW(parse_config(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /files/.}}\n"));
+  EXPECT_NO_THROW(parse_config(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /api/}}\n"));
+  EXPECT_NO_THROW(parse_config(kRules + "  - {name: c, limits: [{rate: 1/s}], match: {path_prefix: /ap}}\n"));
+}
+
 TEST(ConfigTest, BadRateIsNamedWithItsPath) {
   expect_error(kRules + "  - {name: c, limits: [{rate: fast}]}\n", "rules[2].limits[0].rate",
                "must be '<count>/<period>'");
@@ -816,6 +839,22 @@ admin: {listen: 127.0.0.1:9191}
   EXPECT_TRUE(c.upstream->lowercase_path);
   EXPECT_EQ(c.admin.host, "127.0.0.1");
   EXPECT_EQ(c.admin.port, 9191);
+}
+
+// upstream.upgrades: true (WebSocket), false, or the protocols relayed; never h2c.
+TEST(ConfigTest, UpgradesAreWebSocketOrTheProtocolsListedButNeverH2c) {
+  const auto plain = parse_config("upstream: {url: 'http://10.0.0.5'}\n");
+  EXPECT_TRUE(plain.upstream->upgrades);
+  EXPECT_EQ(plain.upstream->upgrade_protocols, std::vector<std::string>{"websocket"});
+  const auto listed = parse_config("upstream: {url: 'http://10.0.0.5', upgrades: [websocket, chat]}\n");
+  EXPECT_TRUE(listed.upstream->upgrades);
+  EXPECT_EQ(listed.upstream->upgrade_protocols, (std::vector<std::string>{"websocket", "chat"}));
+  EXPECT_FALSE(parse_config("upstream: {url: 'http://10.0.0.5', upgrades: false}\n").upstream->upgrades);
+  EXPECT_FALSE(parse_config("upstream: {url: 'http://10.0.0.5', upgrades: []}\n").upstream->upgrades);
+  expect_error("upstream: {url: 'http://10.0.0.5', upgrades: [websocket, H2C]}\n", "upstream.upgrades",
+               "never meet the rules");
+  expect_error("upstream: {url: 'http://10.0.0.5', upgrades: [websocket/13]}\n", "upstream.upgrades",
+               "not a protocol name");
 }
 
 TEST(ConfigTest, WithoutUpstreamNothingIsProxied) {

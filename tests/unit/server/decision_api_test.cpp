@@ -196,6 +196,38 @@ TEST_F(DecisionApiTest, RequestShapeResolvesIdentitiesAndTiersFromTheHeaders) {
   EXPECT_EQ(limit.at("limit"), 1);
 }
 
+// The values of `request.headers` are read as an HTTP parser gives them, without the spaces and
+// tabs around them: " alice " is alice, charged to her bucket, and a blank X-User-ID is an
+// absent one (the IP's limits), as over the proxy.
+TEST_F(DecisionApiTest, RequestShapeHeaderValuesAreTrimmedAsOverHttp) {
+  auto padded = check(described("POST", "/api/search", {{"X-User-ID", " \talice  "}}));
+  ASSERT_EQ(padded.status, 200) << padded.body;
+  auto limit = json::parse(padded.body).at("limits").at(0);
+  EXPECT_EQ(limit.at("identity"), "user:alice");
+  EXPECT_EQ(limit.at("remaining"), 4);
+  auto plain = check(described("POST", "/api/search", {{"X-User-ID", "alice"}}));
+  EXPECT_EQ(json::parse(plain.body).at("limits").at(0).at("remaining"), 3) << plain.body;
+  auto blank = check(described("POST", "/api/search", {{"X-User-ID", "  "}}));
+  ASSERT_EQ(blank.status, 200) << blank.body;
+  EXPECT_EQ(json::parse(blank.body).at("limits").at(0).at("identity"), "ip:192.0.2.7");
+}
+
+// What the proxy refuses is refused here too: a method with a lower-case letter, a fragment.
+TEST_F(DecisionApiTest, RequestShapeRefusesALowerCaseMethodAndAFragment) {
+  auto lower = check(described("get", "/api/data"));
+  EXPECT_EQ(lower.status, 400) << lower.body;
+  EXPECT_NE(lower.body.find("upper case"), std::string::npos) << lower.body;
+  auto fragment = check(described("GET", "/api/data#x"));
+  EXPECT_EQ(fragment.status, 400) << fragment.body;
+  EXPECT_NE(fragment.body.find("fragment"), std::string::npos) << fragment.body;
+  auto lower_auth = auth("get", "/api/data", {});
+  EXPECT_EQ(lower_auth.status, 400) << lower_auth.body;
+  EXPECT_NE(lower_auth.body.find("upper case"), std::string::npos) << lower_auth.body;
+  auto fragment_auth = auth("GET", "/api/data#x", {});
+  EXPECT_EQ(fragment_auth.status, 403) << fragment_auth.body;
+  EXPECT_EQ(header(fragment_auth, "X-RateLimit-Status"), "400");
+}
+
 TEST_F(DecisionApiTest, RequestShapeMatchesMethodsAndPathsAsTheMiddleware) {
   auto unmatched = check(described("POST", "/api/data"));
   ASSERT_EQ(unmatched.status, 200) << unmatched.body;
