@@ -576,6 +576,15 @@ TEST_F(ProxyTest, SmugglingAndOversizedHeadersAreRefusedBeforeAnythingIsForwarde
   EXPECT_EQ(big.status, 431);
   HttpClient connect(port_);
   EXPECT_EQ(connect.raw("CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n").status, 501);
+  // Spellings an application may serve as a ruled request, never forwarded: a fragment, a
+  // method with a lower-case letter.
+  for (const char* bytes : {"GET /orders#x HTTP/1.1\r\nHost: x\r\n\r\n", "get /orders HTTP/1.1\r\nHost: x\r\n\r\n",
+                            "Post /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"}) {
+    HttpClient client(port_);
+    const auto r = client.raw(bytes);
+    EXPECT_EQ(r.status, 400) << bytes;
+    EXPECT_NE(r.body.find("detail"), std::string::npos) << r.body;
+  }
   EXPECT_EQ(upstream_.request_count(), 0u);
   EXPECT_EQ(upstream_.connections(), 0u);
 }
