@@ -27,7 +27,9 @@ class LazyDeadline {
     deadline_ = std::chrono::steady_clock::now() + timeout;
     ++ops_;
     timed_out_ = false;
-    if (!armed_) arm(owner, cut);
+    // Armed for later than this operation's deadline (an operation with a longer timeout came
+    // before): armed again for it, so that no timeout is enforced late.
+    if (!armed_ || deadline_ < armed_for_) arm(owner, cut);
   }
 
   // The operation completed with `ec`: the error its handler reads.
@@ -46,7 +48,8 @@ class LazyDeadline {
   template <class Owner, class Cut>
   void arm(const Owner& owner, Cut cut) {
     armed_ = true;
-    timer_.expires_at(deadline_);
+    armed_for_ = deadline_;
+    timer_.expires_at(deadline_);  // a wait armed before is cancelled (its handler returns)
     timer_.async_wait([this, owner, cut](boost::beast::error_code ec) {
       if (ec) return;  // cancelled
       armed_ = false;
@@ -59,6 +62,7 @@ class LazyDeadline {
 
   boost::asio::steady_timer timer_;
   std::chrono::steady_clock::time_point deadline_{};
+  std::chrono::steady_clock::time_point armed_for_{};  // when the armed wait ends
   std::size_t ops_ = 0;
   bool armed_ = false;
   bool timed_out_ = false;

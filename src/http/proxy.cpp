@@ -497,15 +497,17 @@ struct Proxy::Impl : ServerCore {
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
 
-  // An HTTP/2 stream whose client let none of its response through for upstream.timeout: reset,
-  // counted and logged (rate-bounded).
-  void h2_stalled_stream(std::string_view peer, std::string_view method, std::string_view target) {
-    count(h2_stalled);
+  // A client that took none of its response for upstream.timeout (HTTP/1.1: a write did not
+  // complete; HTTP/2: its flow-control window stayed shut): the response is given up (the
+  // connection closed; over HTTP/2 the stream reset), logged (rate-bounded). Counted by the
+  // caller.
+  void client_stalled(std::string_view peer, std::string_view method, std::string_view target, bool h2) {
     std::uint64_t suppressed = 0;
-    if (!h2_log.admit(suppressed)) return;
-    spdlog::warn("proxy: the response to {} {} (HTTP/2) of {} was given up: the client let none of it through "
-                 "for upstream.timeout (its flow-control window shut); the stream is reset{}",
-                 method, target, peer,
+    if (!client_log.admit(suppressed)) return;
+    spdlog::warn("proxy: the response to {} {}{} of {} was given up: the client let none of it through for "
+                 "upstream.timeout{}{}",
+                 method, target, h2 ? " (HTTP/2)" : "", peer,
+                 h2 ? " (its flow-control window shut); the stream is reset" : "; the connection is closed",
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
 
@@ -629,7 +631,8 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> h2_connections{0};
   std::array<std::atomic<std::uint64_t>, 14> h2_goaways{};  // by error code
   std::atomic<std::uint64_t> h2_stalled{0};
-  LogLimit h2_log;  // HTTP/2 connections ended for the client's error, streams stalled
+  LogLimit h2_log;      // HTTP/2 connections ended for the client's error
+  LogLimit client_log;  // responses given up: the client took none of them for upstream.timeout
   std::atomic<std::uint64_t> buffered{0};
   std::atomic<std::uint64_t> buffered_high{0};
 };
@@ -645,7 +648,8 @@ class ProxySession final : public ClientConnection {
         delay_timer_(client_.get_executor()),
         body_timer_(client_.get_executor()),
         tunnel_timer_(client_.get_executor()),
-        client_deadline_(client_.get_executor()),
+        client_read_deadline_(client_.get_executor()),
+        client_write_deadline_(client_.get_executor()),
         up_deadline_(client_.get_executor()),
         resolver_(client_.get_executor()) {
     peer_of(client_.tcp().socket(), peer_address_, peer_port_);
@@ -669,7 +673,7 @@ class ProxySession final : public ClientConnection {
           self->proxy_.tls_handshake_failed(ec, self->client_, self->peer_address_);
           return self->close();
         }
-        self->client_.tcp().expires_never();  // from here, client_deadline_ bounds each operation
+        self->client_.tcp().expires_never();  // from here, the client deadlines bound each operation
         if (self->proxy_.options.http2 && alpn_h2(self->client_)) return self->start_h2({});
         self->read_request();
       });
@@ -708,9 +712,9 @@ class ProxySession final : public ClientConnection {
   // A plain connection's first bytes: HTTP/2's connection preface (h2c with prior knowledge)
   // hands the connection to an HTTP/2 session; anything else is HTTP/1.1, parsed from them.
   void read_preface() {
-    client_begins(proxy_.options.read_timeout);
+    client_read_begins(proxy_.options.read_timeout);
     client_.async_read_some(client_buf_.prepare(4096), [self = self<ProxySession>()](beast::error_code ec, std::size_t n) {
-      ec = self->client_done(ec);
+      ec = self->client_read_done(ec);
       if (self->closed()) return;
       if (ec) return self->close();
       self->client_buf_.commit(n);
@@ -736,12 +740,12 @@ class ProxySession final : public ClientConnection {
     body_deadline_.reset();
     req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
                  std::numeric_limits<std::uint64_t>::max(), true);
-    client_begins(proxy_.options.read_timeout);
+    client_read_begins(proxy_.options.read_timeout);
     bhttp::async_read_header(client_, client_buf_, *req_, bind(&ProxySession::on_request_header));
   }
 
   void on_request_header(beast::error_code ec, std::size_t) {
-    ec = client_done(ec);
+    ec = client_read_done(ec);
     if (closed()) return;
     if (ec) {
       if (ec == bhttp::error::header_limit) return answer_error(kHeaderTooLarge, false);
@@ -950,10 +954,10 @@ class ProxySession final : public ClientConnection {
     if (!request_body_) return read_response_header();
     if (expect_continue_) {
       expect_continue_ = false;
-      client_begins(proxy_.options.read_timeout);
+      client_write_begins(proxy_.options.read_timeout);
       net::async_write(client_, net::buffer(kContinue), [self = self<ProxySession>()](
                                                             beast::error_code e, std::size_t) {
-        e = self->client_done(e);
+        e = self->client_write_done(e);
         if (self->closed()) return;
         if (e) return self->client_gone();
         self->relay_request_body();
@@ -997,13 +1001,13 @@ class ProxySession final : public ClientConnection {
       });
     }
     if (now >= *body_deadline_) return request_timed_out();
-    client_begins(proxy_.options.read_timeout);
+    client_read_begins(proxy_.options.read_timeout);
     reading_body_ = true;
     bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
   }
 
   void on_request_body(beast::error_code ec, std::size_t) {
-    ec = client_done(ec);
+    ec = client_read_done(ec);
     reading_body_ = false;
     if (closed()) return;
     if (ec == bhttp::error::need_buffer) ec = {};
@@ -1118,14 +1122,14 @@ class ProxySession final : public ClientConnection {
     const bool chunked = response_framing_ == Framing::chunked;
     const bool last = !failed && chunked && body_expected_ && res_->is_done();
     if (last) response_framing_ = Framing::none;  // written: finish_response() does not again
-    client_begins(proxy_.upstream.timeout);
+    client_write_begins(proxy_.upstream.timeout);
     net::async_write(client_, down_frames_.build(with_head ? std::string_view(head_) : std::string_view(),
                                                  down_body_.data(), n, chunked, last), [self = self<ProxySession>(), failed](beast::error_code e,
                                                                               std::size_t) {
-      e = self->client_done(e);
+      e = self->client_write_done(e);
       self->release_held();
       if (self->closed()) return;
-      if (e) return self->client_gone();
+      if (e) return self->client_gone(e);
       if (failed) {
         self->cut_off({});
         return self->close();
@@ -1168,12 +1172,12 @@ class ProxySession final : public ClientConnection {
   void finish_response() {
     if (response_framing_ == Framing::chunked) {
       response_framing_ = Framing::none;  // written once
-      client_begins(proxy_.upstream.timeout);
+      client_write_begins(proxy_.upstream.timeout);
       net::async_write(client_, down_frames_.last_chunk(),
                        [self = self<ProxySession>()](beast::error_code e, std::size_t) {
-                         e = self->client_done(e);
+                         e = self->client_write_done(e);
                          if (self->closed()) return;
-                         if (e) return self->client_gone();
+                         if (e) return self->client_gone(e);
                          self->finish_response();
                        });
       return;
@@ -1208,11 +1212,11 @@ class ProxySession final : public ClientConnection {
     enter(Phase::responding);
     proxy_.count(proxy_.upgrades);
     write_client_upgrade_head(head_, res_->reason(), res_->fields(), limiter_fields_);
-    client_begins(proxy_.upstream.timeout);
+    client_write_begins(proxy_.upstream.timeout);
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
-      ec = self->client_done(ec);
+      ec = self->client_write_done(ec);
       if (self->closed()) return;
-      if (ec) return self->client_gone();
+      if (ec) return self->client_gone(ec);
       self->start_tunnel();
     });
   }
@@ -1316,10 +1320,10 @@ class ProxySession final : public ClientConnection {
     head_ = response_head(version_, status, reason_of(status), fields, Framing::length,
                           body.size(), client_keep_);
     head_ += body;
-    client_begins(proxy_.options.read_timeout);
+    client_write_begins(proxy_.options.read_timeout);
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
                                                       beast::error_code ec, std::size_t) {
-      ec = self->client_done(ec);
+      ec = self->client_write_done(ec);
       if (self->closed()) return;
       if (ec) return self->close();
       if (self->client_keep_) return self->next_request();
@@ -1330,8 +1334,11 @@ class ProxySession final : public ClientConnection {
 
   // ---- closing -------------------------------------------------------------------------
 
-  void client_gone() {
+  // `ec`: why a write of the response failed; a timeout (the client took none of it for
+  // upstream.timeout) is logged.
+  void client_gone(const beast::error_code& ec = {}) {
     proxy_.count(proxy_.client_aborted);
+    if (ec == beast::error::timeout) proxy_.client_stalled(peer_address_, logged_method(), logged_target(), false);
     close();
   }
 
@@ -1384,15 +1391,20 @@ class ProxySession final : public ClientConnection {
   }
   beast::error_code upstream_done(beast::error_code ec) { return up_deadline_.done(ec); }
 
-  // The same for the client connection, bounded by `timeout`.
-  void client_begins(Micros timeout) {
-    client_deadline_.begin(to_duration(timeout), self<ProxySession>(), [](const Self& self) {
+  // The same for the client connection, bounded by `timeout`: one deadline for its reads
+  // (read_timeout) and one for its writes (upstream.timeout for a response relayed,
+  // read_timeout for one the proxy answers), so that each keeps its own timeout.
+  void client_read_begins(Micros timeout) { client_begins(client_read_deadline_, timeout); }
+  void client_write_begins(Micros timeout) { client_begins(client_write_deadline_, timeout); }
+  void client_begins(LazyDeadline& deadline, Micros timeout) {
+    deadline.begin(to_duration(timeout), self<ProxySession>(), [](const Self& self) {
       if (self->closed()) return;
       beast::error_code ignored;
       self->client_.tcp().socket().close(ignored);
     });
   }
-  beast::error_code client_done(beast::error_code ec) { return client_deadline_.done(ec); }
+  beast::error_code client_read_done(beast::error_code ec) { return client_read_deadline_.done(ec); }
+  beast::error_code client_write_done(beast::error_code ec) { return client_write_deadline_.done(ec); }
 
   void close() {
     if (closed()) return;
@@ -1403,7 +1415,8 @@ class ProxySession final : public ClientConnection {
     delay_timer_.cancel();
     tunnel_timer_.cancel();
     body_timer_.cancel();
-    client_deadline_.cancel();
+    client_read_deadline_.cancel();
+    client_write_deadline_.cancel();
     up_deadline_.cancel();
     resolver_.cancel();
     drop_upstream();
@@ -1469,7 +1482,8 @@ class ProxySession final : public ClientConnection {
   net::steady_timer delay_timer_;
   net::steady_timer body_timer_;  // request_timeout of the request's body
   net::steady_timer tunnel_timer_;  // an upgraded connection's idle and total time
-  LazyDeadline client_deadline_;  // the client connection's operations (after a TLS handshake)
+  LazyDeadline client_read_deadline_;   // the client connection's reads (after a TLS handshake)
+  LazyDeadline client_write_deadline_;  // and writes
   LazyDeadline up_deadline_;      // the upstream connection's, upstream.timeout each
   bool reading_body_ = false;     // a read of the request's body is under way
   bool watching_held_ = false;    // watch_held_client's wait is under way
@@ -1994,7 +2008,8 @@ class H2ProxySession final : public ClientConnection {
   void stall(Exchange& x) {
     x.waiting_room = false;
     x.room_deadline = {};
-    proxy_.h2_stalled_stream(peer_address_, x.request.method, x.request.target);
+    proxy_.count(proxy_.h2_stalled);
+    proxy_.client_stalled(peer_address_, x.request.method, x.request.target, true);
     x.usage.reset();  // cut short, it reports nothing: released, the estimate stays
     drop(x);
     h2_.reset(x.id);
@@ -2048,7 +2063,8 @@ class H2ProxySession final : public ClientConnection {
 };
 
 void ProxySession::start_h2(std::string received) {
-  client_deadline_.cancel();  // the HTTP/2 session bounds its own reads
+  client_read_deadline_.cancel();  // the HTTP/2 session bounds its own reads
+  client_write_deadline_.cancel();
   auto h2 = std::make_shared<H2ProxySession>(std::static_pointer_cast<Proxy::Impl>(proxy_.shared_from_this()),
                                              std::move(client_), std::move(tls_), std::move(received), peer_address_,
                                              peer_port_);

@@ -1005,6 +1005,22 @@ http: {http}
         self.assertIn("the client let none of it through for upstream.timeout", rk.log())
         self.assert_serving(port)
 
+    def test_an_http1_client_reading_nothing_is_closed_after_the_upstream_timeout_and_said(self):
+        # The same over HTTP/1.1: a response write that does not complete in upstream.timeout.
+        rk, port, admin = self.proxy(upstream=", timeout: 1s")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        self.addCleanup(sock.close)
+        sock.sendall(b"GET /bytes/200000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 15
+        while "was given up" not in rk.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertRegex(rk.log(), r"the response to GET /bytes/200000000 of 127\.0\.0\.1 was given up: the client "
+                                   r"let none of it through for upstream\.timeout; the connection is closed")
+        _, text = plain_get(admin, "/metrics")
+        self.assertEqual(metric(text, "ratekeeper_proxy_client_aborted_total"), 1)
+
     def test_an_idle_connection_is_closed_however_often_it_pings(self):
         _, port, _ = self.proxy(http="{read_timeout: 1s}")
         sock = self.raw(port)
