@@ -57,6 +57,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                         },
                                     .closed = [](std::int32_t) {},
                                     .drained = [](std::int32_t) {},
+                                    .ended =
+                                        [](std::uint32_t code, std::string_view reason) {
+                                          // Said only for an error, in words fit for a log line.
+                                          fuzz::require(code != 0);
+                                          for (const char c : reason) fuzz::require(c >= 0x20 && c < 0x7f);
+                                        },
                                 });
   self = &h2;
   std::string out;

@@ -10,11 +10,13 @@
 
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -99,8 +101,13 @@ void request_side(std::string_view input) {
     fuzz::require(parsed["method"].is_string() && parsed["path"].is_string());
   }
   if (!target) return;
-  // An upgrade asked for is sent on as asked (the proxy relays one for a request without body).
-  const std::string_view upgrade = http::requested_upgrade(request.headers);
+  // An upgrade asked for is sent on as asked (the proxy relays one for a request without body),
+  // when every protocol it offers is one relayed: never h2c.
+  static const std::vector<std::string> kRelayed{"websocket", "chat"};
+  const std::string_view upgrade = http::requested_upgrade(request.headers, kRelayed);
+  std::string offered(upgrade);
+  for (char& c : offered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  fuzz::require(offered.find("h2c") == std::string::npos);
   const http::Forwarding forwarding(kPeer, "https", upgrade);
   const auto fields = http::upstream_request_fields(request.headers, forwarding);
   const auto framing = parser.chunked() ? http::Framing::chunked
