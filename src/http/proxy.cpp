@@ -507,7 +507,8 @@ struct Proxy::Impl : ServerCore {
     spdlog::warn("proxy: the response to {} {}{} of {} was given up: the client let none of it through for "
                  "upstream.timeout{}{}",
                  method, target, h2 ? " (HTTP/2)" : "", peer,
-                 h2 ? " (its flow-control window shut); the stream is reset" : "; the connection is closed",
+                 h2 ? " (its flow-control window shut, or its connection unread); the stream is reset"
+                    : "; the connection is closed",
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
 
@@ -1677,6 +1678,7 @@ class H2ProxySession final : public ClientConnection {
       return;
     }
     writing_ = true;
+    write_began_ = std::chrono::steady_clock::now();
     net::async_write(client_, net::buffer(out_), [self = self<H2ProxySession>()](beast::error_code ec, std::size_t) {
       self->writing_ = false;
       if (self->closed_) return;
@@ -1719,6 +1721,20 @@ class H2ProxySession final : public ClientConnection {
       // upstream connection and buffer no longer than an upstream that sends nothing would.
       for (const auto& x : stalled) self->stall(*x);
       if (!stalled.empty()) self->flush();
+      // Nor does one that reads none of the bytes written to it, however many frames it sends
+      // (which move the read deadline): a write under way for upstream.timeout ends the
+      // connection, as over HTTP/1.1.
+      if (self->writing_ && now - self->write_began_ >= to_duration(self->proxy_.upstream.timeout)) {
+        self->proxy_.count(self->proxy_.client_aborted);
+        std::uint64_t suppressed = 0;
+        if (self->proxy_.client_log.admit(suppressed)) {
+          spdlog::warn("proxy: HTTP/2 connection of {} closed: it read none of what was written to it for "
+                       "upstream.timeout ({} streams open){}",
+                       self->peer_address_, self->h2_.open_streams(),
+                       suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+        }
+        return self->close();
+      }
       self->sweep();
     });
   }
@@ -2054,6 +2070,7 @@ class H2ProxySession final : public ClientConnection {
   std::array<char, 16 * 1024> in_{};
   std::string out_;
   bool writing_ = false;
+  std::chrono::steady_clock::time_point write_began_{};  // of the write under way, if writing_
   bool in_frames_ = false;  // inside the frame layer (its events run): no flush
   bool going_ = false;  // the frame layer ends the connection: close once its GOAWAY is out
   // When the connection last had a stream open (or began): idle from then on.

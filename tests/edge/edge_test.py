@@ -725,7 +725,7 @@ rules:
 # ---- HTTP/2 frames, written and read by hand (RFC 9113 4.1) -------------------------------------
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, CONTINUATION = 0, 1, 3, 4, 6, 7, 9
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
 END_STREAM, END_HEADERS = 0x1, 0x4
 
 
@@ -1003,6 +1003,32 @@ http: {http}
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, "ratekeeper_proxy_http2_streams_stalled_total"), 1)
         self.assertIn("the client let none of it through for upstream.timeout", rk.log())
+        self.assert_serving(port)
+
+    def test_a_connection_reading_nothing_is_closed_however_many_frames_it_sends(self):
+        # Its windows wide open, the client reads none of the bytes sent to it, and sends
+        # WINDOW_UPDATE frames on and on (each moves the read deadline): the write under way
+        # ends the connection after upstream.timeout, said in the log.
+        rk, port, admin = self.proxy(upstream=", timeout: 1s")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        self.addCleanup(sock.close)
+        wide = struct.pack(">HI", 0x4, 0x1000000)  # SETTINGS_INITIAL_WINDOW_SIZE: 16 MiB
+        more = h2_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x10000000))
+        sock.sendall(H2_PREFACE + h2_frame(SETTINGS, 0, 0, wide) + more
+                     + h2_frame(HEADERS, END_STREAM | END_HEADERS, 1, hpack_get("/bytes/200000000")))
+        closed = False
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not closed:
+            try:
+                sock.sendall(h2_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1)))
+            except OSError:
+                closed = True
+            time.sleep(0.3)
+        self.assertTrue(closed, "still open after 15 s")
+        self.assertRegex(rk.log(), r"HTTP/2 connection of 127\.0\.0\.1 closed: it read none of what was written "
+                                   r"to it for upstream\.timeout")
         self.assert_serving(port)
 
     def test_an_http1_client_reading_nothing_is_closed_after_the_upstream_timeout_and_said(self):
