@@ -69,13 +69,19 @@ struct Sentinel::Impl {
     // closed.
     router.close();
     current.store(nullptr);
+    // Taken out under the lock, destroyed after it: a connection's destructor waits for its
+    // loop thread, which may be waiting for the lock (a resolution's answer arriving).
     std::shared_ptr<Connection> probe;
+    std::shared_ptr<Connection> used;
+    std::vector<std::pair<Micros, std::shared_ptr<Connection>>> old;
     {
       std::lock_guard lock(mu);
-      retired.clear();
-      in_use.reset();
+      old.swap(retired);
+      used = std::move(in_use);
       probe = std::move(probing);
     }
+    old.clear();
+    used.reset();
     probe.reset();  // what is pending fails with unavailable
     sentinels.clear();
   }
@@ -155,13 +161,19 @@ struct Sentinel::Impl {
 
   void resolve(detail::Refresher::Done done) {
     auto run = std::make_shared<ResolveRun>();
+    std::vector<std::shared_ptr<Connection>> expired;  // destroyed after the lock (see shutdown)
     {
       std::lock_guard lock(mu);
       // Connections replaced long ago have nothing in flight any more.
       const Micros now = clock.steady();
-      std::erase_if(retired, [&](const auto& r) { return now - r.first > 10 * kMicrosPerSecond; });
+      std::erase_if(retired, [&](auto& r) {
+        if (now - r.first <= 10 * kMicrosPerSecond) return false;
+        expired.push_back(std::move(r.second));
+        return true;
+      });
       run->first = first_asked;
     }
+    expired.clear();
     run->done = [this, done = std::move(done)](std::string error) {
       if (!error.empty()) {
         std::lock_guard lock(mu);
@@ -216,14 +228,17 @@ struct Sentinel::Impl {
     ConnectionOptions o = options.master;
     o.endpoint = ep;
     std::shared_ptr<Connection> conn;
+    std::shared_ptr<Connection> previous;  // destroyed after the lock (see shutdown)
     {
       std::lock_guard lock(mu);
       if (!(master_ep && *master_ep == ep) && !stopping.load(std::memory_order_acquire)) {
         // The previous candidate, if any, has its ROLE answered: nothing of it is pending.
+        previous = std::move(probing);
         probing = std::make_shared<Connection>(*loop, o);
         conn = probing;
       }
     }
+    previous.reset();
     if (!conn) {  // the master in use, or stopping
       run->done(stopping.load(std::memory_order_acquire) ? "stopping" : "");
       return;
