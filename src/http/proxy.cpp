@@ -512,6 +512,17 @@ struct Proxy::Impl : ServerCore {
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
 
+  // An HTTP/2 connection that read none of what was written to it for upstream.timeout:
+  // closed, logged (rate-bounded) with the client_stalled lines. Counted by the caller.
+  void h2_unread(std::string_view peer, std::size_t open_streams) {
+    std::uint64_t suppressed = 0;
+    if (!client_log.admit(suppressed)) return;
+    spdlog::warn("proxy: HTTP/2 connection of {} closed: it read none of what was written to it for "
+                 "upstream.timeout ({} streams open){}",
+                 peer, open_streams,
+                 suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
+  }
+
   // The record of a request whose head was just read (active only when something observes it:
   // an access log or the latency histograms).
   Served begin_served() const {
@@ -1726,13 +1737,7 @@ class H2ProxySession final : public ClientConnection {
       // connection, as over HTTP/1.1.
       if (self->writing_ && now - self->write_began_ >= to_duration(self->proxy_.upstream.timeout)) {
         self->proxy_.count(self->proxy_.client_aborted);
-        std::uint64_t suppressed = 0;
-        if (self->proxy_.client_log.admit(suppressed)) {
-          spdlog::warn("proxy: HTTP/2 connection of {} closed: it read none of what was written to it for "
-                       "upstream.timeout ({} streams open){}",
-                       self->peer_address_, self->h2_.open_streams(),
-                       suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
-        }
+        self->proxy_.h2_unread(self->peer_address_, self->h2_.open_streams());
         return self->close();
       }
       self->sweep();
