@@ -30,7 +30,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <cerrno>
 #include <charconv>
@@ -43,6 +42,7 @@
 #include "executor_thread.hpp"
 #include "lazy_deadline.hpp"
 #include "proxy_message.hpp"
+#include "read_message.hpp"
 #include "ratekeeper/core/contained.hpp"
 #include "ratekeeper/core/event_loop.hpp"
 #include "ratekeeper/core/log_limit.hpp"
@@ -175,7 +175,7 @@ class UpstreamPool : public std::enable_shared_from_this<UpstreamPool> {
   void put(std::unique_ptr<UpstreamConnection> c) {
     if (max_idle_ == 0) return;
     if (idle_.size() >= max_idle_) idle_.pop_front();
-    c->stream.tcp().expires_never();
+    c->stream.expires_never();
     idle_.push_back({std::move(c), std::chrono::steady_clock::now()});
     if (!timer_armed_) arm(idle_.front().since);
   }
@@ -563,7 +563,7 @@ struct Proxy::Impl : ServerCore {
   // then); the caller keeps `resolver` alive.
   void open_upstream(UpstreamConnection& c, tcp::resolver& resolver, std::function<bool()> abandoned,
                      std::function<void(const UpstreamOpened&)> done) {
-    c.stream.tcp().expires_after(to_duration(upstream.connect_timeout));
+    c.stream.expires_after(to_duration(upstream.connect_timeout));
     auto connected = [this, &c, abandoned, done](beast::error_code ec) {
       if (abandoned()) return;
       if (ec) return done(UpstreamOpened{ec == beast::error::timeout ? UpstreamOpened::timeout : UpstreamOpened::unreachable, ec, {}});
@@ -571,7 +571,7 @@ struct Proxy::Impl : ServerCore {
       beast::error_code ignored;
       c.stream.tcp().socket().set_option(tcp::no_delay(true), ignored);
       if (!c.stream.is_tls()) return done(UpstreamOpened{});
-      c.stream.tcp().expires_after(to_duration(upstream.connect_timeout));
+      c.stream.expires_after(to_duration(upstream.connect_timeout));
       SSL* ssl = c.stream.tls()->native_handle();
       if (std::string error = prepare_client_handshake(ssl, upstream.tls, upstream.host); !error.empty()) {
         count(upstream_tls_failures);
@@ -678,14 +678,14 @@ class ProxySession final : public ClientConnection {
     net::dispatch(client_.get_executor(), [self = self<ProxySession>()] {
       if (!self->client_.is_tls()) return self->proxy_.options.http2 ? self->read_preface() : self->read_request();
       // The handshake is bounded as a request's header is.
-      self->client_.tcp().expires_after(to_duration(self->proxy_.options.read_timeout));
+      self->client_.expires_after(to_duration(self->proxy_.options.read_timeout));
       self->client_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
         if (self->closed()) return;
         if (ec) {
           self->proxy_.tls_handshake_failed(ec, self->client_, self->peer_address_);
           return self->close();
         }
-        self->client_.tcp().expires_never();  // from here, the client deadlines bound each operation
+        self->client_.expires_never();  // from here, the client deadlines bound each operation
         if (self->proxy_.options.http2 && alpn_h2(self->client_)) return self->start_h2({});
         self->read_request();
       });
@@ -753,7 +753,7 @@ class ProxySession final : public ClientConnection {
     req_.emplace(static_cast<std::uint32_t>(proxy_.options.header_limit),
                  std::numeric_limits<std::uint64_t>::max(), true);
     client_read_begins(proxy_.options.read_timeout);
-    bhttp::async_read_header(client_, client_buf_, *req_, bind(&ProxySession::on_request_header));
+    async_read_message(client_, client_buf_, *req_, ReadUntil::header, bind(&ProxySession::on_request_header));
   }
 
   void on_request_header(beast::error_code ec, std::size_t) {
@@ -922,7 +922,7 @@ class ProxySession final : public ClientConnection {
     served_.upstream_sent = std::chrono::steady_clock::now();
     // A new connection still holds its connect timeout (a pooled one has none): upstream_begins
     // bounds what follows.
-    if (!reused_) up_->stream.tcp().expires_never();
+    if (!reused_) up_->stream.expires_never();
     upstream_begins();
     net::async_write(up_->stream, up_frames_.build(head_, up_body_.data(), n, chunked, last),
                      [self = self<ProxySession>(), head = head_.size(), bad_body = bool(body_ec)](
@@ -1015,7 +1015,7 @@ class ProxySession final : public ClientConnection {
     if (now >= *body_deadline_) return request_timed_out();
     client_read_begins(proxy_.options.read_timeout);
     reading_body_ = true;
-    bhttp::async_read_some(client_, client_buf_, *req_, bind(&ProxySession::on_request_body));
+    async_read_message(client_, client_buf_, *req_, ReadUntil::some, bind(&ProxySession::on_request_body));
   }
 
   void on_request_body(beast::error_code ec, std::size_t) {
@@ -1067,7 +1067,7 @@ class ProxySession final : public ClientConnection {
         std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
     if (head_request_) res_->skip(true);
     upstream_begins();
-    bhttp::async_read_header(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_header));
+    async_read_message(up_->stream, up_->buffer, *res_, ReadUntil::header, bind(&ProxySession::on_response_header));
   }
 
   void on_response_header(beast::error_code ec, std::size_t) {
@@ -1161,7 +1161,7 @@ class ProxySession final : public ClientConnection {
     up_->buffer.reserve(proxy_.upstream.buffer_size);
     res_->stream_body(down_body_.room(room), room);
     upstream_begins();
-    bhttp::async_read_some(up_->stream, up_->buffer, *res_, bind(&ProxySession::on_response_body));
+    async_read_message(up_->stream, up_->buffer, *res_, ReadUntil::some, bind(&ProxySession::on_response_body));
   }
 
   void on_response_body(beast::error_code ec, std::size_t) {
@@ -1240,8 +1240,8 @@ class ProxySession final : public ClientConnection {
     end_served();  // the upgrade's line: the tunnel that follows is not a request
     tunnel_ = true;
     proxy_.tunnels_open.fetch_add(1, std::memory_order_relaxed);
-    client_.tcp().expires_never();
-    up_->stream.tcp().expires_never();
+    client_.expires_never();
+    up_->stream.expires_never();
     tunnel_started_ = tunnel_active_ = std::chrono::steady_clock::now();
     arm_tunnel_timer();
     if (draining_) return close_tunnel(TunnelEnd::shutdown);
@@ -1376,7 +1376,7 @@ class ProxySession final : public ClientConnection {
     client_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();
     lingered_ = 0;
-    client_.tcp().expires_after(kLingerTime);
+    client_.expires_after(kLingerTime);
     read_discard();
   }
 
@@ -1663,10 +1663,10 @@ class H2ProxySession final : public ClientConnection {
     // as a request's body or an upstream's answer may take is gone.
     const auto now = std::chrono::steady_clock::now();
     if (h2_.open_streams() == 0) {
-      client_.tcp().expires_at(active_at_ + to_duration(proxy_.options.read_timeout));
+      client_.expires_at(active_at_ + to_duration(proxy_.options.read_timeout));
     } else {
       active_at_ = now;
-      client_.tcp().expires_at(now + to_duration(std::max(proxy_.options.request_timeout, proxy_.upstream.timeout)));
+      client_.expires_at(now + to_duration(std::max(proxy_.options.request_timeout, proxy_.upstream.timeout)));
     }
     client_.async_read_some(net::buffer(in_), [self = self<H2ProxySession>()](beast::error_code ec, std::size_t n) {
       if (self->closed_) return;
@@ -1869,7 +1869,7 @@ class H2ProxySession final : public ClientConnection {
     x->served.upstream_sent = std::chrono::steady_clock::now();
     // A new connection still holds its connect timeout; the session's sweep bounds what follows
     // (a pooled connection has none).
-    if (!x->reused) x->up->stream.tcp().expires_never();
+    if (!x->reused) x->up->stream.expires_never();
     upstream_begins(*x);
     const std::array<net::const_buffer, 2> buffers{net::buffer(x->head), net::buffer(r.body)};
     net::async_write(x->up->stream, buffers, [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
@@ -1899,7 +1899,7 @@ class H2ProxySession final : public ClientConnection {
     x->res.emplace(static_cast<std::uint32_t>(std::max(proxy_.options.header_limit, kMinResponseHeaderLimit)));
     if (x->head_request) x->res->skip(true);
     upstream_begins(*x);
-    bhttp::async_read_header(x->up->stream, x->up->buffer, *x->res,
+    async_read_message(x->up->stream, x->up->buffer, *x->res, ReadUntil::header,
                              [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
                                upstream_done(*x);
                                if (self->closed_ || x->gone) return;
@@ -1961,7 +1961,7 @@ class H2ProxySession final : public ClientConnection {
     x->res->stream_body(x->body.room(room), room);
     upstream_begins(*x);
     x->reading = true;
-    bhttp::async_read_some(x->up->stream, x->up->buffer, *x->res,
+    async_read_message(x->up->stream, x->up->buffer, *x->res, ReadUntil::some,
                            [self = self<H2ProxySession>(), x](beast::error_code ec, std::size_t) {
                              upstream_done(*x);
                              x->reading = false;

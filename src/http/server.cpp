@@ -71,7 +71,7 @@ class Session final : public ClientConnection {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
       if (!self->stream_.is_tls()) return self->do_read();
       // The handshake is bounded as a request's read is.
-      self->stream_.tcp().expires_after(to_duration(self->server_.options.read_timeout));
+      self->stream_.expires_after(to_duration(self->server_.options.read_timeout));
       self->reading_ = true;
       self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
         self->reading_ = false;
@@ -81,7 +81,7 @@ class Session final : public ClientConnection {
           }
           return self->close();
         }
-        self->stream_.tcp().expires_never();  // from here, one deadline each way
+        self->stream_.expires_never();  // from here, one deadline each way
         self->do_read();
       });
     });
@@ -372,7 +372,7 @@ class Session final : public ClientConnection {
     stream_.tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();
     lingered_ = 0;
-    stream_.tcp().expires_after(kLingerTime);
+    stream_.expires_after(kLingerTime);
     read_discard();
   }
 

@@ -516,6 +516,32 @@ TEST_F(ProxyTest, ABodyTricklingPastRequestTimeoutIs408AndClosed) {
   EXPECT_EQ(upstream_.open_connections(), 0u);
 }
 
+// After an error answered with a close, the proxy half-closes and reads what the client still
+// sends (so that the answer is not lost to a reset), but only for a while: a client that keeps
+// its side open and trickles bytes has its connection closed all the same (a write of its then
+// fails, reset).
+TEST_F(ProxyTest, AClientLeftOpenAfterAnErrorIsClosedAfterTheLingerTime) {
+  start();
+  const int fd = connect_to(port_);
+  ASSERT_TRUE(send_all(fd, "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"));
+  std::string answer;
+  char piece[4096];
+  for (;;) {
+    const auto n = ::recv(fd, piece, sizeof piece, 0);
+    ASSERT_GE(n, 0) << "reset before the answer was read";
+    if (n == 0) break;  // the proxy's half-close
+    answer.append(piece, static_cast<std::size_t>(n));
+  }
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << answer;
+  bool closed = false;
+  for (int i = 0; i < 200 && !closed; ++i) {  // 10 s; the linger time is 2 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    closed = ::send(fd, "x", 1, MSG_NOSIGNAL) < 0;
+  }
+  ::close(fd);
+  EXPECT_TRUE(closed) << "the proxy still read the client's bytes 10 s after its answer";
+}
+
 TEST_F(ProxyTest, ClientAbortMidDownloadReleasesTheUpstreamConnection) {
   start();
   const int fd = connect_to(port_);

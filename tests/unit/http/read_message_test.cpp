@@ -1,0 +1,217 @@
+// async_read_message (src/http/read_message.hpp): a message read from a real TCP connection into
+// the proxy's parsers, with the completions and errors of Beast's http::async_read_header and
+// http::async_read_some.
+
+#include "http/read_message.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "http/proxy_message.hpp"
+#include "http/request_parser.hpp"
+
+namespace ratekeeper::http {
+namespace {
+
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+
+// The end of a connection the reads are made on (a Stream), and its peer written to by hand.
+struct Connection {
+  Connection() {
+    tcp::acceptor acceptor(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    peer.connect(acceptor.local_endpoint());
+    stream.emplace(acceptor.accept());
+  }
+  void send(std::string_view bytes) { net::write(peer, net::buffer(bytes)); }
+
+  net::io_context io;
+  tcp::socket peer{io};
+  std::optional<Stream> stream;
+  boost::beast::flat_buffer buffer;
+};
+
+// The outcome of one read, once it completes.
+struct Outcome {
+  bool done = false;
+  boost::beast::error_code ec;
+};
+
+template <class Parser>
+void read(Connection& c, Parser& parser, ReadUntil until, Outcome& out) {
+  async_read_message(*c.stream, c.buffer, parser, until, [&out](boost::beast::error_code ec, std::size_t) {
+    out.done = true;
+    out.ec = ec;
+  });
+}
+
+// Runs the connection's loop until the read completes (or 5 s pass).
+void run_until_done(Connection& c, const Outcome& out) {
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  c.io.restart();  // stopped when it last ran out of work
+  while (!out.done && std::chrono::steady_clock::now() < until) c.io.run_one_for(50ms);
+}
+
+std::string buffered(const Connection& c) {
+  const auto data = c.buffer.data();
+  return {static_cast<const char*>(data.data()), data.size()};
+}
+
+// A head arriving in pieces completes once whole; what follows it (a pipelined request) stays
+// in the buffer, and the next read completes from there without reading, though never from
+// inside the call that starts it.
+TEST(ReadMessage, AHeadInPiecesCompletesOnceWholeAndThePipelinedNextIsReadFromTheBuffer) {
+  Connection c;
+  RequestParser first(8192, 0, true);
+  Outcome out;
+  read(c, first, ReadUntil::header, out);
+  c.send("GET /a HTTP/1.1\r\nHo");
+  c.io.run_for(100ms);
+  EXPECT_FALSE(out.done) << "completed on half a head";
+  c.send("st: x\r\n\r\nGET /b HTTP/1.1\r\nHost: y\r\n\r\n");
+  run_until_done(c, out);
+  ASSERT_TRUE(out.done);
+  EXPECT_FALSE(out.ec) << out.ec.message();
+  ASSERT_TRUE(first.is_header_done());
+  EXPECT_EQ(first.request().target, "/a");
+  EXPECT_EQ(buffered(c), "GET /b HTTP/1.1\r\nHost: y\r\n\r\n");
+
+  RequestParser second(8192, 0, true);
+  Outcome next;
+  read(c, second, ReadUntil::header, next);
+  EXPECT_FALSE(next.done) << "completed inside the call that started it";
+  run_until_done(c, next);
+  ASSERT_TRUE(next.done);
+  EXPECT_FALSE(next.ec) << next.ec.message();
+  EXPECT_EQ(second.request().target, "/b");
+  EXPECT_EQ(buffered(c), "");
+}
+
+TEST(ReadMessage, ACloseBeforeAnyByteIsEndOfStream) {
+  Connection c;
+  RequestParser parser(8192, 0, true);
+  Outcome out;
+  read(c, parser, ReadUntil::header, out);
+  c.peer.shutdown(tcp::socket::shutdown_send);
+  run_until_done(c, out);
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(out.ec, bhttp::error::end_of_stream);
+}
+
+TEST(ReadMessage, ACloseMidHeadIsAPartialMessage) {
+  Connection c;
+  RequestParser parser(8192, 0, true);
+  Outcome out;
+  read(c, parser, ReadUntil::header, out);
+  c.send("GET /a HTTP/1.1\r\nHost:");
+  c.peer.shutdown(tcp::socket::shutdown_send);
+  run_until_done(c, out);
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(out.ec, bhttp::error::partial_message);
+}
+
+TEST(ReadMessage, MalformedBytesAreTheParsersError) {
+  Connection c;
+  RequestParser parser(8192, 0, true);
+  Outcome out;
+  read(c, parser, ReadUntil::header, out);
+  c.send("GET /a HTTP/1.1\r\nBad Name: x\r\n\r\n");
+  run_until_done(c, out);
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(out.ec, bhttp::error::bad_field);
+}
+
+// A buffer that cannot grow to hold the head (its max_size) ends the read, whatever the
+// parser's own header limit.
+TEST(ReadMessage, AHeadLargerThanTheBufferCanGrowIsBufferOverflow) {
+  Connection c;
+  c.buffer = boost::beast::flat_buffer(64);
+  RequestParser parser(8192, 0, true);
+  Outcome out;
+  read(c, parser, ReadUntil::header, out);
+  c.send("GET /a HTTP/1.1\r\nHost: x\r\nX-Long: " + std::string(200, 'v') + "\r\n\r\n");
+  run_until_done(c, out);
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(out.ec, bhttp::error::buffer_overflow);
+}
+
+// A response body read a piece at a time into the place stream_body() gives: each read
+// completes with what arrived (need_buffer when that place is full); a body delimited by the
+// upstream closing completes at the close.
+TEST(ReadMessage, ABodyIsReadAPieceAtATimeAndACloseEndsABodyDelimitedByIt) {
+  Connection c;
+  ResponseParser parser(8192);
+  Outcome head;
+  read(c, parser, ReadUntil::header, head);
+  c.send("HTTP/1.1 200 OK\r\n\r\n");
+  run_until_done(c, head);
+  ASSERT_TRUE(head.done);
+  ASSERT_FALSE(head.ec) << head.ec.message();
+  EXPECT_EQ(parser.status(), 200);
+
+  char body[4];
+  parser.stream_body(body, sizeof body);
+  Outcome piece;
+  read(c, parser, ReadUntil::some, piece);
+  c.send("abcdef");
+  run_until_done(c, piece);
+  ASSERT_TRUE(piece.done);
+  EXPECT_EQ(piece.ec, bhttp::error::need_buffer);
+  EXPECT_EQ(std::string(body, parser.streamed()), "abcd");
+
+  parser.stream_body(body, sizeof body);
+  Outcome rest;
+  read(c, parser, ReadUntil::some, rest);  // "ef" is buffered: parsed without reading
+  run_until_done(c, rest);
+  ASSERT_TRUE(rest.done);
+  EXPECT_FALSE(rest.ec) << rest.ec.message();
+  EXPECT_EQ(std::string(body, parser.streamed()), "ef");
+  EXPECT_FALSE(parser.is_done());
+
+  parser.stream_body(body, sizeof body);
+  Outcome end;
+  read(c, parser, ReadUntil::some, end);
+  c.peer.shutdown(tcp::socket::shutdown_send);
+  run_until_done(c, end);
+  ASSERT_TRUE(end.done);
+  EXPECT_FALSE(end.ec) << end.ec.message();
+  EXPECT_TRUE(parser.is_done());
+  EXPECT_EQ(parser.streamed(), 0u);
+}
+
+// A body cut short by the close (its Content-Length not reached) is a partial message.
+TEST(ReadMessage, ACloseBeforeTheStatedLengthIsAPartialMessage) {
+  Connection c;
+  ResponseParser parser(8192);
+  Outcome head;
+  read(c, parser, ReadUntil::header, head);
+  c.send("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
+  run_until_done(c, head);
+  ASSERT_FALSE(head.ec) << head.ec.message();
+  char body[64];
+  parser.stream_body(body, sizeof body);
+  Outcome piece;
+  read(c, parser, ReadUntil::some, piece);
+  run_until_done(c, piece);
+  EXPECT_FALSE(piece.ec) << piece.ec.message();
+  EXPECT_EQ(std::string(body, parser.streamed()), "abc");
+  parser.stream_body(body, sizeof body);
+  Outcome end;
+  read(c, parser, ReadUntil::some, end);
+  c.peer.shutdown(tcp::socket::shutdown_send);
+  run_until_done(c, end);
+  ASSERT_TRUE(end.done);
+  EXPECT_EQ(end.ec, bhttp::error::partial_message);
+}
+
+}  // namespace
+}  // namespace ratekeeper::http
