@@ -1,9 +1,9 @@
 #include "proxy_message.hpp"
 
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -97,11 +97,36 @@ bool has_field(const HeaderList& fields, std::string_view name) noexcept {
   return false;
 }
 
+// Nonzero when a byte of `w` is zero (exact as to whether one is; not as to which).
+constexpr std::uint64_t zero_byte(std::uint64_t w) noexcept {
+  constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+  return (w - kOnes) & ~w & (kOnes * 0x80);
+}
+
+// Nonzero when a byte of `w` is CR, LF or NUL.
+constexpr std::uint64_t breaking_byte(std::uint64_t w) noexcept {
+  constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+  return zero_byte(w) | zero_byte(w ^ (kOnes * '\r')) | zero_byte(w ^ (kOnes * '\n'));
+}
+
+// True when `s` holds no CR, LF or NUL: eight bytes at a time, as every field of every head
+// written is checked.
 bool safe(std::string_view s) noexcept {
-  for (const char c : s) {
-    if (c == '\r' || c == '\n' || c == '\0') return false;
+  const char* p = s.data();
+  const std::size_t n = s.size();
+  if (n < 8) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (p[i] == '\r' || p[i] == '\n' || p[i] == '\0') return false;
+    }
+    return true;
   }
-  return true;
+  std::uint64_t w;
+  for (std::size_t i = 0; i + 8 <= n; i += 8) {
+    std::memcpy(&w, p + i, 8);
+    if (breaking_byte(w) != 0) return false;
+  }
+  std::memcpy(&w, p + n - 8, 8);  // the tail, as the last eight bytes (overlapping a word)
+  return breaking_byte(w) == 0;
 }
 
 // Copies `s` to `at` (an empty view may have no address: nothing is copied then); returns
@@ -140,7 +165,9 @@ std::size_t head_size(std::size_t first_line, const HeaderList& fields) noexcept
 
 void append_framing(std::string& out, Framing framing, std::uint64_t length) {
   if (framing == Framing::length) {
-    fmt::format_to(std::back_inserter(out), "Content-Length: {}\r\n", length);
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, length).ptr;
+    out.append("Content-Length: ").append(digits, end).append("\r\n");
   } else if (framing == Framing::chunked) {
     out += "Transfer-Encoding: chunked\r\n";
   }
@@ -218,8 +245,16 @@ void append_request_line(std::string& out, std::string_view method, std::string_
 
 void append_status_line(std::string& out, int version, int status, std::string_view reason) {
   if (!safe(reason)) reason = {};
-  fmt::format_to(std::back_inserter(out), "HTTP/1.{} {:03d} {}\r\n", version == 10 ? 0 : 1,
-                 status, reason);
+  out.append(version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
+  if (status >= 0 && status <= 999) {
+    const char code[3] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
+                          static_cast<char>('0' + status % 10)};
+    out.append(code, 3);
+  } else {
+    char digits[12];
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, status).ptr);
+  }
+  out.append(" ").append(reason).append("\r\n");
 }
 
 void append_head_end(std::string& out, int version, bool keep_alive) {
@@ -338,7 +373,10 @@ std::string response_head(int version, int status, std::string_view reason,
 }
 
 std::string chunk_prefix(std::size_t size) {
-  return fmt::format("{:x}\r\n", size);
+  char digits[20];
+  std::string out(digits, std::to_chars(digits, digits + sizeof digits, size, 16).ptr);
+  out += "\r\n";
+  return out;
 }
 
 ResponseParser::ResponseParser(std::uint32_t header_bytes) {

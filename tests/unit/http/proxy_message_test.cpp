@@ -123,6 +123,37 @@ TEST(ProxyHeads, LeaveOutAFieldWithACarriageReturnALineFeedOrANulAnywhere) {
             "GET / HTTP/1.1\r\nHost: x\r\nX-Tab: a\tb\r\nX-Low: a\x01\x0b\x0c b\r\n\r\n");
 }
 
+// Long names and values are checked a word at a time: a breaking byte is found at every
+// position of a word and of the tail after the last whole word, and every other byte (high
+// ones, those next to CR and LF in value) passes wherever it stands.
+TEST(ProxyHeads, LeaveOutABreakingByteAtAnyPositionOfALongNameOrValue) {
+  for (const char breaking : {'\r', '\n', '\0'}) {
+    for (std::size_t length : {8u, 16u, 21u}) {
+      for (std::size_t at = 0; at < length; ++at) {
+        std::string text(length, 'a');
+        text[at] = breaking;
+        const HeaderList in_value = {{"X-Value", text}};
+        EXPECT_EQ(request_head("GET", "/", in_value, Framing::none, 0), "GET / HTTP/1.1\r\n\r\n")
+            << int(breaking) << " at " << at << " of " << length;
+        const HeaderList in_name = {{"X-" + text, "v"}};
+        EXPECT_EQ(request_head("GET", "/", in_name, Framing::none, 0), "GET / HTTP/1.1\r\n\r\n")
+            << int(breaking) << " at " << at << " of " << length << " (name)";
+      }
+    }
+  }
+  std::string every_other;
+  for (int c = 1; c < 256; ++c) {
+    if (c != '\r' && c != '\n') every_other += static_cast<char>(c);
+  }
+  for (std::size_t from = 0; from < 8; ++from) {
+    const std::string value = every_other.substr(from);
+    const HeaderList fields = {{"X-Value", value}};
+    EXPECT_EQ(request_head("GET", "/", fields, Framing::none, 0),
+              "GET / HTTP/1.1\r\nX-Value: " + value + "\r\n\r\n")
+        << "from " << from;
+  }
+}
+
 TEST(ProxyHeads, StateTheirOwnFramingAndLeaveOutFieldsThatWouldBreakThem) {
   const HeaderList fields = {{"Host", "x"}, {"X-Bad", "a\r\nInjected: 1"}, {"", "v"}, {"A:B", "c"}};
   EXPECT_EQ(request_head("POST", "/a?b", fields, Framing::chunked, 0),
@@ -137,6 +168,11 @@ TEST(ProxyHeads, StateTheirOwnFramingAndLeaveOutFieldsThatWouldBreakThem) {
             "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n");
   EXPECT_EQ(response_head(11, 200, "O\r\nK", {}, Framing::none, 0, true), "HTTP/1.1 200 \r\n\r\n");
   EXPECT_EQ(chunk_prefix(255), "ff\r\n");
+  EXPECT_EQ(chunk_prefix(0x10000), "10000\r\n");
+  EXPECT_EQ(response_head(11, 101, "Switching Protocols", {}, Framing::none, 0, true),
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n");
+  EXPECT_EQ(response_head(11, 999, "", {}, Framing::length, 18446744073709551615u, true),
+            "HTTP/1.1 999 \r\nContent-Length: 18446744073709551615\r\n\r\n");
 }
 
 // The heads the proxy writes in place are the heads of the field lists, whatever was in
