@@ -484,6 +484,39 @@ rules:
         self.assertEqual(plain_get(port, "/hello")[0], 502)
         self.assertIn("certificate verify failed", rk.log())
 
+    def test_an_https_upstream_that_never_answers_the_handshake_is_a_504_after_connect_timeout(self):
+        # An upstream that accepts connections and says nothing: the handshake is bounded by
+        # upstream.connect_timeout, as the connection is, and answered as a connection timing out.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.stops.append(silent.close)
+        rk, port, _ = self.proxy_to(f"https://localhost:{silent.getsockname()[1]}",
+                                    f"  connect_timeout: 300ms\n  tls: {{ca_file: {self.certs.ca}}}\n")
+        began = time.monotonic()
+        self.assertEqual(plain_get(port, "/hello")[0], 504)
+        self.assertLess(time.monotonic() - began, 8)
+
+    def test_a_client_that_never_finishes_its_handshake_is_closed_after_read_timeout(self):
+        # Both TLS listeners, the proxy's and the server's: a client that connects and sends
+        # half a ClientHello holds its connection for http.read_timeout, not longer.
+        proxy_port = free_port()
+        self.start(f"listen: 127.0.0.1:{proxy_port}\nhttp: {{read_timeout: 300ms}}\n"
+                   f"upstream: {{url: 'http://127.0.0.1:9'}}\n{self.tls_section()}")
+        server_port = free_port()
+        self.start(f"listen: 127.0.0.1:{server_port}\nhttp: {{read_timeout: 300ms}}\ndemo_api: true\n"
+                   f"{self.tls_section()}")
+        for port in (proxy_port, server_port):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+                began = time.monotonic()
+                try:
+                    rest = s.recv(4096)
+                except (ConnectionResetError, socket.timeout):
+                    rest = None
+                self.assertEqual(rest, b"", f"port {port}: not closed within 10 s")
+                self.assertLess(time.monotonic() - began, 8, f"port {port}")
+
     # ---- WebSocket -----------------------------------------------------------------------------
 
     def test_websocket_is_relayed_both_ways_and_limited_as_a_request(self):
