@@ -378,17 +378,20 @@ class PendingUsage {
   std::shared_ptr<Heartbeat> heartbeat_;
 };
 
-void settle_usage(std::optional<PendingUsage>& usage, const HeaderList& fields) {
+template <class Held>  // std::optional or std::unique_ptr of a PendingUsage
+void settle_usage(Held& usage, const HeaderList& fields) {
   if (usage) usage->head(fields);
 }
 
 // A piece of the response's body, on its way to the client.
-void feed_usage(std::optional<PendingUsage>& usage, std::string_view bytes) {
+template <class Held>
+void feed_usage(Held& usage, std::string_view bytes) {
   if (usage) usage->feed(bytes);
 }
 
 // The response has ended whole.
-void finish_usage(std::optional<PendingUsage>& usage) {
+template <class Held>
+void finish_usage(Held& usage) {
   if (!usage) return;
   usage->finish();
   usage.reset();
@@ -1617,10 +1620,13 @@ class H2ProxySession final : public ClientConnection {
     Request request;
     Served served;
     HeaderList limiter_fields;
-    std::optional<PendingUsage> usage;  // its reservation, settled by the response's head
+    // Its reservation, settled by the response's head. This and the delay's timer, seldom
+    // there, are held apart: an exchange is allocated for every stream, and at their size it
+    // would take malloc's slow path.
+    std::unique_ptr<PendingUsage> usage;
     std::unique_ptr<UpstreamConnection> up;
     std::optional<ResponseParser> res;
-    std::optional<net::steady_timer> delay;
+    std::unique_ptr<net::steady_timer> delay;
     BodyBuffer body;
     std::string head;
     // While an operation on the upstream connection is under way, when it times out
@@ -1806,7 +1812,9 @@ class H2ProxySession final : public ClientConnection {
     if (closed_ || x->gone || x->served.status != 0) return;
     x->served.outcome = result.outcome;
     x->served.rule = std::move(result.rule);
-    if (result.usage) x->usage.emplace(std::move(*result.usage), std::move(middleware), client_.get_executor());
+    if (result.usage) {
+      x->usage = std::make_unique<PendingUsage>(std::move(*result.usage), std::move(middleware), client_.get_executor());
+    }
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       return answer(*x, result.status, result.content_type, std::move(result.body), std::move(result.headers));
@@ -1814,7 +1822,7 @@ class H2ProxySession final : public ClientConnection {
     x->limiter_fields = std::move(result.headers);
     if (result.delay > 0) {
       proxy_.count(proxy_.delayed);
-      x->delay.emplace(client_.get_executor());
+      x->delay = std::make_unique<net::steady_timer>(client_.get_executor());
       x->delay->expires_after(to_duration(result.delay));
       x->delay->async_wait([self = self<H2ProxySession>(), x](beast::error_code ec) {
         if (!ec && !self->closed_ && !x->gone) self->forward(x);
