@@ -339,9 +339,11 @@ HttpResponse http_get(int port, std::string target, Headers headers) {
   return client.get(std::move(target), std::move(headers));
 }
 
-std::optional<std::string> trickle_until_closed(int port, std::string_view head, std::string_view trickle,
-                                                std::chrono::milliseconds every,
-                                                std::chrono::milliseconds limit) {
+namespace {
+
+// A blocking socket connected to 127.0.0.1:port, by hand (for what a client does not do on
+// purpose).
+int connect_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -351,6 +353,15 @@ std::optional<std::string> trickle_until_closed(int port, std::string_view head,
     ::close(fd);
     throw std::runtime_error(fmt::format("connect to port {} failed", port));
   }
+  return fd;
+}
+
+}  // namespace
+
+std::optional<std::string> trickle_until_closed(int port, std::string_view head, std::string_view trickle,
+                                                std::chrono::milliseconds every,
+                                                std::chrono::milliseconds limit) {
+  const int fd = connect_loopback(port);
   ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::string received;
@@ -372,6 +383,27 @@ std::optional<std::string> trickle_until_closed(int port, std::string_view head,
       ::send(fd, trickle.data() + next % trickle.size(), 1, MSG_NOSIGNAL);
       ++next;
     }
+  }
+  ::close(fd);
+  return out;
+}
+
+LeftOpen write_after_answer_until_closed(int port, std::string_view request, std::chrono::milliseconds limit) {
+  const int fd = connect_loopback(port);
+  timeval tv{20, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  LeftOpen out;
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  char buf[4096];
+  for (;;) {
+    const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;  // the half-close (or a reset, or the 20 s: the answer says which)
+    out.answer.append(buf, static_cast<std::size_t>(n));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!out.closed && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    out.closed = ::send(fd, "x", 1, MSG_NOSIGNAL) < 0;
   }
   ::close(fd);
   return out;

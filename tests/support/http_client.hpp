@@ -78,6 +78,16 @@ std::optional<std::string> trickle_until_closed(int port, std::string_view head,
                                                 std::chrono::milliseconds every,
                                                 std::chrono::milliseconds limit);
 
+// A client left open after an error answered with a close: connects to 127.0.0.1:port, writes
+// `request`, reads the answer until the server half-closes, then writes a byte every 50 ms.
+// The answer, and whether a write failed (the server closed the connection: reset) within
+// `limit` of the answer.
+struct LeftOpen {
+  std::string answer;
+  bool closed = false;
+};
+LeftOpen write_after_answer_until_closed(int port, std::string_view request, std::chrono::milliseconds limit);
+
 // One-shot request on a fresh connection.
 HttpResponse http_get(int port, std::string target, Headers headers = {});
 HttpResponse http_post(int port, std::string target, std::string body, Headers headers = {});

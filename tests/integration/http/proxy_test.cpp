@@ -522,24 +522,10 @@ TEST_F(ProxyTest, ABodyTricklingPastRequestTimeoutIs408AndClosed) {
 // fails, reset).
 TEST_F(ProxyTest, AClientLeftOpenAfterAnErrorIsClosedAfterTheLingerTime) {
   start();
-  const int fd = connect_to(port_);
-  ASSERT_TRUE(send_all(fd, "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"));
-  std::string answer;
-  char piece[4096];
-  for (;;) {
-    const auto n = ::recv(fd, piece, sizeof piece, 0);
-    ASSERT_GE(n, 0) << "reset before the answer was read";
-    if (n == 0) break;  // the proxy's half-close
-    answer.append(piece, static_cast<std::size_t>(n));
-  }
-  EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << answer;
-  bool closed = false;
-  for (int i = 0; i < 200 && !closed; ++i) {  // 10 s; the linger time is 2 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    closed = ::send(fd, "x", 1, MSG_NOSIGNAL) < 0;
-  }
-  ::close(fd);
-  EXPECT_TRUE(closed) << "the proxy still read the client's bytes 10 s after its answer";
+  const auto left = write_after_answer_until_closed(port_, "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                                                    std::chrono::seconds(10));  // lingering: 2 s
+  EXPECT_TRUE(left.answer.starts_with("HTTP/1.1 400")) << left.answer;
+  EXPECT_TRUE(left.closed) << "the proxy still read the client's bytes 10 s after its answer";
 }
 
 TEST_F(ProxyTest, ClientAbortMidDownloadReleasesTheUpstreamConnection) {

@@ -3,10 +3,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -195,31 +192,12 @@ TEST(HttpHardening, OversizedBodySentAtOnceStillGets413) {
 // write of its then fails, reset).
 TEST(HttpHardening, AClientLeftOpenAfterAnErrorIsClosedAfterTheLingerTime) {
   auto server = serve(std::string("http: {max_body_bytes: 1024}\n") + kDemoRules);
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<std::uint16_t>(server->port()));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string request =
-      "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n";
-  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
-  std::string response;
-  char piece[4096];
-  for (;;) {
-    const auto n = ::recv(fd, piece, sizeof piece, 0);
-    ASSERT_GE(n, 0) << "reset before the answer was read";
-    if (n == 0) break;  // the server's half-close
-    response.append(piece, static_cast<std::size_t>(n));
-  }
-  EXPECT_TRUE(response.starts_with("HTTP/1.1 413")) << response.substr(0, 80);
-  bool closed = false;
-  for (int i = 0; i < 200 && !closed; ++i) {  // 10 s; the linger time is 2 s
-    std::this_thread::sleep_for(50ms);
-    closed = ::send(fd, "x", 1, MSG_NOSIGNAL) < 0;
-  }
-  ::close(fd);
-  EXPECT_TRUE(closed) << "the server still read the client's bytes 10 s after its answer";
+  const auto left = write_after_answer_until_closed(
+      server->port(),
+      "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n",
+      10s);  // lingering: 2 s
+  EXPECT_TRUE(left.answer.starts_with("HTTP/1.1 413")) << left.answer.substr(0, 80);
+  EXPECT_TRUE(left.closed) << "the server still read the client's bytes 10 s after its answer";
 }
 
 // Out of file descriptors, the server keeps serving the connections it has, does not spin
