@@ -378,20 +378,17 @@ class PendingUsage {
   std::shared_ptr<Heartbeat> heartbeat_;
 };
 
-template <class Held>  // std::optional or std::unique_ptr of a PendingUsage
-void settle_usage(Held& usage, const HeaderList& fields) {
+void settle_usage(std::unique_ptr<PendingUsage>& usage, const HeaderList& fields) {
   if (usage) usage->head(fields);
 }
 
 // A piece of the response's body, on its way to the client.
-template <class Held>
-void feed_usage(Held& usage, std::string_view bytes) {
+void feed_usage(std::unique_ptr<PendingUsage>& usage, std::string_view bytes) {
   if (usage) usage->feed(bytes);
 }
 
 // The response has ended whole.
-template <class Held>
-void finish_usage(Held& usage) {
+void finish_usage(std::unique_ptr<PendingUsage>& usage) {
   if (!usage) return;
   usage->finish();
   usage.reset();
@@ -832,7 +829,9 @@ class ProxySession final : public ClientConnection {
     served_.outcome = result.outcome;
     served_.rule = std::move(result.rule);
     usage_.reset();
-    if (result.usage) usage_.emplace(std::move(*result.usage), std::move(middleware), client_.get_executor());
+    if (result.usage) {
+      usage_ = std::make_unique<PendingUsage>(std::move(*result.usage), std::move(middleware), client_.get_executor());
+    }
     if (!result.admitted) {
       proxy_.count(proxy_.answered_by_limiter);
       // The body of a rejected request is not read: without one, the connection goes on.
@@ -1513,7 +1512,7 @@ class ProxySession final : public ClientConnection {
   Frames up_frames_;    // the writes to the upstream (head, request body)
   Frames down_frames_;  // the writes to the client (head, response body)
   HeaderList limiter_fields_;
-  std::optional<PendingUsage> usage_;  // the request's reservation, settled by its response's head
+  std::unique_ptr<PendingUsage> usage_;  // the request's reservation, settled by its response's head
   std::string peer_address_;
   std::uint16_t peer_port_ = 0;
   std::size_t held_ = 0;

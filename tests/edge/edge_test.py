@@ -1038,15 +1038,20 @@ http: {http}
         self.assertIn("the client let none of it through for upstream.timeout", rk.log())
         self.assert_serving(port)
 
+    def slow_reader(self, port):
+        """A connection to the proxy whose receive buffer is small: it takes little unread."""
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        self.addCleanup(sock.close)
+        return sock
+
     def test_a_connection_reading_nothing_is_closed_however_many_frames_it_sends(self):
         # Its windows wide open, the client reads none of the bytes sent to it, and sends
         # WINDOW_UPDATE frames on and on (each moves the read deadline): the write under way
         # ends the connection after upstream.timeout, said in the log.
         rk, port, admin = self.proxy(upstream=", timeout: 1s")
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        self.addCleanup(sock.close)
+        sock = self.slow_reader(port)
         wide = struct.pack(">HI", 0x4, 0x1000000)  # SETTINGS_INITIAL_WINDOW_SIZE: 16 MiB
         more = h2_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x10000000))
         sock.sendall(H2_PREFACE + h2_frame(SETTINGS, 0, 0, wide) + more
@@ -1067,10 +1072,7 @@ http: {http}
     def test_an_http1_client_reading_nothing_is_closed_after_the_upstream_timeout_and_said(self):
         # The same over HTTP/1.1: a response write that does not complete in upstream.timeout.
         rk, port, admin = self.proxy(upstream=", timeout: 1s")
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        self.addCleanup(sock.close)
+        sock = self.slow_reader(port)
         sock.sendall(b"GET /bytes/200000000 HTTP/1.1\r\nHost: x\r\n\r\n")
         deadline = time.monotonic() + 15
         while "was given up" not in rk.log() and time.monotonic() < deadline:

@@ -137,73 +137,74 @@ TEST(ReadMessage, AHeadLargerThanTheBufferCanGrowIsBufferOverflow) {
   EXPECT_EQ(out.ec, bhttp::error::buffer_overflow);
 }
 
+// A response's head read whole from `bytes`.
+void read_head(Connection& c, ResponseParser& parser, std::string_view bytes) {
+  Outcome head;
+  read(c, parser, ReadUntil::header, head);
+  c.send(bytes);
+  run_until_done(c, head);
+  ASSERT_TRUE(head.done);
+  ASSERT_FALSE(head.ec) << head.ec.message();
+}
+
+// One read of a body into `room`, after the peer sends `bytes` (none: what is buffered) and,
+// when `close`, shuts its side: the outcome, and what arrived.
+struct Piece {
+  Outcome out;
+  std::string bytes;
+};
+template <std::size_t N>
+Piece read_piece(Connection& c, ResponseParser& parser, char (&room)[N], std::string_view bytes, bool close) {
+  Piece piece;
+  parser.stream_body(room, N);
+  read(c, parser, ReadUntil::some, piece.out);
+  if (!bytes.empty()) c.send(bytes);
+  if (close) c.peer.shutdown(tcp::socket::shutdown_send);
+  run_until_done(c, piece.out);
+  piece.bytes.assign(room, parser.streamed());
+  return piece;
+}
+
 // A response body read a piece at a time into the place stream_body() gives: each read
 // completes with what arrived (need_buffer when that place is full); a body delimited by the
 // upstream closing completes at the close.
 TEST(ReadMessage, ABodyIsReadAPieceAtATimeAndACloseEndsABodyDelimitedByIt) {
   Connection c;
   ResponseParser parser(8192);
-  Outcome head;
-  read(c, parser, ReadUntil::header, head);
-  c.send("HTTP/1.1 200 OK\r\n\r\n");
-  run_until_done(c, head);
-  ASSERT_TRUE(head.done);
-  ASSERT_FALSE(head.ec) << head.ec.message();
+  read_head(c, parser, "HTTP/1.1 200 OK\r\n\r\n");
   EXPECT_EQ(parser.status(), 200);
 
   char body[4];
-  parser.stream_body(body, sizeof body);
-  Outcome piece;
-  read(c, parser, ReadUntil::some, piece);
-  c.send("abcdef");
-  run_until_done(c, piece);
-  ASSERT_TRUE(piece.done);
-  EXPECT_EQ(piece.ec, bhttp::error::need_buffer);
-  EXPECT_EQ(std::string(body, parser.streamed()), "abcd");
+  const auto first = read_piece(c, parser, body, "abcdef", false);
+  ASSERT_TRUE(first.out.done);
+  EXPECT_EQ(first.out.ec, bhttp::error::need_buffer);
+  EXPECT_EQ(first.bytes, "abcd");
 
-  parser.stream_body(body, sizeof body);
-  Outcome rest;
-  read(c, parser, ReadUntil::some, rest);  // "ef" is buffered: parsed without reading
-  run_until_done(c, rest);
-  ASSERT_TRUE(rest.done);
-  EXPECT_FALSE(rest.ec) << rest.ec.message();
-  EXPECT_EQ(std::string(body, parser.streamed()), "ef");
+  const auto rest = read_piece(c, parser, body, "", false);  // "ef" is buffered: parsed without reading
+  ASSERT_TRUE(rest.out.done);
+  EXPECT_FALSE(rest.out.ec) << rest.out.ec.message();
+  EXPECT_EQ(rest.bytes, "ef");
   EXPECT_FALSE(parser.is_done());
 
-  parser.stream_body(body, sizeof body);
-  Outcome end;
-  read(c, parser, ReadUntil::some, end);
-  c.peer.shutdown(tcp::socket::shutdown_send);
-  run_until_done(c, end);
-  ASSERT_TRUE(end.done);
-  EXPECT_FALSE(end.ec) << end.ec.message();
+  const auto end = read_piece(c, parser, body, "", true);
+  ASSERT_TRUE(end.out.done);
+  EXPECT_FALSE(end.out.ec) << end.out.ec.message();
   EXPECT_TRUE(parser.is_done());
-  EXPECT_EQ(parser.streamed(), 0u);
+  EXPECT_EQ(end.bytes, "");
 }
 
 // A body cut short by the close (its Content-Length not reached) is a partial message.
 TEST(ReadMessage, ACloseBeforeTheStatedLengthIsAPartialMessage) {
   Connection c;
   ResponseParser parser(8192);
-  Outcome head;
-  read(c, parser, ReadUntil::header, head);
-  c.send("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
-  run_until_done(c, head);
-  ASSERT_FALSE(head.ec) << head.ec.message();
+  read_head(c, parser, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
   char body[64];
-  parser.stream_body(body, sizeof body);
-  Outcome piece;
-  read(c, parser, ReadUntil::some, piece);
-  run_until_done(c, piece);
-  EXPECT_FALSE(piece.ec) << piece.ec.message();
-  EXPECT_EQ(std::string(body, parser.streamed()), "abc");
-  parser.stream_body(body, sizeof body);
-  Outcome end;
-  read(c, parser, ReadUntil::some, end);
-  c.peer.shutdown(tcp::socket::shutdown_send);
-  run_until_done(c, end);
-  ASSERT_TRUE(end.done);
-  EXPECT_EQ(end.ec, bhttp::error::partial_message);
+  const auto piece = read_piece(c, parser, body, "", false);
+  EXPECT_FALSE(piece.out.ec) << piece.out.ec.message();
+  EXPECT_EQ(piece.bytes, "abc");
+  const auto end = read_piece(c, parser, body, "", true);
+  ASSERT_TRUE(end.out.done);
+  EXPECT_EQ(end.out.ec, bhttp::error::partial_message);
 }
 
 }  // namespace
