@@ -438,12 +438,21 @@ namespace {
 
 // The servers of the HTTP tests serve the seed's demo API (off by default in ratekeeper) unless
 // their configuration says otherwise or proxies to an upstream.
+bool has_top_level(const std::string& yaml, std::string_view key) {
+  return yaml.starts_with(key) || yaml.find("\n" + std::string(key)) != std::string::npos;
+}
+
 std::string with_demo_api(const std::string& yaml) {
-  const auto top_level = [&](std::string_view key) {
-    return yaml.starts_with(key) || yaml.find("\n" + std::string(key)) != std::string::npos;
-  };
-  if (top_level("demo_api:") || top_level("upstream:")) return yaml;
+  if (has_top_level(yaml, "demo_api:") || has_top_level(yaml, "upstream:")) return yaml;
   return yaml + "\ndemo_api: true\n";
+}
+
+// A store given by --store alone gets a deadline far above any stall of a loaded machine, so
+// that a test's answers come from the store, not from the failure policy. A test about
+// deadlines writes its own `store:` section.
+std::string with_store_deadline(const std::string& yaml) {
+  if (has_top_level(yaml, "store:")) return yaml;
+  return "store: {command_timeout: 2s}\n" + yaml;
 }
 
 }  // namespace
@@ -451,7 +460,9 @@ std::string with_demo_api(const std::string& yaml) {
 ServerProcess::ServerProcess(Options options) : options_(std::move(options)) {
   dir_ = fresh_dir("serve");
   config_path_ = dir_ / "ratekeeper.yaml";
-  std::ofstream(config_path_, std::ios::binary) << (options_.demo_api ? with_demo_api(options_.config_yaml) : options_.config_yaml);
+  std::string config = options_.demo_api ? with_demo_api(options_.config_yaml) : options_.config_yaml;
+  if (!options_.store_url.empty()) config = with_store_deadline(config);
+  std::ofstream(config_path_, std::ios::binary) << config;
   std::vector<std::string> argv = {
       RATEKEEPER_BINARY, "serve",       "--config",  config_path_.string(),
       "--listen",        "127.0.0.1:0", "--threads", std::to_string(options_.threads)};

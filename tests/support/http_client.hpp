@@ -98,7 +98,7 @@ class ServerProcess {
  public:
   struct Options {
     std::string config_yaml;
-    std::string store_url;  // --store; empty: as configured
+    std::string store_url;  // --store; empty: as configured. Given alone, with a 2 s deadline.
     int threads = 2;
     std::vector<std::string> extra_args;
     std::chrono::milliseconds start_timeout{20'000};
