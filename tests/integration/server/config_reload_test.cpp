@@ -64,7 +64,7 @@ HttpResponse check(HttpClient& client, std::string_view rule, std::string_view i
 }
 
 std::string redis_rule(const RedisServer& redis, std::string_view rules) {
-  return fmt::format("store: {{url: {}}}\nrules:\n{}", redis.url(), rules);
+  return fmt::format("store: {{url: {}, command_timeout: 2s}}\nrules:\n{}", redis.url(), rules);
 }
 
 // The load's rules: one it checks by name, and a shadow rule over the requests it describes
@@ -309,7 +309,7 @@ TEST(ConfigReload, WhatNeedsARestartIsLoggedAndKept) {
   RedisServer first;
   RedisServer second;
   const auto config = [](const RedisServer& redis, int header_bytes, int limit) {
-    return fmt::format(R"(store: {{url: {}}}
+    return fmt::format(R"(store: {{url: {}, command_timeout: 2s}}
 http: {{max_header_bytes: {}}}
 rules:
   - name: api

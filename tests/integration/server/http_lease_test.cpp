@@ -19,7 +19,7 @@ TEST(HttpLease, UnusedUnitsGoBackToRedisWhenTheServerStops) {
   RedisServer redis;
   ServerProcess::Options o;
   o.config_yaml = fmt::format(R"(
-store: {{url: {}}}
+store: {{url: {}, command_timeout: 2s}}
 rules:
   - name: api
     match: {{path: /api/data}}
