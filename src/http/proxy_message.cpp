@@ -1,6 +1,5 @@
 #include "proxy_message.hpp"
 
-
 #include <algorithm>
 #include <array>
 #include <charconv>

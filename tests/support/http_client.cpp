@@ -436,12 +436,13 @@ std::filesystem::path write_temp_file(std::string_view name, std::string_view te
 
 namespace {
 
-// The servers of the HTTP tests serve the seed's demo API (off by default in ratekeeper) unless
-// their configuration says otherwise or proxies to an upstream.
+// Whether `yaml` has the top-level key `key` (written with its colon).
 bool has_top_level(const std::string& yaml, std::string_view key) {
   return yaml.starts_with(key) || yaml.find("\n" + std::string(key)) != std::string::npos;
 }
 
+// The servers of the HTTP tests serve the seed's demo API (off by default in ratekeeper) unless
+// their configuration says otherwise or proxies to an upstream.
 std::string with_demo_api(const std::string& yaml) {
   if (has_top_level(yaml, "demo_api:") || has_top_level(yaml, "upstream:")) return yaml;
   return yaml + "\ndemo_api: true\n";
