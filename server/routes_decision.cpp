@@ -382,7 +382,7 @@ void Api::Routes::check_list(const json& checks, Responder respond) {
 void Api::Routes::evaluate(std::vector<limiter::AppliedRule> apps, Responder respond) {
   limiter_.evaluate(
       std::move(apps),
-      [this, respond = std::move(respond)](Result<limiter::Evaluation> ev) mutable {
+      [this, respond = std::move(respond)](Result<limiter::Evaluation>&& ev) mutable {
         if (!ev) {
           if (ev.error().code == ErrorCode::invalid_argument) {
             return respond(bad_request(ev.error().message));

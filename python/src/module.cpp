@@ -798,7 +798,7 @@ class Limiter {
     auto keep = limiter_;
     py::gil_scoped_release release;
     for (std::size_t i = 0; i < apps.size(); ++i) {
-      keep->evaluate(alone(std::move(apps[i])), [many, i, headers, finish](Result<limiter::Evaluation> ev) {
+      keep->evaluate(alone(std::move(apps[i])), [many, i, headers, finish](Result<limiter::Evaluation>&& ev) {
         if (ev) {
           many->decisions[i] = decision_of(std::move(*ev), headers);
         } else {
@@ -828,7 +828,7 @@ class Limiter {
     auto keep = limiter_;
     {
       py::gil_scoped_release release;
-      keep->evaluate(alone(std::move(app)), [pending, headers](Result<limiter::Evaluation> ev) mutable {
+      keep->evaluate(alone(std::move(app)), [pending, headers](Result<limiter::Evaluation>&& ev) mutable {
         if (ev) {
           pending->resolve([d = decision_of(std::move(*ev), headers)]() mutable { return py::cast(std::move(d)); });
         } else {

@@ -270,7 +270,7 @@ void Middleware::handle(const Request& request, MiddlewareCallback done, HandleO
     usage = UsageReservation{app, app.reservation, slot_ttl};
   }
   limiter_->evaluate(
-      std::move(*apps), [this, usage = std::move(usage), done = std::move(done)](Result<limiter::Evaluation> ev) mutable {
+      std::move(*apps), [this, usage = std::move(usage), done = std::move(done)](Result<limiter::Evaluation>&& ev) mutable {
         MiddlewareResult r;
         if (!ev) {
           const bool bad = ev.error().code == ErrorCode::invalid_argument;

@@ -56,25 +56,31 @@ Result<void> check_name(std::string_view what, std::string_view name) {
 
 }  // namespace
 
-Result<std::string> make_key(std::string_view prefix, std::string_view identity,
-                             std::string_view rule, std::string_view limit_name) {
+Result<void> append_key(std::string& out, std::string_view prefix, std::string_view identity,
+                        std::string_view rule, std::string_view limit_name) {
   if (prefix.empty()) return make_error(ErrorCode::invalid_argument, "key prefix must not be empty");
   if (rule.empty()) return make_error(ErrorCode::invalid_argument, "rule name must not be empty");
   if (auto ok = check_name("key prefix", prefix); !ok) return std::unexpected(ok.error());
   if (auto ok = check_name("rule name", rule); !ok) return std::unexpected(ok.error());
   if (auto ok = check_name("limit name", limit_name); !ok) return std::unexpected(ok.error());
   // <prefix>:{<identity>}:<rule>[:<limit>], in one allocation unless the identity needs escapes.
-  std::string key;
-  key.reserve(prefix.size() + identity.size() + rule.size() + limit_name.size() + 6);
-  key += prefix;
-  key += ":{";
-  if (auto ok = append_escaped(key, identity); !ok) return std::unexpected(ok.error());
-  key += "}:";
-  key += rule;
+  out.reserve(out.size() + prefix.size() + identity.size() + rule.size() + limit_name.size() + 6);
+  out += prefix;
+  out += ":{";
+  if (auto ok = append_escaped(out, identity); !ok) return std::unexpected(ok.error());
+  out += "}:";
+  out += rule;
   if (!limit_name.empty()) {
-    key += ':';
-    key += limit_name;
+    out += ':';
+    out += limit_name;
   }
+  return {};
+}
+
+Result<std::string> make_key(std::string_view prefix, std::string_view identity,
+                             std::string_view rule, std::string_view limit_name) {
+  std::string key;
+  if (auto ok = append_key(key, prefix, identity, rule, limit_name); !ok) return std::unexpected(ok.error());
   return key;
 }
 

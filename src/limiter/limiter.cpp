@@ -38,20 +38,149 @@ std::int64_t unheld_cost(const algorithms::Limit& limit, std::int64_t cost) noex
 
 // One evaluation: the outcome of each application (identity, tier, cost, and per limit the
 // policy name, the limit and the key, filled in by prepare), the enforcing items handed to
-// the store, and, while they are checked, who asked and since when.
+// the store, and, while they are checked, who asked and since when. Kept for reuse in a pool
+// per thread: the next evaluation on the thread fills the same outcomes, whose vectors and
+// strings keep their capacity.
 struct Limiter::Prepared {
-  std::vector<RuleOutcome> enforcing;   // becomes Evaluation::rules
+  // The answer, built in place: its `rules` are the enforcing rules' outcomes.
+  Result<Evaluation> result;
   std::vector<RuleOutcome> shadow;
   std::vector<store::CheckItem> items;  // enforcing items, rule by rule, limit by limit
   std::size_t item_count = 0;           // items.size() before they were handed to the store
   std::string reservation;                 // the reserving application's id, if any
-  std::size_t reserving = 0;               // its index in `enforcing`
+  std::size_t reserving = 0;               // its index in `enforcing()`
   store::ReservationRecord reservation_record;  // its record: key, ttl, and the application's items
   Limiter* limiter = nullptr;
   std::shared_ptr<Limiter> keep_alive;  // when shared: the limiter, until the store answers
   Micros started = 0;  // Clock::steady
   EvaluationCallback done;
+  std::atomic<std::uint32_t> refs{1};  // PreparedRef's count
+
+  std::vector<RuleOutcome>& enforcing() noexcept { return result->rules; }
+  const std::vector<RuleOutcome>& enforcing() const noexcept { return result->rules; }
+
+  // A Prepared from this thread's pool, or a new one; one reference held.
+  static Prepared* acquire();
+  // Drops a reference; the last one clears it into this thread's pool.
+  static void unref(Prepared* p) noexcept;
+
+ private:
+  // Back to the state of a new one, but for the capacity of the outcomes' vectors and strings.
+  void clear() noexcept;
+
+  static constexpr std::size_t kPooled = 256;  // kept per thread at most
+  struct Pool {
+    std::vector<std::unique_ptr<Prepared>> free;
+    ~Pool() { gone = true; }
+    // Set once the thread's pool is destroyed (thread exit): what is released after that is
+    // deleted. A trivially destructible thread_local stays readable until the thread ends.
+    static thread_local bool gone;
+  };
+  static Pool& pool() {
+    thread_local Pool pool;
+    return pool;
+  }
 };
+
+thread_local bool Limiter::Prepared::Pool::gone = false;
+
+Limiter::Prepared* Limiter::Prepared::acquire() {
+  if (!Pool::gone) {
+    auto& free = pool().free;
+    if (!free.empty()) {
+      Prepared* p = free.back().release();
+      free.pop_back();
+      p->refs.store(1, std::memory_order_relaxed);
+      return p;
+    }
+  }
+  return new Prepared();
+}
+
+void Limiter::Prepared::unref(Prepared* p) noexcept {
+  if (p->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  p->clear();
+  if (!Pool::gone) {
+    auto& free = pool().free;
+    if (free.size() < kPooled) {
+      try {
+        free.emplace_back(p);
+        return;
+      } catch (...) {
+      }
+    }
+  }
+  delete p;
+}
+
+void Limiter::Prepared::clear() noexcept {
+  keep_alive.reset();
+  done = nullptr;
+  limiter = nullptr;
+  started = 0;
+  reservation.clear();
+  reserving = 0;
+  reservation_record = {};
+  shadow.clear();
+  items.clear();
+  item_count = 0;
+  if (!result) result.emplace();
+  auto rules = std::move(result->rules);
+  *result = Evaluation{};
+  result->rules = std::move(rules);
+}
+
+Limiter::PreparedRef& Limiter::PreparedRef::operator=(PreparedRef&& o) noexcept {
+  if (this != &o) {
+    if (p_ != nullptr) Prepared::unref(p_);
+    p_ = std::exchange(o.p_, nullptr);
+  }
+  return *this;
+}
+
+Limiter::PreparedRef::~PreparedRef() {
+  if (p_ != nullptr) Prepared::unref(p_);
+}
+
+Limiter::PreparedRef Limiter::PreparedRef::share() const noexcept {
+  p_->refs.fetch_add(1, std::memory_order_relaxed);
+  return PreparedRef(p_);
+}
+
+namespace {
+
+// The next outcome of `outcomes` to fill, `used` of them filled so far: one left from an
+// earlier evaluation (cleared, its limits' capacity kept) or a new one.
+RuleOutcome& next_outcome(std::vector<RuleOutcome>& outcomes, std::size_t& used) {
+  if (used == outcomes.size()) {
+    ++used;
+    return outcomes.emplace_back();
+  }
+  RuleOutcome& out = outcomes[used++];
+  auto limits = std::move(out.limits);
+  out = RuleOutcome{};
+  out.limits = std::move(limits);
+  return out;
+}
+
+// The same for a rule's limits: the policy name and the key keep their capacity, emptied.
+LimitOutcome& next_limit(std::vector<LimitOutcome>& limits, std::size_t& used) {
+  if (used == limits.size()) {
+    ++used;
+    return limits.emplace_back();
+  }
+  LimitOutcome& lo = limits[used++];
+  auto name = std::move(lo.policy_name);
+  auto key = std::move(lo.key);
+  lo = LimitOutcome{};
+  name.clear();
+  key.clear();
+  lo.policy_name = std::move(name);
+  lo.key = std::move(key);
+  return lo;
+}
+
+}  // namespace
 
 Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
     : config_(std::move(config)),
@@ -97,8 +226,7 @@ std::size_t Limiter::rule_index(const Rule* rule) const noexcept {
   return static_cast<std::size_t>(rule - config_.rules.data());
 }
 
-Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
-    std::vector<AppliedRule> rules) const {
+Result<Limiter::PreparedRef> Limiter::prepare(std::vector<AppliedRule> rules) const {
   std::size_t shadow = 0;
   std::size_t enforcing_limits = 0;
   for (const auto& app : rules) {
@@ -114,16 +242,19 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       enforcing_limits += rule->limits.size();  // tiers may have more or fewer: a first guess
     }
   }
-  auto prepared = std::make_shared<Prepared>();
+  PreparedRef prepared(Prepared::acquire());
   // The overrides in effect (nullptr: none), one table for the whole evaluation.
   const std::shared_ptr<const Overrides::Table> overrides = overrides_->table();
-  if (rules.size() > shadow) prepared->enforcing.reserve(rules.size() - shadow);
+  std::vector<RuleOutcome>& enforcing = prepared->enforcing();
+  std::size_t enforcing_used = 0;  // of `enforcing`, filled: the others are an earlier evaluation's
+  if (rules.size() > shadow) enforcing.reserve(rules.size() - shadow);
   if (shadow > 0) prepared->shadow.reserve(shadow);
   prepared->items.reserve(enforcing_limits);
 
   for (auto& app : rules) {
     const Rule* rule = app.rule;
-    RuleOutcome& out = (rule->shadow ? prepared->shadow : prepared->enforcing).emplace_back();
+    RuleOutcome& out =
+        rule->shadow ? prepared->shadow.emplace_back() : next_outcome(enforcing, enforcing_used);
     out.rule = rule;
     out.shadow = rule->shadow;
     out.cost = app.cost.value_or(rule->cost);
@@ -193,6 +324,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
     }
     const std::string_view child_key = child_part.empty() ? rule_key : std::string_view(child_part);
     out.limits.reserve(policy->size() + (app.parent.empty() ? 0 : rule->parent->limits.size()));
+    std::size_t limits_used = 0;  // of out.limits, filled
     bool holds_slots = false;
     Micros slot_ttl = 0;
     for (const auto& named : *policy) {
@@ -205,7 +337,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
                           fmt::format("rule '{}': {}", rule->name, ok.error().message));
       }
       // Policy "<rule>[.<tier>][.<limit>]", key suffix "[<tier>][:<limit>]".
-      LimitOutcome& lo = out.limits.emplace_back();
+      LimitOutcome& lo = next_limit(out.limits, limits_used);
       std::string suffix;
       lo.policy_name = rule->name;
       if (!out.tier.empty()) {
@@ -221,13 +353,11 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
         lo.policy_name += '.';
         lo.policy_name += named.name;
       }
-      auto key = make_key(config_.prefix, slot_identity, child_key, suffix);
-      if (!key) {
+      if (auto key = append_key(lo.key, config_.prefix, slot_identity, child_key, suffix); !key) {
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("rule '{}': {}", rule->name, key.error().message));
       }
       lo.limit = named.limit;
-      lo.key = std::move(*key);
     }
     if (!app.parent.empty()) {
       // The parent's limits: "<rule>.parent[.<limit>]", keys <prefix>:{<parent>}:<rule>:parent[:<limit>].
@@ -246,9 +376,10 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
           return make_error(ErrorCode::invalid_argument,
                             fmt::format("rule '{}': parent: {}", rule->name, ok.error().message));
         }
-        LimitOutcome& lo = out.limits.emplace_back();
+        LimitOutcome& lo = next_limit(out.limits, limits_used);
         lo.parent = true;
-        lo.policy_name = rule->name + ".parent";
+        lo.policy_name = rule->name;
+        lo.policy_name += ".parent";
         std::string suffix = "parent";
         if (parent.size() > 1) {
           lo.policy_name += '.';
@@ -256,15 +387,14 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
           suffix += ':';
           suffix += named.name;
         }
-        auto key = make_key(config_.prefix, app.parent, rule_key, suffix);
-        if (!key) {
+        if (auto key = append_key(lo.key, config_.prefix, app.parent, rule_key, suffix); !key) {
           return make_error(ErrorCode::invalid_argument,
                             fmt::format("rule '{}': parent: {}", rule->name, key.error().message));
         }
         lo.limit = named.limit;
-        lo.key = std::move(*key);
       }
     }
+    out.limits.resize(limits_used);
     if (holds_slots && app.reservation.empty() && !rule->shadow) {
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("rule '{}' has a concurrency limit: a request holds its slot under a "
@@ -297,7 +427,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       auto record = reservation_record(slot_identity, rule->name, app.reservation);
       if (!record) return std::unexpected(std::move(record.error()));
       prepared->reservation = std::move(app.reservation);
-      prepared->reserving = prepared->enforcing.size() - 1;
+      prepared->reserving = enforcing_used - 1;
       // The record outlives the slots it holds, so that their release finds it.
       prepared->reservation_record = {std::move(*record), std::max(app.reservation_ttl, slot_ttl),
                                       prepared->items.size(), out.limits.size()};
@@ -310,6 +440,7 @@ Result<std::shared_ptr<Limiter::Prepared>> Limiter::prepare(
       }
     }
   }
+  enforcing.resize(enforcing_used);
   return prepared;
 }
 
@@ -319,8 +450,8 @@ Result<RuleOutcome> Limiter::keys_of(AppliedRule application) const {
   apps.push_back(std::move(application));
   auto prepared = prepare(std::move(apps));
   if (!prepared) return std::unexpected(std::move(prepared.error()));
-  auto& p = **prepared;
-  return std::move(p.enforcing.empty() ? p.shadow.front() : p.enforcing.front());
+  Prepared& p = **prepared;
+  return std::move(p.enforcing().empty() ? p.shadow.front() : p.enforcing().front());
 }
 
 void Limiter::inspect(AppliedRule application, std::function<void(Result<RuleOutcome>)> done) {
@@ -398,7 +529,7 @@ std::optional<Micros> Limiter::now() const {
 Result<std::vector<Decision>> Limiter::fall_back(const Prepared& prepared, const Error& error) {
   std::vector<Decision> decisions(prepared.item_count);
   // A rule denied by its policy keeps the others from consuming: local rules only peek.
-  const bool any_deny = std::any_of(prepared.enforcing.begin(), prepared.enforcing.end(),
+  const bool any_deny = std::any_of(prepared.enforcing().begin(), prepared.enforcing().end(),
                                     [](const RuleOutcome& r) { return r.rule->on_store_error == FailureMode::deny; });
   // The batch went to the store; each rule's items are rebuilt from its outcome. The local
   // rules' items are checked together, all-or-nothing, with their positions in the batch.
@@ -406,7 +537,7 @@ Result<std::vector<Decision>> Limiter::fall_back(const Prepared& prepared, const
   std::vector<std::size_t> local_pos;
   std::vector<store::CheckItem> items;
   std::size_t pos = 0;
-  for (const auto& rule : prepared.enforcing) {
+  for (const auto& rule : prepared.enforcing()) {
     const FailureMode mode = rule.rule->on_store_error;
     if (mode == FailureMode::local) {
       // Slots are not held locally: the local count of a concurrency limit is only peeked.
@@ -430,9 +561,8 @@ Result<std::vector<Decision>> Limiter::fall_back(const Prepared& prepared, const
   return decisions;
 }
 
-Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcome> outcome,
-                                   Micros latency) {
-  Evaluation ev;
+void Limiter::finish(Prepared& prepared, Result<store::CheckOutcome> outcome, Micros latency) {
+  Evaluation& ev = *prepared.result;  // its rules are the enforcing outcomes
   ev.latency = latency;
   std::vector<Decision> decisions;
   bool recorded = false;
@@ -442,14 +572,17 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
   } else {
     metrics_->record_store_error(outcome.error().code);
     auto fallback = fall_back(prepared, outcome.error());
-    if (!fallback) return std::unexpected(fallback.error());
+    if (!fallback) {
+      prepared.result = std::unexpected(std::move(fallback.error()));
+      return;
+    }
     decisions = std::move(*fallback);
     ev.by_failure_policy = true;
     ev.store_error = outcome.error();
-    for (auto& rule : prepared.enforcing) rule.by_failure_policy = true;
+    for (auto& rule : ev.rules) rule.by_failure_policy = true;
     if (std::uint64_t suppressed = 0; policy_log_.admit(suppressed)) {
       std::string rules;
-      for (const auto& rule : prepared.enforcing) {
+      for (const auto& rule : ev.rules) {
         if (!rules.empty()) rules += ", ";
         rules += fmt::format("{} ({})", rule.rule->name, to_string(rule.rule->on_store_error));
       }
@@ -460,10 +593,11 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
     }
   }
   if (decisions.size() != prepared.item_count) {
-    return make_error(ErrorCode::protocol, "store answered a different number of decisions");
+    prepared.result = make_error(ErrorCode::protocol, "store answered a different number of decisions");
+    return;
   }
   std::size_t pos = 0;
-  for (auto& rule : prepared.enforcing) {
+  for (auto& rule : ev.rules) {
     const std::span<const Decision> mine(decisions.data() + pos, rule.limits.size());
     for (auto& lo : rule.limits) lo.decision = decisions[pos++];
     const auto combined = algorithms::combine_with_binding(mine);
@@ -474,25 +608,24 @@ Result<Evaluation> Limiter::finish(Prepared& prepared, Result<store::CheckOutcom
   ev.allowed = ev.decision.allowed;
   if (recorded && ev.allowed && !prepared.reservation.empty()) {
     ev.reservation = std::move(prepared.reservation);
-    const RuleOutcome& reserving = prepared.enforcing[prepared.reserving];
+    const RuleOutcome& reserving = ev.rules[prepared.reserving];
     metrics_->record_reservation(rule_index(reserving.rule), Reservation::reserved, reserving.cost);
   }
-  for (const auto& rule : prepared.enforcing) account(rule, latency);
-  ev.rules = std::move(prepared.enforcing);
-  return ev;
+  for (const auto& rule : ev.rules) account(rule, latency);
 }
 
-void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
-                         std::function<void(const RuleOutcome&)> then) {
+void Limiter::run_shadow(PreparedRef prepared, std::size_t index, std::function<void(const RuleOutcome&)> then) {
   auto& rule = prepared->shadow[index];
   std::vector<store::CheckItem> items;
   items.reserve(rule.limits.size());
   // A shadow rule holds no slot: its concurrency limits are peeked.
   for (const auto& lo : rule.limits) items.push_back({lo.key, lo.limit, unheld_cost(lo.limit, rule.cost), 0, rule.rule->lease});
   const Micros t0 = steady_clock_->steady();
+  // The store calls back exactly once: the callback adopts the reference it carries.
   store_->check(std::move(items), now(),
-                [this, keep_alive = weak_from_this().lock(), prepared = std::move(prepared), index, t0,
+                [this, keep_alive = weak_from_this().lock(), held = prepared.release(), index, t0,
                  then = std::move(then)](Result<store::CheckOutcome> r) {
+                  const PreparedRef prepared(held);
                   const Micros latency = steady_clock_->steady() - t0;
                   metrics_->record_store_latency(latency);
                   auto& rule = prepared->shadow[index];
@@ -513,9 +646,9 @@ void Limiter::run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
                 });
 }
 
-void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done) {
+void Limiter::run_enforcing(PreparedRef p, EvaluationCallback done) {
   if (p->items.empty()) {
-    done(Evaluation{});
+    done(Result<Evaluation>());
     return;
   }
   p->limiter = this;
@@ -526,12 +659,16 @@ void Limiter::run_enforcing(std::shared_ptr<Prepared> p, EvaluationCallback done
   auto items = std::move(p->items);
   const bool reserves = !p->reservation.empty();
   store::ReservationRecord record = reserves ? p->reservation_record : store::ReservationRecord{};
-  auto answer = [p = std::move(p)](Result<store::CheckOutcome> r) {
+  // The store calls back exactly once: the callback adopts the reference it carries (a
+  // pointer, which std::function holds without allocating).
+  auto answer = [held = p.release()](Result<store::CheckOutcome> r) {
+    const PreparedRef p(held);
     Limiter& self = *p->limiter;
     const Micros latency = self.steady_clock_->steady() - p->started;
     self.metrics_->record_store_latency(latency);
-    auto done = std::move(p->done);
-    done(self.finish(*p, std::move(r), latency));
+    self.finish(*p, std::move(r), latency);
+    const EvaluationCallback done = std::move(p->done);
+    done(std::move(p->result));
   };
   if (reserves) {
     // A check that reserves is neither delayed nor leased: the record holds what the store took.
@@ -552,9 +689,9 @@ void Limiter::evaluate(std::vector<AppliedRule> rules, EvaluationCallback done,
     done(std::unexpected(prepared.error()));
     return;
   }
-  auto p = std::move(*prepared);
+  PreparedRef p = std::move(*prepared);
   if (!options.with_shadow || p->shadow.empty()) {
-    for (std::size_t i = 0; i < p->shadow.size(); ++i) run_shadow(p, i, {});
+    for (std::size_t i = 0; i < p->shadow.size(); ++i) run_shadow(p.share(), i, {});
     run_enforcing(std::move(p), std::move(done));
     return;
   }
@@ -578,12 +715,12 @@ void Limiter::evaluate(std::vector<AppliedRule> rules, EvaluationCallback done,
     done(std::move(result));
   };
   for (std::size_t i = 0; i < p->shadow.size(); ++i) {
-    run_shadow(p, i, [join, i, arrive](const RuleOutcome& outcome) {
+    run_shadow(p.share(), i, [join, i, arrive](const RuleOutcome& outcome) {
       join->shadow[i] = outcome;
       arrive(join);
     });
   }
-  run_enforcing(std::move(p), [join, arrive](Result<Evaluation> r) {
+  run_enforcing(std::move(p), [join, arrive](Result<Evaluation>&& r) {
     join->result.emplace(std::move(r));
     arrive(join);
   });
@@ -595,7 +732,7 @@ Result<Evaluation> Limiter::evaluate_sync(std::vector<AppliedRule> rules,
   auto future = promise.get_future();
   evaluate(
       std::move(rules),
-      [&promise](Result<Evaluation> r) { promise.set_value(std::move(r)); }, options);
+      [&promise](Result<Evaluation>&& r) { promise.set_value(std::move(r)); }, options);
   return future.get();
 }
 
@@ -659,7 +796,7 @@ void Limiter::check(std::string_view rule_name, std::string_view identity, std::
     });
     return;
   }
-  evaluate(std::move(apps), [done = std::move(done)](Result<Evaluation> r) {
+  evaluate(std::move(apps), [done = std::move(done)](Result<Evaluation>&& r) {
     if (!r) {
       done(std::unexpected(r.error()));
       return;
@@ -696,7 +833,7 @@ void Limiter::reserve(std::string_view rule_name, std::string_view identity, std
   app->reservation_ttl = ttl;
   std::vector<AppliedRule> apps;
   apps.push_back(std::move(*app));
-  evaluate(std::move(apps), [done = std::move(done)](Result<Evaluation> r) {
+  evaluate(std::move(apps), [done = std::move(done)](Result<Evaluation>&& r) {
     if (!r) return done(std::unexpected(r.error()));
     done(static_cast<Verdict&&>(*r));
   });

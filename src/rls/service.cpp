@@ -421,7 +421,7 @@ void Service::should_rate_limit(const pb::RateLimitRequest& request, AnswerCallb
   }
   limiter_->evaluate(
       std::move(apps),
-      [this, call](Result<Evaluation> evaluation) { answer(*call, std::move(evaluation)); },
+      [this, call](Result<Evaluation>&& evaluation) { answer(*call, evaluation); },
       limiter::EvaluateOptions{.with_shadow = shadow > 0});
 }
 
@@ -491,7 +491,7 @@ void Service::settle(const pb::RateLimitRequest& request, AnswerCallback done) {
   arrive(join);
 }
 
-void Service::answer(Call& call, Result<Evaluation> evaluation) {
+void Service::answer(Call& call, const Result<Evaluation>& evaluation) {
   auto done = std::move(call.done);
   if (!evaluation) {
     const Error& e = evaluation.error();

@@ -23,5 +23,9 @@ Result<std::string> escape_identity(std::string_view identity);
 // identity). Anything else is an invalid argument.
 Result<std::string> make_key(std::string_view prefix, std::string_view identity,
                              std::string_view rule, std::string_view limit_name = {});
+// make_key appended to `out`, whose capacity it reuses; on an invalid argument `out` may hold
+// part of a key.
+Result<void> append_key(std::string& out, std::string_view prefix, std::string_view identity,
+                        std::string_view rule, std::string_view limit_name = {});
 
 }  // namespace ratekeeper::limiter

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ratekeeper/core/log_limit.hpp"
@@ -149,7 +150,10 @@ struct EvaluateOptions {
   bool with_shadow = false;
 };
 
-using EvaluationCallback = std::function<void(Result<Evaluation>)>;
+// The evaluation is handed over as an rvalue: the callback reads it, or moves out of it what it
+// keeps. What it leaves is the limiter's again once the callback returns (its vectors and
+// strings are reused by the next evaluation on the thread).
+using EvaluationCallback = std::function<void(Result<Evaluation>&&)>;
 
 class Limiter : public std::enable_shared_from_this<Limiter> {
  public:
@@ -273,7 +277,27 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
 
  private:
   struct Prepared;
-  Result<std::shared_ptr<Prepared>> prepare(std::vector<AppliedRule> rules) const;
+  // An owning reference to a Prepared, counted (shadow checks share one with the enforcing
+  // check); the last one gives it back to its thread's pool.
+  class PreparedRef {
+   public:
+    PreparedRef() = default;
+    explicit PreparedRef(Prepared* p) noexcept : p_(p) {}
+    PreparedRef(PreparedRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    PreparedRef& operator=(PreparedRef&& o) noexcept;
+    PreparedRef(const PreparedRef&) = delete;
+    PreparedRef& operator=(const PreparedRef&) = delete;
+    ~PreparedRef();
+    Prepared* operator->() const noexcept { return p_; }
+    Prepared& operator*() const noexcept { return *p_; }
+    Prepared* get() const noexcept { return p_; }
+    PreparedRef share() const noexcept;  // one more reference
+    Prepared* release() noexcept { return std::exchange(p_, nullptr); }
+
+   private:
+    Prepared* p_ = nullptr;
+  };
+  Result<PreparedRef> prepare(std::vector<AppliedRule> rules) const;
   // One application, prepared: its rule, identity, tier, and each limit's key (cost 0).
   Result<RuleOutcome> keys_of(AppliedRule application) const;
   // A reservation's record key and the items of its application at `cost` each, for settle
@@ -291,11 +315,11 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   // the identity's slot.
   Result<std::string> reservation_record(std::string_view identity, std::string_view rule,
                                          std::string_view id) const;
-  void run_enforcing(std::shared_ptr<Prepared> prepared, EvaluationCallback done);
-  void run_shadow(std::shared_ptr<Prepared> prepared, std::size_t index,
+  void run_enforcing(PreparedRef prepared, EvaluationCallback done);
+  void run_shadow(PreparedRef prepared, std::size_t index,
                   std::function<void(const RuleOutcome&)> then);
-  Result<Evaluation> finish(Prepared& prepared, Result<store::CheckOutcome> outcome,
-                            Micros latency);
+  // Fills prepared.result from the store's answer (or the failure policies').
+  void finish(Prepared& prepared, Result<store::CheckOutcome> outcome, Micros latency);
   Result<std::vector<algorithms::Decision>> fall_back(const Prepared& prepared, const Error& error);
   std::optional<Micros> now() const;
   void account(const RuleOutcome& outcome, Micros latency);

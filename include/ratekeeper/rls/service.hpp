@@ -91,7 +91,7 @@ class Service {
 
  private:
   struct Call;
-  void answer(Call& call, Result<limiter::Evaluation> evaluation);
+  void answer(Call& call, const Result<limiter::Evaluation>& evaluation);
   void settle(const pb::RateLimitRequest& request, AnswerCallback done);
   void count(Status status, const pb::RateLimitResponse* response);
 

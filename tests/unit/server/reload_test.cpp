@@ -345,7 +345,7 @@ rules:
   apps.push_back(*owner->application("real", "user:a", 1));
   apps.push_back(*owner->application("watch", "user:a", 1));
   bool answered = false;
-  owner->evaluate(std::move(apps), [&answered](Result<limiter::Evaluation> ev) {
+  owner->evaluate(std::move(apps), [&answered](Result<limiter::Evaluation>&& ev) {
     EXPECT_TRUE(ev);
     answered = true;
   });
