@@ -276,6 +276,72 @@ TEST_F(LimiterTest, MultiLimitPolicyUsesOneKeyPerLimitInOneHashTag) {
   EXPECT_EQ(ev->rules[0].limits[0].policy_name, "api.burst");
 }
 
+// Evaluations on one thread reuse the outcomes of earlier ones (their vectors and strings):
+// each answer holds its own rules, limits, keys, tiers and flags, whatever came before it.
+// The callback reads the evaluation in place, as the middleware does.
+TEST_F(LimiterTest, AnEvaluationLeavesNothingToTheNextOneOnItsThread) {
+  Rule search;
+  search.name = "search";
+  search.tiered = true;
+  auto c = config({ip_rule("api", {{"burst", bucket(5, 1)}, {"hourly", bucket(50, 0.01)}}),
+                   ip_rule("one", {{"", bucket(3, 1)}}), search});
+  Limiter l(std::move(c), store);
+  FailingStore dead;
+  Limiter failing(config({ip_rule("one", {{"", bucket(3, 1)}})}), dead);
+  const std::string long_identity = "user:" + std::string(40, 'x');
+
+  auto in_place = [](Limiter& limiter, std::vector<AppliedRule> apps, auto&& read) {
+    bool called = false;
+    limiter.evaluate(std::move(apps), [&](Result<Evaluation>&& ev) {
+      called = true;
+      ASSERT_TRUE(ev);
+      read(*ev);
+    });
+    EXPECT_TRUE(called);  // the memory store and the failing one answer inline
+  };
+  for (int round = 0; round < 2; ++round) {
+    in_place(l, {app(l, "api", long_identity), app(l, "one", long_identity)}, [&](const Evaluation& ev) {
+      ASSERT_EQ(ev.rules.size(), 2u);
+      ASSERT_EQ(ev.rules[0].limits.size(), 2u);
+      EXPECT_EQ(ev.rules[0].limits[1].key, "ratelimit:{" + long_identity + "}:api:hourly");
+      EXPECT_EQ(ev.rules[0].limits[1].policy_name, "api.hourly");
+      EXPECT_EQ(ev.rules[1].limits[0].key, "ratelimit:{" + long_identity + "}:one");
+    });
+    in_place(failing, {app(failing, "one", "ip:192.0.2.7")}, [&](const Evaluation& ev) {
+      EXPECT_TRUE(ev.by_failure_policy);
+      ASSERT_EQ(ev.rules.size(), 1u);
+      EXPECT_TRUE(ev.rules[0].by_failure_policy);
+    });
+    in_place(l, {[&] {
+               AppliedRule a = app(l, "search", "user:alice");
+               a.tier = "pro";
+               return a;
+             }()},
+             [&](const Evaluation& ev) {
+               ASSERT_EQ(ev.rules.size(), 1u);
+               EXPECT_EQ(ev.rules[0].tier, "pro");
+               ASSERT_EQ(ev.rules[0].limits.size(), 1u);
+               EXPECT_EQ(ev.rules[0].limits[0].key, "ratelimit:{user:alice}:search:pro");
+               EXPECT_EQ(ev.rules[0].limits[0].policy_name, "search.pro");
+             });
+    in_place(l, {app(l, "one", "ip:192.0.2.7")}, [&](const Evaluation& ev) {
+      EXPECT_FALSE(ev.by_failure_policy);
+      EXPECT_FALSE(ev.store_error.has_value());
+      EXPECT_TRUE(ev.allowed);
+      ASSERT_EQ(ev.rules.size(), 1u);
+      const RuleOutcome& one = ev.rules[0];
+      EXPECT_EQ(one.rule, l.find_rule("one"));
+      EXPECT_EQ(one.identity, "ip:192.0.2.7");
+      EXPECT_TRUE(one.tier.empty());
+      EXPECT_FALSE(one.by_failure_policy);
+      ASSERT_EQ(one.limits.size(), 1u);
+      EXPECT_EQ(one.limits[0].key, "ratelimit:{ip:192.0.2.7}:one");
+      EXPECT_EQ(one.limits[0].policy_name, "one");
+      EXPECT_EQ(one.limits[0].decision.remaining, 2 - round);
+    });
+  }
+}
+
 TEST_F(LimiterTest, DecisionLogNamesTheKeyOfTheBindingLimit) {
   const auto hourly = *Limit::window(Algorithm::fixed_window, 2, 3600 * kMicrosPerSecond);
   Limiter l(config({ip_rule("a", {{"burst", bucket(5, 10)}, {"hourly", hourly}}),
