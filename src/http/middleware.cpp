@@ -68,7 +68,9 @@ Result<limiter::AppliedRule> Middleware::resolve(const limiter::Rule& rule,
   std::string storage;
   auto path = normal_path(request, options_.paths, storage);
   if (!path) return std::unexpected(path.error());
-  return resolve_at(rule, request, *path);
+  limiter::AppliedRule app;
+  if (auto ok = resolve_at(app, rule, request, *path); !ok) return std::unexpected(std::move(ok.error()));
+  return app;
 }
 
 Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, const Request& request,
@@ -123,10 +125,8 @@ Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, c
   return ip_identity();
 }
 
-Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
-                                                    const Request& request,
-                                                    std::string_view path) const {
-  limiter::AppliedRule app;
+Result<void> Middleware::resolve_at(limiter::AppliedRule& app, const limiter::Rule& rule, const Request& request,
+                                    std::string_view path) const {
   app.rule = &rule;
   if (rule.bucket == limiter::BucketScope::per_endpoint) app.endpoint = std::string(path);
 
@@ -163,7 +163,7 @@ Result<limiter::AppliedRule> Middleware::resolve_at(const limiter::Rule& rule,
       }
     }
   }
-  return app;
+  return {};
 }
 
 Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Request& request) const {
@@ -181,9 +181,9 @@ Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Reques
       if (route.match->unmatched != defaults || !route.match->matches(request.method, path)) {
         continue;
       }
-      auto app = resolve_at(*route.rule, request, path);
-      if (!app) return std::unexpected(app.error());
-      out.push_back(std::move(*app));
+      if (auto ok = resolve_at(out.emplace_back(), *route.rule, request, path); !ok) {
+        return std::unexpected(std::move(ok.error()));
+      }
     }
     if (!out.empty() || !has_defaults_) break;
   }

@@ -34,6 +34,38 @@ std::int64_t unheld_cost(const algorithms::Limit& limit, std::int64_t cost) noex
   return limit.algorithm == algorithms::Algorithm::concurrency ? 0 : cost;
 }
 
+// What a reused outcome is reset to: assigning these keeps the capacity of the strings (an
+// assignment from an empty string keeps the buffer), and leaves no field of an earlier
+// evaluation behind.
+const RuleOutcome kFreshOutcome{};
+const LimitOutcome kFreshLimit{};
+const Evaluation kFreshEvaluation{};
+
+// The next outcome of `outcomes` to fill, `used` of them filled so far: one left from an
+// earlier evaluation (reset, with its limits kept for reuse) or a new one.
+RuleOutcome& next_outcome(std::vector<RuleOutcome>& outcomes, std::size_t& used) {
+  if (used == outcomes.size()) {
+    ++used;
+    return outcomes.emplace_back();
+  }
+  RuleOutcome& out = outcomes[used++];
+  auto limits = std::move(out.limits);
+  out = kFreshOutcome;
+  out.limits = std::move(limits);
+  return out;
+}
+
+// The same for a rule's limits.
+LimitOutcome& next_limit(std::vector<LimitOutcome>& limits, std::size_t& used) {
+  if (used == limits.size()) {
+    ++used;
+    return limits.emplace_back();
+  }
+  LimitOutcome& lo = limits[used++];
+  lo = kFreshLimit;
+  return lo;
+}
+
 }  // namespace
 
 // One evaluation: the outcome of each application (identity, tier, cost, and per limit the
@@ -126,7 +158,7 @@ void Limiter::Prepared::clear() noexcept {
   item_count = 0;
   if (!result) result.emplace();
   auto rules = std::move(result->rules);
-  *result = Evaluation{};
+  *result = kFreshEvaluation;
   result->rules = std::move(rules);
 }
 
@@ -146,41 +178,6 @@ Limiter::PreparedRef Limiter::PreparedRef::share() const noexcept {
   p_->refs.fetch_add(1, std::memory_order_relaxed);
   return PreparedRef(p_);
 }
-
-namespace {
-
-// The next outcome of `outcomes` to fill, `used` of them filled so far: one left from an
-// earlier evaluation (cleared, its limits' capacity kept) or a new one.
-RuleOutcome& next_outcome(std::vector<RuleOutcome>& outcomes, std::size_t& used) {
-  if (used == outcomes.size()) {
-    ++used;
-    return outcomes.emplace_back();
-  }
-  RuleOutcome& out = outcomes[used++];
-  auto limits = std::move(out.limits);
-  out = RuleOutcome{};
-  out.limits = std::move(limits);
-  return out;
-}
-
-// The same for a rule's limits: the policy name and the key keep their capacity, emptied.
-LimitOutcome& next_limit(std::vector<LimitOutcome>& limits, std::size_t& used) {
-  if (used == limits.size()) {
-    ++used;
-    return limits.emplace_back();
-  }
-  LimitOutcome& lo = limits[used++];
-  auto name = std::move(lo.policy_name);
-  auto key = std::move(lo.key);
-  lo = LimitOutcome{};
-  name.clear();
-  key.clear();
-  lo.policy_name = std::move(name);
-  lo.key = std::move(key);
-  return lo;
-}
-
-}  // namespace
 
 Limiter::Limiter(LimiterConfig config, store::Store& store, const Clock* clock)
     : config_(std::move(config)),

@@ -122,8 +122,9 @@ class Middleware {
  private:
   limiter::Limiter* limiter_;
   MiddlewareOptions options_;
-  Result<limiter::AppliedRule> resolve_at(const limiter::Rule& rule, const Request& request,
-                                          std::string_view path) const;
+  // Fills `app`, a new one, with the application of `rule` to `request` at its normal `path`.
+  Result<void> resolve_at(limiter::AppliedRule& app, const limiter::Rule& rule, const Request& request,
+                          std::string_view path) const;
   // The identity `spec` gives a request ("ip:…", "user:…", "key:…"); ip_fallback: the IP stood
   // in for a missing header; user_id: the header's value, when it gave one.
   Result<std::string> identity_of(const limiter::IdentitySpec& spec, const Request& request, bool& ip_fallback,
