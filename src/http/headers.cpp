@@ -1,8 +1,11 @@
 #include "ratekeeper/http/headers.hpp"
 
+#include "ratekeeper/core/thread_cache.hpp"
+
 #include <fmt/format.h>
 
 #include <charconv>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 namespace ratekeeper::http {
@@ -46,71 +49,91 @@ void append_item(std::string& out, std::string_view name, std::string_view a, st
   append_int(out, y);
 }
 
-// The items of every limit of the enforcing rules, comma separated, in one allocation.
+// Appends the items of every limit of the enforcing rules, comma separated, growing `out`
+// once at most.
 template <class F>
-std::string join_limits(const limiter::Evaluation& ev, F&& item) {
-  std::size_t size = 0;
+void append_limits(std::string& out, const limiter::Evaluation& ev, F&& item) {
+  std::size_t size = out.size();
   for (const auto& rule : ev.rules) {
     // the name, quotes, two parameters with up to 20 digits each, ", "
     for (const auto& l : rule.limits) size += l.policy_name.size() + 52;
   }
-  std::string out;
   out.reserve(size);
+  bool first = true;
   for (const auto& rule : ev.rules) {
     for (const auto& l : rule.limits) {
-      if (!out.empty()) out += ", ";
+      if (!std::exchange(first, false)) out += ", ";
       item(out, l);
     }
   }
-  return out;
 }
 
-std::string int_text(std::int64_t v) {
-  std::string out;
-  append_int(out, v);
-  return out;
-}
-
-}  // namespace
-
-std::string ratelimit_policy_field(const limiter::Evaluation& ev) {
-  return join_limits(ev, [](std::string& out, const limiter::LimitOutcome& l) {
-    append_item(out, l.policy_name, "\";q=", l.limit.capacity, ";w=",
-                ceil_seconds(l.limit.horizon()));
+void append_policy_field(std::string& out, const limiter::Evaluation& ev) {
+  append_limits(out, ev, [](std::string& out, const limiter::LimitOutcome& l) {
+    append_item(out, l.policy_name, "\";q=", l.limit.capacity, ";w=", ceil_seconds(l.limit.horizon()));
   });
 }
 
-std::string ratelimit_field(const limiter::Evaluation& ev) {
-  return join_limits(ev, [](std::string& out, const limiter::LimitOutcome& l) {
+void append_ratelimit_field(std::string& out, const limiter::Evaluation& ev) {
+  append_limits(out, ev, [](std::string& out, const limiter::LimitOutcome& l) {
     const auto& d = l.decision;
     const auto t = d.allowed ? ceil_seconds(d.reset_after) : retry_after_seconds(d.retry_after);
     append_item(out, l.policy_name, "\";r=", std::max<std::int64_t>(0, d.remaining), ";t=", t);
   });
 }
 
+// The lists given back (reuse_fields) on this thread, for rate_limit_headers to fill again.
+using FieldLists = ThreadCache<HeaderList, 64>;
+
+}  // namespace
+
+std::string ratelimit_policy_field(const limiter::Evaluation& ev) {
+  std::string out;
+  append_policy_field(out, ev);
+  return out;
+}
+
+std::string ratelimit_field(const limiter::Evaluation& ev) {
+  std::string out;
+  append_ratelimit_field(out, ev);
+  return out;
+}
+
 HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions& options) {
-  HeaderList out;
-  if (ev.rules.empty()) return out;
+  if (ev.rules.empty()) return {};
+  // A list given back keeps its fields' strings: each is assigned again, its capacity kept.
+  HeaderList out = FieldLists::take().value_or(HeaderList{});
   out.reserve((options.draft ? 2 : 0) + (options.legacy ? 3 : 0) + (ev.allowed ? 0 : 1));
+  std::size_t used = 0;
+  auto field = [&](std::string_view name) -> std::string& {
+    if (used == out.size()) out.emplace_back();
+    auto& [n, v] = out[used++];
+    n.assign(name);
+    v.clear();
+    return v;
+  };
   // Answered by the failure policy, the store's count is unknown: the policy is stated, the
   // remaining quota is not claimed.
   const bool known = !ev.by_failure_policy;
   if (options.draft) {
-    out.emplace_back("RateLimit-Policy", ratelimit_policy_field(ev));
-    if (known) out.emplace_back("RateLimit", ratelimit_field(ev));
+    append_policy_field(field("RateLimit-Policy"), ev);
+    if (known) append_ratelimit_field(field("RateLimit"), ev);
   }
   if (options.legacy) {
     const auto& d = ev.decision;
-    out.emplace_back("X-RateLimit-Limit", int_text(d.limit));
+    append_int(field("X-RateLimit-Limit"), d.limit);
     if (known) {
-      out.emplace_back("X-RateLimit-Remaining", int_text(std::max<std::int64_t>(0, d.remaining)));
-      out.emplace_back("X-RateLimit-Reset", int_text(ceil_seconds(d.reset_after)));
+      append_int(field("X-RateLimit-Remaining"), std::max<std::int64_t>(0, d.remaining));
+      append_int(field("X-RateLimit-Reset"), ceil_seconds(d.reset_after));
     }
   }
-  if (!ev.allowed) {
-    out.emplace_back("Retry-After", int_text(retry_after_seconds(ev.decision.retry_after)));
-  }
+  if (!ev.allowed) append_int(field("Retry-After"), retry_after_seconds(ev.decision.retry_after));
+  out.resize(used);
   return out;
+}
+
+void reuse_fields(HeaderList&& fields) noexcept {
+  if (fields.capacity() > 0) FieldLists::give(std::move(fields));
 }
 
 std::string verdict_json(const limiter::Verdict& v, limiter::FailureMode failure_policy) {

@@ -1209,6 +1209,7 @@ class ProxySession final : public ClientConnection {
     end_served();
     ++req_id_;
     res_.reset();
+    reuse_fields(std::move(limiter_fields_));
     limiter_fields_.clear();
     body_started_ = false;
     // A keep-alive connection waiting for its next request holds no body buffers: many idle
@@ -1333,6 +1334,7 @@ class ProxySession final : public ClientConnection {
     if (!content_type.empty()) fields.emplace_back("Content-Type", std::string(content_type));
     head_ = response_head(version_, status, reason_of(status), fields, Framing::length,
                           body.size(), client_keep_);
+    reuse_fields(std::move(fields));
     head_ += body;
     client_write_begins(proxy_.options.read_timeout);
     net::async_write(client_, net::buffer(head_), [self = self<ProxySession>()](
@@ -1641,6 +1643,8 @@ class H2ProxySession final : public ClientConnection {
     bool reused = false;
     bool retried = false;
     bool head_request = false;
+
+    ~Exchange() { reuse_fields(std::move(limiter_fields)); }
   };
   using ExchangePtr = std::shared_ptr<Exchange>;
 

@@ -1,6 +1,7 @@
 #include "ratekeeper/limiter/limiter.hpp"
 
 #include "ratekeeper/core/metrics_writer.hpp"
+#include "ratekeeper/core/thread_cache.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -70,8 +71,8 @@ LimitOutcome& next_limit(std::vector<LimitOutcome>& limits, std::size_t& used) {
 
 // One evaluation: the outcome of each application (identity, tier, cost, and per limit the
 // policy name, the limit and the key, filled in by prepare), the enforcing items handed to
-// the store, and, while they are checked, who asked and since when. Kept for reuse in a pool
-// per thread: the next evaluation on the thread fills the same outcomes, whose vectors and
+// the store, and, while they are checked, who asked and since when. Kept for reuse per thread
+// (ThreadCache): the next evaluation on the thread fills the same outcomes, whose vectors and
 // strings keep their capacity.
 struct Limiter::Prepared {
   // The answer, built in place: its `rules` are the enforcing rules' outcomes.
@@ -91,40 +92,23 @@ struct Limiter::Prepared {
   std::vector<RuleOutcome>& enforcing() noexcept { return result->rules; }
   const std::vector<RuleOutcome>& enforcing() const noexcept { return result->rules; }
 
-  // A Prepared from this thread's pool, or a new one; one reference held.
+  // A Prepared from this thread's cache, or a new one; one reference held.
   static Prepared* acquire();
-  // Drops a reference; the last one clears it into this thread's pool.
+  // Drops a reference; the last one clears it into this thread's cache.
   static void unref(Prepared* p) noexcept;
 
  private:
   // Back to the state of a new one, but for the capacity of the outcomes' vectors and strings.
   void clear() noexcept;
 
-  static constexpr std::size_t kPooled = 256;  // kept per thread at most
-  struct Pool {
-    std::vector<std::unique_ptr<Prepared>> free;
-    ~Pool() { gone = true; }
-    // Set once the thread's pool is destroyed (thread exit): what is released after that is
-    // deleted. A trivially destructible thread_local stays readable until the thread ends.
-    static thread_local bool gone;
-  };
-  static Pool& pool() {
-    thread_local Pool pool;
-    return pool;
-  }
+  using Cache = ThreadCache<std::unique_ptr<Prepared>, 256>;
 };
 
-thread_local bool Limiter::Prepared::Pool::gone = false;
-
 Limiter::Prepared* Limiter::Prepared::acquire() {
-  if (!Pool::gone) {
-    auto& free = pool().free;
-    if (!free.empty()) {
-      Prepared* p = free.back().release();
-      free.pop_back();
-      p->refs.store(1, std::memory_order_relaxed);
-      return p;
-    }
+  if (auto kept = Cache::take()) {
+    Prepared* p = kept->release();
+    p->refs.store(1, std::memory_order_relaxed);
+    return p;
   }
   return new Prepared();
 }
@@ -132,17 +116,7 @@ Limiter::Prepared* Limiter::Prepared::acquire() {
 void Limiter::Prepared::unref(Prepared* p) noexcept {
   if (p->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   p->clear();
-  if (!Pool::gone) {
-    auto& free = pool().free;
-    if (free.size() < kPooled) {
-      try {
-        free.emplace_back(p);
-        return;
-      } catch (...) {
-      }
-    }
-  }
-  delete p;
+  Cache::give(std::unique_ptr<Prepared>(p));
 }
 
 void Limiter::Prepared::clear() noexcept {

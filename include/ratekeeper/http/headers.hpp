@@ -37,6 +37,9 @@ std::string ratelimit_field(const limiter::Evaluation& evaluation);
 // The headers of a limited response (allowed or denied), per the options; adds Retry-After
 // when the evaluation denies. Empty when no enforcing rule applied.
 HeaderList rate_limit_headers(const limiter::Evaluation& evaluation, const HeaderOptions& options);
+// Gives back a list of fields once they are written out (rate_limit_headers' lists): the next
+// rate_limit_headers on the calling thread fills it again, keeping its strings' capacity.
+void reuse_fields(HeaderList&& fields) noexcept;
 
 // The decision API's answer: {"allowed":..,"limit":..,"remaining":..,"retry_after_ms":..,
 // "reset_after_ms":..,"by_failure_policy":..,"failure_policy":..} (the rule's mode when the

@@ -546,6 +546,43 @@ TEST(HeadersTest, MultiLimitRulesListEveryLimit) {
   EXPECT_EQ(ratelimit_field(ev), "\"api.burst\";r=7;t=1, \"api.hourly\";r=990;t=1800");
 }
 
+// A list of fields given back (reuse_fields) is filled again from scratch: the next headers
+// are exactly the evaluation's, whatever the list held (more fields, longer values).
+TEST(HeadersTest, AListGivenBackHoldsOnlyTheNextEvaluationsFields) {
+  limiter::Evaluation ev;
+  limiter::RuleOutcome rule;
+  limiter::LimitOutcome api;
+  api.policy_name = "api";
+  api.limit = *algorithms::Limit::token_bucket(10, 10);
+  api.decision = {false, 10, 0, 400'000, 1'000'000};
+  rule.limits = {api};
+  ev.rules = {rule};
+  ev.decision = api.decision;
+  ev.allowed = false;
+  const HeaderOptions both{.draft = true, .legacy = true};
+  const HeaderList denied = rate_limit_headers(ev, both);
+  ASSERT_EQ(denied.size(), 6u);  // the draft's two, the legacy three, Retry-After
+
+  HeaderList stale = denied;
+  stale.emplace_back("Server", "ratekeeper");
+  stale.emplace_back("Content-Type", "application/json; charset=utf-8; and more than fits inline");
+  reuse_fields(std::move(stale));
+  ev.rules[0].limits[0].decision = {true, 10, 9, 0, 100'000};
+  ev.decision = ev.rules[0].limits[0].decision;
+  ev.allowed = true;
+  const HeaderList admitted = rate_limit_headers(ev, HeaderOptions{});
+  const HeaderList expected = {{"RateLimit-Policy", "\"api\";q=10;w=1"}, {"RateLimit", "\"api\";r=9;t=1"}};
+  EXPECT_EQ(admitted, expected);
+
+  HeaderList shorter = admitted;
+  reuse_fields(std::move(shorter));
+  EXPECT_EQ(rate_limit_headers(ev, both), (HeaderList{{"RateLimit-Policy", "\"api\";q=10;w=1"},
+                                                      {"RateLimit", "\"api\";r=9;t=1"},
+                                                      {"X-RateLimit-Limit", "10"},
+                                                      {"X-RateLimit-Remaining", "9"},
+                                                      {"X-RateLimit-Reset", "1"}}));
+}
+
 TEST(HeadersTest, VerdictJsonHasTheDecisionApiFields) {
   limiter::Verdict v;
   v.decision = {false, 10, 0, 1'500'001, 9'000'000};
