@@ -102,7 +102,8 @@ std::string ratelimit_field(const limiter::Evaluation& ev) {
 HeaderList rate_limit_headers(const limiter::Evaluation& ev, const HeaderOptions& options) {
   if (ev.rules.empty()) return {};
   // A list given back keeps its fields' strings: each is assigned again, its capacity kept.
-  HeaderList out = FieldLists::take().value_or(HeaderList{});
+  HeaderList out;
+  FieldLists::take(out);
   out.reserve((options.draft ? 2 : 0) + (options.legacy ? 3 : 0) + (ev.allowed ? 0 : 1));
   std::size_t used = 0;
   auto field = [&](std::string_view name) -> std::string& {

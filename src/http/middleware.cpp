@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ratekeeper/algorithms/lease.hpp"
+#include "ratekeeper/core/thread_cache.hpp"
 
 #include "ratekeeper/http/path.hpp"
 #include "ratekeeper/limiter/identity.hpp"
@@ -181,6 +182,7 @@ Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Reques
       if (route.match->unmatched != defaults || !route.match->matches(request.method, path)) {
         continue;
       }
+      if (out.capacity() == 0) limiter::ApplicationLists::take(out);
       if (auto ok = resolve_at(out.emplace_back(), *route.rule, request, path); !ok) {
         return std::unexpected(std::move(ok.error()));
       }
@@ -214,6 +216,15 @@ MiddlewareResult internal_error(std::string_view detail, std::string rule = {}) 
   r.rule = std::move(rule);
   return r;
 }
+
+// What the answer to a request needs once the limiter has decided: kept per thread for reuse,
+// and reached from the limiter's callback through a pointer, which std::function holds
+// without allocating.
+struct PendingAnswer {
+  std::optional<UsageReservation> usage;
+  MiddlewareCallback done;
+};
+using PendingAnswers = ThreadCache<std::unique_ptr<PendingAnswer>, 256>;
 
 }  // namespace
 
@@ -269,8 +280,19 @@ void Middleware::handle(const Request& request, MiddlewareCallback done, HandleO
     app.reservation_ttl = app.rule->usage.enabled() ? app.rule->usage.ttl : slot_ttl;
     usage = UsageReservation{app, app.reservation, slot_ttl};
   }
+  std::unique_ptr<PendingAnswer> pending;
+  if (!PendingAnswers::take(pending)) pending = std::make_unique<PendingAnswer>();
+  pending->usage = std::move(usage);
+  pending->done = std::move(done);
+  // The limiter calls back exactly once: the callback adopts the answer it carries.
   limiter_->evaluate(
-      std::move(*apps), [this, usage = std::move(usage), done = std::move(done)](Result<limiter::Evaluation>&& ev) mutable {
+      std::move(*apps), [this, held = pending.release()](Result<limiter::Evaluation>&& ev) {
+        std::unique_ptr<PendingAnswer> pending(held);
+        const MiddlewareCallback done = std::move(pending->done);
+        std::optional<UsageReservation> usage = std::move(pending->usage);
+        pending->done = nullptr;
+        pending->usage.reset();
+        PendingAnswers::give(std::move(pending));
         MiddlewareResult r;
         if (!ev) {
           const bool bad = ev.error().code == ErrorCode::invalid_argument;

@@ -56,6 +56,16 @@ RuleOutcome& next_outcome(std::vector<RuleOutcome>& outcomes, std::size_t& used)
   return out;
 }
 
+// The next item of a check to fill, `used` of them filled so far: an earlier check's (whose
+// key the caller reuses) or a new one.
+store::CheckItem& next_item(std::vector<store::CheckItem>& items, std::size_t& used) {
+  if (used == items.size()) {
+    ++used;
+    return items.emplace_back();
+  }
+  return items[used++];
+}
+
 // The same for a rule's limits.
 LimitOutcome& next_limit(std::vector<LimitOutcome>& limits, std::size_t& used) {
   if (used == limits.size()) {
@@ -105,8 +115,8 @@ struct Limiter::Prepared {
 };
 
 Limiter::Prepared* Limiter::Prepared::acquire() {
-  if (auto kept = Cache::take()) {
-    Prepared* p = kept->release();
+  if (std::unique_ptr<Prepared> kept; Cache::take(kept)) {
+    Prepared* p = kept.release();
     p->refs.store(1, std::memory_order_relaxed);
     return p;
   }
@@ -220,7 +230,12 @@ Result<Limiter::PreparedRef> Limiter::prepare(std::vector<AppliedRule> rules) co
   std::size_t enforcing_used = 0;  // of `enforcing`, filled: the others are an earlier evaluation's
   if (rules.size() > shadow) enforcing.reserve(rules.size() - shadow);
   if (shadow > 0) prepared->shadow.reserve(shadow);
+  // A list the store gave back keeps its items' keys: each is assigned again.
+  if (prepared->items.capacity() == 0) {
+    store::CheckItemLists::take(prepared->items);
+  }
   prepared->items.reserve(enforcing_limits);
+  std::size_t items_used = 0;  // of prepared->items, filled
 
   for (auto& app : rules) {
     const Rule* rule = app.rule;
@@ -401,17 +416,22 @@ Result<Limiter::PreparedRef> Limiter::prepare(std::vector<AppliedRule> rules) co
       prepared->reserving = enforcing_used - 1;
       // The record outlives the slots it holds, so that their release finds it.
       prepared->reservation_record = {std::move(*record), std::max(app.reservation_ttl, slot_ttl),
-                                      prepared->items.size(), out.limits.size()};
+                                      items_used, out.limits.size()};
     }
     if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
       for (const auto& lo : out.limits) {
-        prepared->items.push_back(
-            store::CheckItem{lo.key, lo.limit, item_cost(lo.limit, out.cost), max_delay, rule->lease});
+        store::CheckItem& item = next_item(prepared->items, items_used);
+        std::string key = std::move(item.key);
+        key.assign(lo.key);
+        item = store::CheckItem{std::move(key), lo.limit, item_cost(lo.limit, out.cost), max_delay, rule->lease};
       }
     }
   }
   enforcing.resize(enforcing_used);
+  prepared->items.resize(items_used);
+  rules.clear();
+  ApplicationLists::give(std::move(rules));
   return prepared;
 }
 

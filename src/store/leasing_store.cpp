@@ -301,6 +301,7 @@ void LeasingStore::try_local(std::vector<CheckItem> items, CheckCallback done) {
         local_admissions_.fetch_add(1, std::memory_order_relaxed);
       }
       done(std::move(out));
+      CheckItemLists::give(std::move(items));
       return;
     }
     if (denied) {

@@ -7,7 +7,6 @@
 // nothing.
 
 #include <cstddef>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -16,13 +15,14 @@ namespace ratekeeper {
 template <class T, std::size_t Kept>
 class ThreadCache {
  public:
-  static std::optional<T> take() {
-    if (gone) return std::nullopt;
+  // Moves a kept one into `into` and answers true; false (and `into` untouched) when none is.
+  static bool take(T& into) {
+    if (gone) return false;
     auto& kept = cache().kept;
-    if (kept.empty()) return std::nullopt;
-    std::optional<T> t(std::move(kept.back()));
+    if (kept.empty()) return false;
+    into = std::move(kept.back());
     kept.pop_back();
-    return t;
+    return true;
   }
 
   // Keeps `t` (moved from), or leaves it to the caller to destroy.

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ratekeeper/core/log_limit.hpp"
+#include "ratekeeper/core/thread_cache.hpp"
 #include "ratekeeper/limiter/decision_log.hpp"
 #include "ratekeeper/limiter/failure_policy.hpp"
 #include "ratekeeper/limiter/metrics.hpp"
@@ -86,6 +87,10 @@ struct AppliedRule {
   // rule's keys placed in its slot. Empty: the rule's limits alone, under its identity.
   std::string parent;
 };
+
+// Lists of applications, given back (emptied) once evaluated, for the next request's on the
+// thread: Limiter::evaluate gives back the one it was handed; the middleware takes one.
+using ApplicationLists = ThreadCache<std::vector<AppliedRule>, 64>;
 
 // A reservation's id: 32 lowercase hex digits (128 random bits).
 std::string new_reservation_id();

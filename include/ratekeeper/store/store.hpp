@@ -12,6 +12,7 @@
 #include "ratekeeper/algorithms/decision.hpp"
 #include "ratekeeper/algorithms/limit.hpp"
 #include "ratekeeper/core/error.hpp"
+#include "ratekeeper/core/thread_cache.hpp"
 #include "ratekeeper/store/lease.hpp"
 
 namespace ratekeeper {
@@ -37,6 +38,10 @@ struct CheckItem {
 
   friend bool operator==(const CheckItem&, const CheckItem&) = default;
 };
+
+// Lists of check items given back by a store once it holds what it needs of them (per
+// thread), for the next check's: their keys keep their capacity. The Limiter takes them.
+using CheckItemLists = ThreadCache<std::vector<CheckItem>, 64>;
 
 // Whether some item of a check may wait for its turn (max_delay > 0).
 inline bool may_delay(std::span<const CheckItem> items) noexcept {

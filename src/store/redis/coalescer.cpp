@@ -87,12 +87,13 @@ void Coalescer::check(std::vector<CheckItem> items, std::optional<Micros> now, M
       return;
     }
     Check* check = check_pool_.acquire();
-    check->items = std::move(items);
+    check->items.swap(items);  // `items` now holds an earlier check's, given back below
     check->now = now;
     check->deadline = deadline;
     check->done = std::move(done);
     queued_.push_back(check);
   }
+  if (items.capacity() > 0) CheckItemLists::give(std::move(items));
   schedule_flush();
 }
 
