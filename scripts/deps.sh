@@ -29,6 +29,8 @@ packages=(cmake g++ make pkg-config libboost-dev libboost-system-dev libhiredis-
   python3-websockets openssl
   # tests/edge: the alerting rules and the exposition checked by promtool
   prometheus
+  # bench/proxy_callgrind.sh: instructions and allocations a request
+  valgrind
   # tests/packaging: the Debian packages (CPack's DEB generator: dpkg-shlibdeps, file), their
   # unit checked by systemd-analyze (no running systemd needed)
   dpkg-dev file systemd)
