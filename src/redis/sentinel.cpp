@@ -122,15 +122,20 @@ struct Sentinel::Impl {
   void on_switch_master(std::size_t from, std::string_view message) {
     const auto [name, change] = detail::parse_switch_master(message);
     if (name != options.master_name) return;
-    switch_messages.fetch_add(1, std::memory_order_relaxed);
+    bool announced = false;
     {
       std::lock_guard lock(mu);
-      if (!change.empty() && change == announced_switch) return;
-      announced_switch = change;
-      first_asked = from;
+      if (change.empty() || change != announced_switch) {
+        announced_switch = change;
+        first_asked = from;
+        announced = true;
+      }
     }
-    switch_announcements.fetch_add(1, std::memory_order_relaxed);
-    resolver->request();
+    if (announced) switch_announcements.fetch_add(1, std::memory_order_relaxed);
+    // Counted once handled (released to stats(), which reads it first): whoever sees the
+    // message counted sees the announcement it made.
+    switch_messages.fetch_add(1, std::memory_order_release);
+    if (announced) resolver->request();
   }
 
   // A subscription is up again after a loss: switches announced meanwhile are found by
@@ -360,7 +365,12 @@ std::string Sentinel::subscription_status() const {
 Sentinel::Stats Sentinel::stats() const noexcept {
   const auto& i = *impl_;
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  Stats s{r(i.resolutions), r(i.switches), r(i.topology_errors), i.router.unsent_retries(), r(i.switch_messages),
+  // Braced initialisers run in order: the messages (acquired) before the announcements.
+  Stats s{r(i.resolutions),
+          r(i.switches),
+          r(i.topology_errors),
+          i.router.unsent_retries(),
+          i.switch_messages.load(std::memory_order_acquire),
           r(i.switch_announcements)};
   for (const auto& subscriber : i.subscribers) {
     const auto sub = subscriber->stats();
