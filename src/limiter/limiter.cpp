@@ -108,7 +108,8 @@ struct Limiter::Prepared {
   static void unref(Prepared* p) noexcept;
 
  private:
-  // Back to the state of a new one, but for the capacity of the outcomes' vectors and strings.
+  // Back to the state of a new one, but for the capacity of the outcomes' vectors and strings
+  // (a field added above is reset here too).
   void clear() noexcept;
 
   using Cache = ThreadCache<std::unique_ptr<Prepared>, 256>;

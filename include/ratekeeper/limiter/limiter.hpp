@@ -283,7 +283,7 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
  private:
   struct Prepared;
   // An owning reference to a Prepared, counted (shadow checks share one with the enforcing
-  // check); the last one gives it back to its thread's pool.
+  // check); the last one gives it back to its thread's cache.
   class PreparedRef {
    public:
     PreparedRef() = default;
