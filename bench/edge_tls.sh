@@ -21,37 +21,16 @@ for tool in wrk h2load openssl redis-server; do
   command -v "$tool" >/dev/null || { echo "$tool is not installed (scripts/deps.sh)" >&2; exit 1; }
 done
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-. bench/ports.sh
-wait_port() {
-  for _ in $(seq 1 100); do port_in_use "$1" && return; sleep 0.1; done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
+. bench/proxy_lab.sh
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
   -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
-redis_port=$(free_port 17000)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-  --dir "$work" --logfile "$work/redis.log" &
-pids+=($!)
+start_redis
+start_upstream
 
-upstream_port=$(free_port 17300)
 nginx_port=$(free_port 17500)
-mkdir -p "$work/upstream/logs" "$work/nginx/logs"
-cat >"$work/upstream/nginx.conf" <<CONF
-worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:$upstream_port; keepalive_requests 1000000;
-  location / { return 200 "ok\n"; } } }
-CONF
+mkdir -p "$work/nginx"
 cat >"$work/nginx/nginx.conf" <<CONF
 worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;
 events { worker_connections 4096; }
@@ -72,11 +51,7 @@ http {
   }
 }
 CONF
-for d in upstream nginx; do
-  "$nginx" -p "$work/$d" -c "$work/$d/nginx.conf" -g 'daemon off;' &
-  pids+=($!)
-done
-wait_port "$upstream_port"
+start_nginx "$work/nginx"
 wait_port "$nginx_port"
 
 rk_port=$(free_port 18000)

@@ -29,46 +29,9 @@ for b in "${binaries[@]}"; do
   [ -x "$b" ] || { echo "no ratekeeper binary at $b (build target ratekeeper_cli)" >&2; exit 1; }
 done
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-. bench/ports.sh
-wait_port() {
-  for _ in $(seq 1 300); do port_in_use "$1" && return; sleep 0.1; done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
-
-redis_port=$(free_port 17000)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-  --daemonize no --dir "$work" --logfile "$work/redis.log" &
-pids+=($!)
-wait_port "$redis_port"
-
-upstream_port=$(free_port 17300)
-mkdir -p "$work/upstream/logs"
-cat >"$work/upstream/nginx.conf" <<CONF
-worker_processes 1;
-error_log logs/error.log warn;
-pid logs/nginx.pid;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  server {
-    listen 127.0.0.1:$upstream_port;
-    keepalive_requests 1000000;
-    location / { return 200 "ok\n"; }
-  }
-}
-CONF
-"$nginx" -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' &
-pids+=($!)
-wait_port "$upstream_port"
+. bench/proxy_lab.sh
+start_redis
+start_upstream
 
 # Calls to malloc in a callgrind dump, per request.
 mallocs() {
@@ -108,7 +71,7 @@ YAML
   valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$1" serve --config "$dir/rk.yaml" \
     >"$dir/rk.log" 2>&1 &
   pid=$!
-  wait_port "$port"
+  wait_port "$port" 300  # callgrind starts it slowly
   h2load --h1 -n 400 -c 8 "http://127.0.0.1:$port/api/data" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
   h2load --h1 -n "$requests" -c 8 "http://127.0.0.1:$port/api/data" >"$dir/h2load.txt"

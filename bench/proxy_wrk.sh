@@ -30,56 +30,9 @@ nginx=${NGINX:-/usr/sbin/nginx}
 command -v wrk >/dev/null || { echo "wrk is not installed (scripts/deps.sh)" >&2; exit 1; }
 [ -x "$nginx" ] || { echo "nginx is not installed (scripts/deps.sh)" >&2; exit 1; }
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-. bench/ports.sh
-wait_port() {
-  for _ in $(seq 1 100); do port_in_use "$1" && return; sleep 0.1; done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
-
-# nginx with its own prefix: config, pid, logs and temp files under $1.
-start_nginx() {
-  local dir=$1
-  mkdir -p "$dir/logs"
-  "$nginx" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' &
-  pids+=($!)
-}
-
-redis_port=$(free_port 17000)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-  --daemonize no --dir "$work" --logfile "$work/redis.log" &
-pids+=($!)
-for _ in $(seq 1 100); do
-  [ "$(redis-cli -p "$redis_port" ping 2>/dev/null || true)" = "PONG" ] && break
-  sleep 0.1
-done
-
-upstream_port=$(free_port 17300)
-mkdir -p "$work/upstream"
-cat >"$work/upstream/nginx.conf" <<CONF
-worker_processes 1;
-error_log logs/error.log warn;
-pid logs/nginx.pid;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  server {
-    listen 127.0.0.1:$upstream_port;
-    keepalive_requests 1000000;
-    location / { return 200 "ok\n"; }
-  }
-}
-CONF
-start_nginx "$work/upstream"
-wait_port "$upstream_port"
+. bench/proxy_lab.sh
+start_redis
+start_upstream
 
 nginx_port=$(free_port 17500)
 mkdir -p "$work/nginx"
