@@ -42,39 +42,26 @@ const RuleOutcome kFreshOutcome{};
 const LimitOutcome kFreshLimit{};
 const Evaluation kFreshEvaluation{};
 
-// The next outcome of `outcomes` to fill, `used` of them filled so far: one left from an
-// earlier evaluation (reset, with its limits kept for reuse) or a new one.
+// The next element of `v` to fill, `used` of them filled so far: one left from an earlier
+// evaluation, whose strings and vectors keep their capacity, or a new one.
+template <class T>
+T& next_of(std::vector<T>& v, std::size_t& used) {
+  if (used == v.size()) v.emplace_back();
+  return v[used++];
+}
+
+// The next rule outcome, reset but for its limits (kept for reuse).
 RuleOutcome& next_outcome(std::vector<RuleOutcome>& outcomes, std::size_t& used) {
-  if (used == outcomes.size()) {
-    ++used;
-    return outcomes.emplace_back();
-  }
-  RuleOutcome& out = outcomes[used++];
+  RuleOutcome& out = next_of(outcomes, used);
   auto limits = std::move(out.limits);
   out = kFreshOutcome;
   out.limits = std::move(limits);
   return out;
 }
 
-// The next item of a check to fill, `used` of them filled so far: an earlier check's (whose
-// key the caller reuses) or a new one.
-store::CheckItem& next_item(std::vector<store::CheckItem>& items, std::size_t& used) {
-  if (used == items.size()) {
-    ++used;
-    return items.emplace_back();
-  }
-  return items[used++];
-}
-
-// The same for a rule's limits.
+// The next limit of a rule, reset.
 LimitOutcome& next_limit(std::vector<LimitOutcome>& limits, std::size_t& used) {
-  if (used == limits.size()) {
-    ++used;
-    return limits.emplace_back();
-  }
-  LimitOutcome& lo = limits[used++];
-  lo = kFreshLimit;
-  return lo;
+  return next_of(limits, used) = kFreshLimit;
 }
 
 }  // namespace
@@ -422,7 +409,7 @@ Result<Limiter::PreparedRef> Limiter::prepare(std::vector<AppliedRule> rules) co
     if (!rule->shadow) {
       const Micros max_delay = rule->on_limit == OnLimit::delay ? rule->max_delay : 0;
       for (const auto& lo : out.limits) {
-        store::CheckItem& item = next_item(prepared->items, items_used);
+        store::CheckItem& item = next_of(prepared->items, items_used);
         std::string key = std::move(item.key);
         key.assign(lo.key);
         item = store::CheckItem{std::move(key), lo.limit, item_cost(lo.limit, out.cost), max_delay, rule->lease};
