@@ -50,6 +50,37 @@ std::optional<std::int64_t> parse_header_cost(std::string_view text, std::int64_
   return value;
 }
 
+// Field names equal but for case and '-' against '_': CGI and WSGI servers, and the
+// frameworks on them, read both spellings as one variable (X-User-ID and X-User_ID are
+// HTTP_X_USER_ID).
+bool same_field_name(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i] == '_' ? '-' : a[i];
+    char y = b[i] == '_' ? '-' : b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// The value of a field a rule decides on (an identity, a tier, an estimate), nullopt when it
+// is absent. The proxy sends every field on, so one sent twice, or in both spellings, is
+// refused: the rule would count one value and the application might read the other.
+Result<std::optional<std::string_view>> decided_field(const Request& request, std::string_view name) {
+  std::optional<std::string_view> value;
+  for (const auto& [n, v] : request.headers) {
+    if (!same_field_name(n, name)) continue;
+    if (value) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{} must be sent once: the rules decide on one value", name));
+    }
+    value = v;
+  }
+  return value;
+}
+
 // The request's path in normal form (http/path.hpp): a view of the request's own path when it
 // is normal already (no allocation), else of `storage`.
 Result<std::string_view> normal_path(const Request& request, const PathOptions& options,
@@ -96,11 +127,16 @@ Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, c
     return limiter::header_identity(spec.header, spec.prefix, value);
   };
   ip_fallback = false;
+  std::optional<std::string_view> value;
+  if (spec.kind != IdentityKind::ip) {
+    auto field = decided_field(request, spec.header);
+    if (!field) return std::unexpected(std::move(field.error()));
+    value = *field;
+  }
   switch (spec.kind) {
     case IdentityKind::ip:
       return ip_identity();
     case IdentityKind::header: {
-      auto value = request.header(spec.header);
       if (!value && !spec.default_value.empty()) value = spec.default_value;
       if (value) {
         user_id = std::string(*value);
@@ -109,7 +145,6 @@ Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, c
       break;
     }
     case IdentityKind::user_or_ip: {
-      auto value = request.header(spec.header);
       if (value && !value->empty()) {
         user_id = std::string(*value);
         return header_identity(*value);
@@ -117,7 +152,6 @@ Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, c
       break;
     }
     case IdentityKind::api_key: {
-      auto value = request.header(spec.header);
       if (value && !value->empty()) return limiter::api_key_identity(*value);
       break;
     }
@@ -146,7 +180,11 @@ Result<void> Middleware::resolve_at(limiter::AppliedRule& app, const limiter::Ru
   if (rule.tiered) {
     const auto& tiers = limiter_->tiers();
     std::optional<std::string_view> tier_header;
-    if (tiers.trust_header && !app.ip_fallback) tier_header = request.header(tiers.header);
+    if (tiers.trust_header && !app.ip_fallback) {
+      auto field = decided_field(request, tiers.header);
+      if (!field) return std::unexpected(std::move(field.error()));
+      tier_header = *field;
+    }
     app.tier = app.ip_fallback ? tiers.default_tier : tiers.resolve(user_id, tier_header);
   }
   if (rule.usage.enabled()) {
@@ -154,7 +192,9 @@ Result<void> Middleware::resolve_at(limiter::AppliedRule& app, const limiter::Ru
     // is refused when evaluated (it could never be admitted).
     app.cost = rule.usage.estimate;
     if (!rule.usage.estimate_header.empty()) {
-      if (const auto value = request.header(rule.usage.estimate_header)) {
+      auto field = decided_field(request, rule.usage.estimate_header);
+      if (!field) return std::unexpected(std::move(field.error()));
+      if (const auto value = *field) {
         const auto estimate = parse_header_cost(*value, kMaxExact);
         if (!estimate) {
           return make_error(ErrorCode::invalid_argument,

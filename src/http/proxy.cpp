@@ -107,9 +107,13 @@ std::size_t piece_size(std::size_t buffer_size, bool length_known, std::uint64_t
 }
 
 struct UpstreamConnection {
-  // `tls`: the upstream's client context (https), or nullptr.
-  UpstreamConnection(const Stream::executor_type& executor, const std::shared_ptr<TlsContext>& tls)
-      : context(tls), stream(executor, tls ? &tls->context() : nullptr) {}
+  // `tls`: the upstream's client context (https), or nullptr; `buffer_limit`: the buffer's
+  // max_size (read_buffer_limit).
+  UpstreamConnection(const Stream::executor_type& executor, const std::shared_ptr<TlsContext>& tls,
+                     std::size_t buffer_limit)
+      : context(tls), stream(executor, tls ? &tls->context() : nullptr) {
+    buffer.max_size(buffer_limit);
+  }
   std::shared_ptr<TlsContext> context;  // outlives the stream
   Stream stream;
   beast::flat_buffer buffer;  // read but not parsed yet: empty between responses
@@ -621,6 +625,10 @@ struct Proxy::Impl : ServerCore {
   std::shared_ptr<TlsContext> upstream_tls;  // https: the client context of every connection
   std::optional<Error> tls_error;            // https: why the context could not be made
   std::string_view scheme() const noexcept { return options.tls ? "https" : "http"; }
+  // An upstream connection's read buffer: a response's header, a piece of its body, a read.
+  std::size_t upstream_buffer_limit() const noexcept {
+    return read_buffer_limit(std::max(options.header_limit, kMinResponseHeaderLimit), upstream.buffer_size);
+  }
   std::vector<std::shared_ptr<UpstreamPool>> pools;  // by loop context index
   LogLimit failure_log;  // the 502/504 lines
 
@@ -667,6 +675,7 @@ class ProxySession final : public ClientConnection {
     peer_of(client_.tcp().socket(), peer_address_, peer_port_);
     beast::error_code ec;
     client_.tcp().socket().set_option(tcp::no_delay(true), ec);
+    client_buf_.max_size(read_buffer_limit(proxy_.options.header_limit, proxy_.upstream.buffer_size));
   }
 
   ~ProxySession() override {
@@ -782,6 +791,7 @@ class ProxySession final : public ClientConnection {
                                        : Framing::none;
     request_length_ = length.value_or(0);
     request_body_ = req_->chunked() || request_length_ > 0;
+    last_upstream_request_ = request_body_ && body_unexpected(method);
     expect_continue_ = false;
     if (auto expect = request.header("Expect")) expect_continue_ = iequals(*expect, "100-continue");
     // An upgrade (WebSocket) is relayed for a request without body: after the upstream's 101
@@ -800,6 +810,7 @@ class ProxySession final : public ClientConnection {
     request.target = std::move(*target);
     request.peer_address = peer_address_;
     request.peer_port = peer_port_;
+    remove_connection_named(request.headers);  // decided on as the upstream will receive it
 
     auto executor = client_.get_executor();
     const bool returned = contain("the proxy's middleware", [&] {
@@ -888,7 +899,8 @@ class ProxySession final : public ClientConnection {
 
   void connect() {
     reused_ = false;
-    up_ = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls);
+    up_ = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls,
+                                               proxy_.upstream_buffer_limit());
     auto* connecting = up_.get();
     proxy_.open_upstream(*up_, resolver_, [self = self<ProxySession>(), connecting] {
       return self->closed() || self->up_.get() != connecting;
@@ -905,7 +917,7 @@ class ProxySession final : public ClientConnection {
   void send_head() {
     const Request& request = req_->request();
     write_upstream_request_head(head_, request.method, request.target, request.headers,
-                                Forwarding(peer_address_, proxy_.scheme(), upgrade_), request_framing_,
+                                Forwarding(peer_address_, proxy_.scheme(), upgrade_, last_upstream_request_), request_framing_,
                                 request_length_);
     // The body bytes read along with the header go out with it, in one write (not when the
     // client waits for 100 Continue).
@@ -1106,7 +1118,8 @@ class ProxySession final : public ClientConnection {
     } else {  // chunked, or until the upstream closes
       response_framing_ = version_ == 10 ? Framing::close : Framing::chunked;
     }
-    upstream_reusable_ = res_->keep_alive() && (res_->chunked() || length || !body_expected_);
+    upstream_reusable_ = res_->keep_alive() && !last_upstream_request_ &&
+                         (res_->chunked() || length || !body_expected_);
     client_keep_ = keep_alive_ && !draining_ && response_framing_ != Framing::close &&
                    req_->is_done();
     response_length_ = head_length;
@@ -1539,6 +1552,7 @@ class ProxySession final : public ClientConnection {
   // When the request's body must have arrived (request_timeout after its first read).
   std::optional<std::chrono::steady_clock::time_point> body_deadline_;
   bool request_body_ = false;    // the request has a body to relay
+  bool last_upstream_request_ = false;  // a body with a method that has none: Connection: close
   std::string upgrade_;          // the protocol the request asks to upgrade to (empty: none)
   bool tunnel_ = false;          // upgraded: relaying bytes both ways (counted in tunnels_open)
   TunnelEnd tunnel_end_ = TunnelEnd::error;  // why the tunnel ends (closed by another path: error)
@@ -1856,7 +1870,8 @@ class H2ProxySession final : public ClientConnection {
 
   void connect(const ExchangePtr& x) {
     x->reused = false;
-    x->up = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls);
+    x->up = std::make_unique<UpstreamConnection>(client_.get_executor(), proxy_.upstream_tls,
+                                                 proxy_.upstream_buffer_limit());
     auto* connecting = x->up.get();
     proxy_.open_upstream(*x->up, resolver_, [self = self<H2ProxySession>(), x, connecting] {
       return self->closed_ || x->gone || x->up.get() != connecting;
@@ -1872,10 +1887,10 @@ class H2ProxySession final : public ClientConnection {
 
   void send(const ExchangePtr& x) {
     const Request& r = x->request;
-    const bool bodyless_method = r.method == "GET" || r.method == "HEAD" || r.method == "DELETE" ||
-                                 r.method == "OPTIONS" || r.method == "TRACE";
+    const bool bodyless_method = body_unexpected(r.method);
     const Framing framing = r.body.empty() && bodyless_method ? Framing::none : Framing::length;
-    write_upstream_request_head(x->head, r.method, r.target, r.headers, Forwarding(peer_address_, proxy_.scheme(), {}),
+    write_upstream_request_head(x->head, r.method, r.target, r.headers,
+                                Forwarding(peer_address_, proxy_.scheme(), {}, bodyless_method && !r.body.empty()),
                                 framing, r.body.size());
     x->served.upstream_sent = std::chrono::steady_clock::now();
     // A new connection still holds its connect timeout; the session's sweep bounds what follows
@@ -2008,7 +2023,8 @@ class H2ProxySession final : public ClientConnection {
   // still reusable then.
   void release(Exchange& x) {
     finish_usage(x.usage);
-    if (x.up && x.res && x.res->is_done() && x.res->keep_alive() && x.up->buffer.size() == 0) {
+    const bool last = !x.request.body.empty() && body_unexpected(x.request.method);  // Connection: close
+    if (x.up && x.res && x.res->is_done() && x.res->keep_alive() && !last && x.up->buffer.size() == 0) {
       pool_.put(std::move(x.up));
     }
     drop(x);

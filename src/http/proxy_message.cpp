@@ -89,6 +89,13 @@ bool dropped(const ConnectionTokens& connection, std::string_view name) noexcept
   return connection.names(name) && !one_of(name, kProtected);
 }
 
+// Named in Connection but not dropped for another reason: what remove_connection_named takes
+// out of a request before it is decided on.
+bool named_only(const ConnectionTokens& connection, std::string_view name) noexcept {
+  return connection.names(name) && !is_hop_by_hop(name) && !iequals(name, "content-length") &&
+         !one_of(name, kProtected);
+}
+
 bool has_field(const HeaderList& fields, std::string_view name) noexcept {
   for (const auto& f : fields) {
     if (iequals(f.first, name)) return true;
@@ -184,6 +191,32 @@ bool is_hop_by_hop(std::string_view name) noexcept {
   return name.size() < 64 && ((kLengths >> name.size()) & 1) != 0 && one_of(name, kHopByHop);
 }
 
+bool body_unexpected(std::string_view method) noexcept {
+  return method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS" ||
+         method == "TRACE";
+}
+
+void remove_connection_named(HeaderList& fields) {
+  // Marked first and removed after: the tokens are views into the Connection fields.
+  std::vector<bool> named;
+  {
+    const ConnectionTokens connection(fields);
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      if (!named_only(connection, fields[i].first)) continue;
+      if (named.empty()) named.resize(fields.size());
+      named[i] = true;
+    }
+  }
+  if (named.empty()) return;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (named[i]) continue;
+    if (kept != i) fields[kept] = std::move(fields[i]);
+    ++kept;
+  }
+  fields.resize(kept);
+}
+
 namespace {
 
 // The fields of upstream_request_fields, one f(name, value) each, in order: the list and
@@ -222,6 +255,8 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
   if (!forwarding.upgrade.empty()) {
     f(std::string_view("Connection"), std::string_view("upgrade"));
     f(std::string_view("Upgrade"), forwarding.upgrade);
+  } else if (forwarding.close) {
+    f(std::string_view("Connection"), std::string_view("close"));
   }
 }
 

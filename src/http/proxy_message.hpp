@@ -40,21 +40,37 @@ enum class Framing {
 // True for the fields that apply to one connection only.
 bool is_hop_by_hop(std::string_view name) noexcept;
 
+// Methods whose content has no defined meaning (RFC 9110 9.3: GET, HEAD, DELETE, OPTIONS,
+// TRACE). Many applications never read a body sent with them, and then parse it as the next
+// request on the connection: a request the rules never saw, whose response would go to the
+// next client given the connection. Such a request with a body is sent on with
+// `Connection: close` (Forwarding::close), and its upstream connection is not reused.
+bool body_unexpected(std::string_view method) noexcept;
+
 // What the proxy states about a request it sends on: the client's address, the scheme the
-// request came in on, and the protocol an upgrade asks for (empty: none).
+// request came in on, the protocol an upgrade asks for (empty: none), and whether the upstream
+// connection ends with this request.
 struct Forwarding {
   explicit Forwarding(std::string_view peer) : peer_address(peer) {}
-  Forwarding(std::string_view peer, std::string_view scheme, std::string_view upgrade_to)
-      : peer_address(peer), proto(scheme), upgrade(upgrade_to) {}
+  Forwarding(std::string_view peer, std::string_view scheme, std::string_view upgrade_to, bool last = false)
+      : peer_address(peer), proto(scheme), upgrade(upgrade_to), close(last) {}
   std::string_view peer_address;
   std::string_view proto = "http";
   std::string_view upgrade;
+  bool close = false;  // `Connection: close` (never with an upgrade)
 };
 
 // The protocols a request asks to upgrade to (its Upgrade field, when Connection names
 // "upgrade"), when each protocol it offers is one of `allowed` (names compared without case, a
 // version ignored: "websocket/13" is websocket); empty when it asks for none or for another.
 std::string_view requested_upgrade(const HeaderList& received, std::span<const std::string> allowed) noexcept;
+
+// Removes from a received request the fields its Connection field names, when the proxy
+// would not send them on (RFC 9110 7.6.1): what the rules decide on is what the upstream
+// receives. Without this, an identity header the client names in Connection would be counted
+// and then never reach the application. Hop-by-hop fields, Content-Length and the fields the
+// proxy vouches for stay: the proxy reads or rewrites them itself.
+void remove_connection_named(HeaderList& fields);
 
 // The fields of the request the upstream receives (without framing: see request_head).
 HeaderList upstream_request_fields(const HeaderList& received, const Forwarding& forwarding);

@@ -25,6 +25,17 @@
 
 namespace ratekeeper::http {
 
+// The most one read adds to a buffer.
+inline constexpr std::size_t kReadSize = 65536;
+
+// The most a read buffer should hold (its max_size): a header of up to `header_limit` bytes,
+// a piece of body of up to `piece` bytes, and one read. Every line a parser needs whole (the
+// header, a chunk's size line with its extensions, the trailer fields) fits in it; one that
+// never ends fails its read with buffer_overflow instead of growing the buffer without end.
+constexpr std::size_t read_buffer_limit(std::size_t header_limit, std::size_t piece = 0) noexcept {
+  return header_limit + piece + kReadSize;
+}
+
 // Until: what completes the read besides an error.
 enum class ReadUntil {
   header,  // the header is parsed whole (http::async_read_header)
@@ -88,7 +99,7 @@ class ReadMessageOp {
   void read() {
     const std::size_t size = buffer_->size();
     const std::size_t room = std::min<std::size_t>(std::max<std::size_t>(512, buffer_->capacity() - size),
-                                                   std::min<std::size_t>(65536, buffer_->max_size() - size));
+                                                   std::min<std::size_t>(kReadSize, buffer_->max_size() - size));
     if (room == 0) return complete(boost::beast::http::error::buffer_overflow);
     boost::asio::mutable_buffer space;
     try {

@@ -24,6 +24,7 @@
 #include "ratekeeper/http/path.hpp"
 #include "executor_thread.hpp"
 #include "lazy_deadline.hpp"
+#include "read_message.hpp"
 #include "request_parser.hpp"
 #include "server_core.hpp"
 
@@ -63,6 +64,8 @@ class Session final : public ClientConnection {
     peer_of(stream_.tcp().socket(), peer_address_, peer_port_);
     beast::error_code ec;
     stream_.tcp().socket().set_option(tcp::no_delay(true), ec);
+    // The body goes to the parser, not the buffer: a header and a read.
+    buffer_.max_size(read_buffer_limit(server_.options.header_limit));
   }
 
   std::shared_ptr<Session> shared_from_this() { return self<Session>(); }

@@ -197,6 +197,12 @@ void TestUpstream::serve(int fd) {
       send("HTTP/1.1 200 OK\r\nContent-Len");
       break;
     }
+    if (path == "/endless-chunk-line") {  // a chunk's extensions that never end (16 MiB of them)
+      bool sent = send("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;");
+      const std::string more(64 * 1024, 'x');
+      for (int i = 0; sent && i < 256; ++i) sent = send(more);
+      break;
+    }
     if (path == "/close-in-body") {
       send("HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + pattern(0, 1000));
       break;

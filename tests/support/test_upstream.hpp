@@ -8,6 +8,7 @@
 //   /garbage      bytes that are no HTTP response, then closes
 //   /close-in-header   half a response header, then closes
 //   /close-in-body     a header announcing 1 MB, 1000 bytes, then closes
+//   /endless-chunk-line   a chunked header, then a chunk size line of 16 MiB (extensions)
 //   /hop-by-hop   the default, with hop-by-hop fields and a field named in Connection
 //   /usage/V      the default with X-Usage-Tokens: V (none: without it)
 //   /usage-json/V a JSON body with "usage": {"total_tokens": V}

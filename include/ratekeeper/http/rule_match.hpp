@@ -9,8 +9,9 @@
 
 namespace ratekeeper::http {
 
-// Empty `methods`: any method. `path` is an exact match; `path_prefix` a prefix match; both
-// empty: any path.
+// Empty `methods`: any method; one listing GET also matches HEAD. `path` is an exact match,
+// but for one trailing slash (a rule on /login also matches /login/, and one on /login/ matches
+// /login); `path_prefix` a prefix match; both empty: any path.
 struct RuleMatch {
   std::string rule;                  // the name of the limiter's rule it selects
   std::vector<std::string> methods;  // upper case, e.g. "GET", "POST"

@@ -39,6 +39,10 @@ rules:
   - name: hop
     match: {path_prefix: /hop}
     limits: [{capacity: 1000, refill_rate: 1}]
+  - name: keyed
+    match: {path: /keyed}
+    identity: {type: api_key}
+    limits: [{capacity: 1, refill_rate: 1}]
 )";
 
 // A socket to 127.0.0.1:port, by hand.
@@ -200,25 +204,27 @@ TEST_F(ProxyTest, RuleLimitsABurstExactlyAndDeniedRequestsNeverReachTheUpstream)
   EXPECT_EQ(stats().answered_by_limiter, 7u);
 }
 
-// Every spelling of /orders is charged to the rule on /orders and reaches the upstream as
-// /orders; /ORDERS is another path unless lowercase_path.
+// Every spelling of /orders, and of /orders/, is charged to the rule on /orders and reaches the
+// upstream in normal form; /ORDERS is another path unless lowercase_path.
 TEST_F(ProxyTest, EverySpellingOfAPathIsLimitedAndForwardedNormalised) {
   start();
   HttpClient client(port_);
-  for (std::string spelling : {"//orders", "/./orders", "/%2e/orders", "/x/../orders", "/%6Frders"}) {
+  for (std::string spelling : {"//orders", "/./orders", "/%2e/orders", "/x/../orders"}) {
     const auto r = client.get(spelling);
     EXPECT_EQ(r.status, 200) << spelling;
     ASSERT_FALSE(upstream_.requests().empty());
     EXPECT_EQ(upstream_.requests().back().target, "/orders") << spelling;
   }
-  EXPECT_EQ(client.get("/orders//").status, 200);  // another path: /orders/
+  // With a trailing slash, another path the rule on /orders also matches.
+  EXPECT_EQ(client.get("/orders//").status, 200);
   EXPECT_EQ(upstream_.requests().back().target, "/orders/");
   EXPECT_EQ(client.get("/x/..//orders?q=%2e").status, 429);
+  EXPECT_EQ(client.get("/%6Frders/.").status, 429);
   EXPECT_EQ(client.get("/ORDERS").status, 200);
   EXPECT_EQ(upstream_.requests().back().target, "/ORDERS");
-  EXPECT_EQ(upstream_.request_count(), 7u);
+  EXPECT_EQ(upstream_.request_count(), 6u);
   EXPECT_EQ(client.get("/or%zzders").status, 400);
-  EXPECT_EQ(upstream_.request_count(), 7u);
+  EXPECT_EQ(upstream_.request_count(), 6u);
 }
 
 TEST_F(ProxyTest, LowercasePathMatchesAndForwardsTheLowerCasePath) {
@@ -262,6 +268,49 @@ TEST_F(ProxyTest, RewritesHeadersBothWays) {
   }
   EXPECT_EQ(r.header("RateLimit"), "\"hop\";r=999;t=1");
   EXPECT_EQ(r.header("RateLimit-Policy"), "\"hop\";q=1000;w=1000");
+}
+
+// A field the client names in Connection is not sent on, so the rules do not decide on it: an
+// API key named there is neither counted nor seen by the application, and the request is the
+// client address's, as without a key. Keys the application receives are counted.
+TEST_F(ProxyTest, AnIdentityNamedInConnectionIsNeitherCountedNorSentOn) {
+  start();
+  HttpClient client(port_);
+  EXPECT_EQ(client.get("/keyed").status, 200);  // the client address's one request
+  for (const char* key : {"sk_1", "sk_2"}) {
+    const auto r = client.raw(fmt::format("GET /keyed HTTP/1.1\r\nHost: a\r\nX-API-Key: {}\r\n"
+                                          "Connection: keep-alive, X-API-Key\r\n\r\n", key));
+    EXPECT_EQ(r.status, 429) << key;
+  }
+  EXPECT_EQ(upstream_.request_count(), 1u);
+  const auto keyed = client.raw("GET /keyed HTTP/1.1\r\nHost: a\r\nX-API-Key: sk_1\r\n\r\n");
+  EXPECT_EQ(keyed.status, 200);  // a key of its own
+  ASSERT_EQ(upstream_.request_count(), 2u);
+  EXPECT_EQ(upstream_.requests().back().header("X-API-Key"), "sk_1");
+  // Sent twice, the key would be counted once and forwarded twice: refused.
+  const auto twice = client.raw("GET /keyed HTTP/1.1\r\nHost: a\r\nX-API-Key: sk_3\r\nX-API-Key: sk_1\r\n\r\n");
+  EXPECT_EQ(twice.status, 400);
+  EXPECT_EQ(upstream_.request_count(), 2u);
+}
+
+// A GET with a body, which an application may read as the next request on the connection, is
+// sent on with Connection: close, and its upstream connection is not given to the next request.
+TEST_F(ProxyTest, ABodyOnAMethodWithoutOneEndsItsUpstreamConnection) {
+  start();
+  HttpClient client(port_);
+  const auto r = client.raw("GET /other HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("X-Body-Bytes"), "5");
+  ASSERT_EQ(upstream_.request_count(), 1u);
+  EXPECT_EQ(upstream_.requests().back().header("Connection"), "close");
+  ASSERT_EQ(client.get("/other").status, 200);  // the client's connection is kept
+  ASSERT_EQ(upstream_.request_count(), 2u);
+  EXPECT_FALSE(upstream_.requests().back().header("Connection").has_value());
+  EXPECT_EQ(upstream_.connections(), 2u);
+  EXPECT_EQ(client.connections_opened(), 1u);
+  ASSERT_EQ(client.post("/other", "hello").status, 200);  // a method with a body: reused
+  EXPECT_EQ(upstream_.connections(), 2u);
+  EXPECT_EQ(stats().upstream_connections_reused, 1u);
 }
 
 // An HTTP/1.0 request without Host is sent on as HTTP/1.1 with one, empty (RFC 9112 3.2).
@@ -603,6 +652,29 @@ TEST_F(ProxyTest, SmugglingAndOversizedHeadersAreRefusedBeforeAnythingIsForwarde
 
 // 128 MiB up and 128 MiB down through one connection (2048 buffers each way): what the proxy holds at once stays a few
 // buffers (its high-water mark), and so does the process's resident memory.
+// A chunk's size line that never ends, from either side, is refused once it outgrows a header,
+// a piece of body and a read: the client's with 400, the upstream's as a response cut off.
+TEST_F(ProxyTest, AChunkLineThatNeverEndsIsRefusedFromEitherSide) {
+  start();
+  HttpClient client(port_);
+  client.connect();
+  client.send_raw("POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;");
+  const std::string endless(64 * 1024, 'a');
+  for (int i = 0; i < 64 && client.send_raw(endless) == endless.size(); ++i) {
+  }
+  const auto answer = client.read_until_close();
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << answer.substr(0, 100);
+
+  HttpClient second(port_);
+  second.connect();
+  second.send_raw("GET /endless-chunk-line HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto cut = second.read_until_close();  // the head relayed, then the connection closed
+  EXPECT_TRUE(cut.starts_with("HTTP/1.1 200")) << cut.substr(0, 100);
+  EXPECT_LT(cut.size(), 1024u);
+  EXPECT_EQ(stats().upstream_aborted, 1u);
+  EXPECT_EQ(HttpClient(port_).get("/other").status, 200);
+}
+
 TEST_F(ProxyTest, StreamsLargeBodiesBothWaysWithBoundedMemory) {
   http::UpstreamOptions options;
   options.buffer_size = std::size_t{64} * 1024;

@@ -166,6 +166,22 @@ TEST_F(HttpBadInput, OversizedHeadersAre431) {
   EXPECT_EQ(http_get(server_->port(), "/healthz").status, 200);
 }
 
+// A line the parser needs whole (a chunk's size line with its extensions, the trailer fields)
+// that never ends is refused once it outgrows a header and a read, not read without end.
+TEST_F(HttpBadInput, AChunkLineThatNeverEndsIs400) {
+  for (const std::string opening : {"5;", "0\r\nX-Trailer: "}) {
+    HttpClient client(server_->port());
+    client.connect();
+    client.send_raw("POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + opening);
+    const std::string endless(64 * 1024, 'a');
+    for (int i = 0; i < 64 && client.send_raw(endless) == endless.size(); ++i) {
+    }
+    const auto answer = client.read_until_close();
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << opening << ": " << answer.substr(0, 100);
+    EXPECT_EQ(http_get(server_->port(), "/healthz").status, 200);
+  }
+}
+
 TEST_F(HttpBadInput, OversizedBodyIs413) {
   auto r = check(std::string(4096, ' ') + "{}");
   EXPECT_EQ(r.status, 413);

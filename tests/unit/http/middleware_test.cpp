@@ -347,6 +347,43 @@ TEST_F(MiddlewareTest, OversizedUserIdIsABadRequest) {
   EXPECT_EQ(middleware.metrics().requests(RequestOutcome::bad_request), 1u);
 }
 
+// A field the rules decide on, sent twice or in both spellings (X-User-ID, X-User_ID, which
+// CGI and WSGI read as one), is refused: the proxy sends every field on, and the application
+// might read another value than the one counted. One field in the other spelling counts.
+TEST_F(MiddlewareTest, AFieldTheRulesDecideOnIsSentOnceOrRefused) {
+  auto refused = [&](Request r) {
+    const auto res = send(r);
+    return !res.admitted && res.status == 400 &&
+           nlohmann::json::parse(res.body)["detail"].get<std::string>().find("must be sent once") !=
+               std::string::npos;
+  };
+  Request profile;
+  profile.path = "/api/profile";
+  profile.headers = {{"X-User-ID", "mallory"}, {"X-User-ID", "alice"}};
+  EXPECT_TRUE(refused(profile));
+  profile.headers = {{"X-User-ID", "alice"}, {"x-user_id", "mallory"}};
+  EXPECT_TRUE(refused(profile));
+  profile.headers = {{"X-User_ID", "alice"}};
+  EXPECT_EQ(identity(profile), "user:alice");
+
+  Request keyed;
+  keyed.path = "/keyed";
+  keyed.headers = {{"X-API-Key", "sk_throwaway"}, {"X-API-Key", "sk_secret"}};
+  EXPECT_TRUE(refused(keyed));
+  Request account;  // user_or_ip: refused too, not taken for the IP
+  account.path = "/account/settings";
+  account.headers = {{"X-User-ID", "1"}, {"X-User-ID", "2"}};
+  EXPECT_TRUE(refused(account));
+
+  Request tiered;  // the trusted tier header
+  tiered.path = "/api/search";
+  tiered.headers = {{"X-User-ID", "bob"}, {"X-User-Tier", "free"}, {"X-User-Tier", "pro"}};
+  EXPECT_TRUE(refused(tiered));
+  tiered.headers.pop_back();
+  EXPECT_EQ(header(send(tiered), "RateLimit-Policy"), "\"search.free\";q=60;w=60");
+  EXPECT_EQ(middleware.metrics().requests(RequestOutcome::bad_request), 5u);
+}
+
 TEST_F(MiddlewareTest, IdentityWithBracesCannotBreakTheHashTag) {
   Request r;
   r.path = "/api/profile";
@@ -446,6 +483,37 @@ rules:
   EXPECT_TRUE(names("GET", "/auth/login").empty());
   EXPECT_TRUE(names("GET", "/apix").empty());
   EXPECT_EQ(names("GET", "/api/data?x=1"), (std::vector<std::string>{"exact", "prefix"}));
+  // HEAD runs an application's GET handler: a rule for GET covers it.
+  EXPECT_EQ(names("HEAD", "/api/data"), (std::vector<std::string>{"exact", "prefix"}));
+  EXPECT_TRUE(names("HEAD", "/auth/login").empty());
+  // An exact path also matches with one trailing slash, which most applications serve alike.
+  EXPECT_EQ(names("POST", "/auth/login/"), (std::vector<std::string>{"login"}));
+  EXPECT_EQ(names("POST", "/auth/login//"), (std::vector<std::string>{"login"}));  // normal: /auth/login/
+  EXPECT_TRUE(names("POST", "/auth/login/x").empty());
+  EXPECT_TRUE(names("POST", "/auth/logi/").empty());
+  EXPECT_TRUE(names("POST", "/auth/loginx").empty());
+}
+
+TEST(RuleMatchTest, AnExactPathMatchesWithOrWithoutOneTrailingSlash) {
+  RuleMatch with;
+  with.path = "/a/";
+  EXPECT_TRUE(with.matches("GET", "/a/"));
+  EXPECT_TRUE(with.matches("GET", "/a"));
+  EXPECT_FALSE(with.matches("GET", "/a/b"));
+  EXPECT_FALSE(with.matches("GET", "/"));
+  RuleMatch root;
+  root.path = "/";
+  EXPECT_TRUE(root.matches("GET", "/"));
+  EXPECT_FALSE(root.matches("GET", "/a"));
+  RuleMatch without;
+  without.path = "/a";
+  EXPECT_TRUE(without.matches("GET", "/a/"));
+  EXPECT_FALSE(without.matches("GET", "/ab"));
+  EXPECT_FALSE(without.matches("GET", "/"));
+  without.methods = {"POST"};
+  EXPECT_FALSE(without.matches("HEAD", "/a"));
+  EXPECT_FALSE(without.matches("GET", "/a"));
+  EXPECT_TRUE(without.matches("POST", "/a"));
 }
 
 TEST(RuleMatchTest, DefaultRulesApplyOnlyToRequestsNoOtherRuleMatches) {

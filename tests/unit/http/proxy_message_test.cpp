@@ -70,6 +70,66 @@ TEST(ProxyFields, RequestLosesHopByHopAndConnectionNamedFieldsButNotForwardedOne
   EXPECT_EQ(forwarded_for, 1);
 }
 
+// What the rules decide on is what the upstream receives: the end-to-end fields a request
+// names in Connection are taken out of it before the decision, and exactly those; the ones the
+// proxy reads, rewrites or vouches for stay, and the rest keep their order.
+TEST(ProxyFields, FieldsNamedInConnectionAreTakenOutBeforeTheDecision) {
+  HeaderList fields = {
+      {"Host", "app.example"},
+      {"X-API-Key", "sk_throwaway"},
+      {"Connection", "keep-alive, x-api-key, X-Max-Tokens"},
+      {"X-Max-Tokens", "0"},
+      {"connection", "Upgrade, Content-Length, X-Forwarded-For, Host, x-user-id"},
+      {"Upgrade", "websocket"},
+      {"Content-Length", "3"},
+      {"X-Forwarded-For", "203.0.113.9"},
+      {"X-User-ID", "a"},
+      {"X-User-ID", "b"},
+      {"X-Keep", "1"},
+  };
+  const auto forwarded = upstream_request_fields(fields, Forwarding("192.0.2.7"));
+  remove_connection_named(fields);
+  const HeaderList expected = {
+      {"Host", "app.example"},
+      {"Connection", "keep-alive, x-api-key, X-Max-Tokens"},
+      {"connection", "Upgrade, Content-Length, X-Forwarded-For, Host, x-user-id"},
+      {"Upgrade", "websocket"},
+      {"Content-Length", "3"},
+      {"X-Forwarded-For", "203.0.113.9"},
+      {"X-Keep", "1"},
+  };
+  EXPECT_EQ(fields, expected);
+  // Sent on, the remaining fields give the same request as before.
+  EXPECT_EQ(upstream_request_fields(fields, Forwarding("192.0.2.7")), forwarded);
+
+  HeaderList plain = {{"Host", "a"}, {"Connection", "close"}, {"Close", "x"}, {"X-A", "1"}};
+  remove_connection_named(plain);
+  EXPECT_EQ(plain, (HeaderList{{"Host", "a"}, {"Connection", "close"}, {"X-A", "1"}}));
+  HeaderList none = {{"Host", "a"}, {"X-A", "1"}};
+  remove_connection_named(none);
+  EXPECT_EQ(none, (HeaderList{{"Host", "a"}, {"X-A", "1"}}));
+}
+
+// A body sent with a method that has none (GET, HEAD, DELETE, OPTIONS, TRACE) may be read by
+// the application as the next request: such a request ends its upstream connection.
+TEST(ProxyFields, ARequestEndingItsUpstreamConnectionSaysClose) {
+  for (const std::string_view method : {"GET", "HEAD", "DELETE", "OPTIONS", "TRACE"}) {
+    EXPECT_TRUE(body_unexpected(method)) << method;
+  }
+  for (const std::string_view method : {"POST", "PUT", "PATCH", "get", "PROPFIND"}) {
+    EXPECT_FALSE(body_unexpected(method)) << method;
+  }
+  const HeaderList received = {{"Host", "a"}, {"Connection", "keep-alive"}};
+  const auto last = upstream_request_fields(received, Forwarding("192.0.2.7", "http", {}, true));
+  EXPECT_EQ(field(last, "Connection"), "close");
+  EXPECT_FALSE(field(upstream_request_fields(received, Forwarding("192.0.2.7")), "Connection"));
+  std::string head;
+  write_upstream_request_head(head, "GET", "/", received, Forwarding("192.0.2.7", "http", {}, true),
+                              Framing::length, 4);
+  EXPECT_EQ(head, request_head("GET", "/", last, Framing::length, 4));
+  EXPECT_NE(head.find("\r\nConnection: close\r\n"), std::string::npos);
+}
+
 TEST(ProxyFields, WithoutHostNoForwardedHostAndThePeerStartsTheChain) {
   const auto out = upstream_request_fields({{"Accept", "*/*"}}, Forwarding("::1"));
   EXPECT_EQ(field(out, "X-Forwarded-For"), "::1");
