@@ -704,7 +704,7 @@ Config read_config(const Reader& r, const YAML::Node& root) {
     r.fail("", "the document must be a mapping of sections (listen, store, rules, ...)");
   r.expect_map(root, "",
                {"listen", "threads", "store", "failure_policy", "key_prefix", "tiers",
-                "trusted_proxies", "headers", "logging", "metrics", "http", "rules", "upstream",
+                "trusted_proxies", "ipv6_prefix", "headers", "logging", "metrics", "http", "rules", "upstream",
                 "admin", "grpc", "demo_api", "tls", "access_log", "overrides"});
   if (root["listen"]) {
     auto listen = parse_listen_address(r.string(root["listen"], "listen"));
@@ -740,6 +740,9 @@ Config read_config(const Reader& r, const YAML::Node& root) {
       }
     }
     c.middleware.trusted_proxies = *http::TrustedProxies::parse(c.trusted_proxies);
+  }
+  if (root["ipv6_prefix"]) {
+    c.middleware.ipv6_prefix = static_cast<int>(r.integer(root["ipv6_prefix"], "ipv6_prefix", 32, 128));
   }
   if (const auto h = root["headers"]) {
     r.expect_map(h, "headers", {"draft", "legacy"});

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -207,6 +208,15 @@ Result<Cidr> Cidr::parse(std::string_view text) {
   // Clear host bits so that contains() compares networks.
   for (int bit = len; bit < max_len; ++bit) c.network.bytes[bit / 8] &= ~(0x80 >> (bit % 8));
   return c;
+}
+
+IpAddress network_of(const IpAddress& ip, int prefix_len) noexcept {
+  IpAddress out = ip;
+  const int length = ip.v6 ? 128 : 32;
+  for (int bit = std::max(prefix_len, 0); bit < length; ++bit) {
+    out.bytes[static_cast<std::size_t>(bit / 8)] &= static_cast<std::uint8_t>(~(0x80u >> (bit % 8)));
+  }
+  return out;
 }
 
 bool Cidr::contains(const IpAddress& ip) const noexcept {

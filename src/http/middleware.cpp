@@ -21,8 +21,8 @@ Middleware::Middleware(limiter::Limiter& limiter, MiddlewareOptions options)
     : limiter_(&limiter),
       options_(std::move(options)),
       metrics_(options_.metrics ? options_.metrics : std::make_shared<RequestMetrics>()),
-      usage_log_(std::make_unique<LogLimit>()),
-      holding_log_(std::make_shared<LogLimit>()) {
+      usage_log_(std::make_unique<LogLimit>("usage: responses without a valid cost")),
+      holding_log_(std::make_shared<LogLimit>("requests whose concurrency slots or usage cost could not be held")) {
   routes_.reserve(options_.matches.size());
   for (const auto& match : options_.matches) {
     const limiter::Rule* rule = limiter.find_rule(match.rule);
@@ -121,6 +121,9 @@ Result<std::string> Middleware::identity_of(const limiter::IdentitySpec& spec, c
         options_.trusted_proxies.empty() ? std::string() : request.header_list("X-Forwarded-For");
     auto ip = client_ip(request.peer_address, forwarded, options_.trusted_proxies);
     if (!ip) return std::unexpected(ip.error());
+    if (ip->v6 && options_.ipv6_prefix < 128) {
+      return fmt::format("ip:{}/{}", network_of(*ip, options_.ipv6_prefix).to_string(), options_.ipv6_prefix);
+    }
     return "ip:" + ip->to_string();
   };
   auto header_identity = [&](std::string_view value) {

@@ -43,6 +43,10 @@ std::optional<IpAddress> parse_ip(std::string_view text);
 // parse_ip + to_string; invalid_argument when not an address.
 Result<std::string> normalize_ip(std::string_view text);
 
+// The network of `ip` at `prefix_len` bits (0 to the address's length): the bits past them
+// cleared.
+IpAddress network_of(const IpAddress& ip, int prefix_len) noexcept;
+
 // An address block, "10.0.0.0/8", "2001:db8::/32", or a single address (full length). The
 // address is bare (parse_address); the prefix length is decimal digits without sign or
 // leading zeros, at most the address's length ("::ffff:10.0.0.0/104", an IPv4 block written

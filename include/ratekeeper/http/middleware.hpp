@@ -69,6 +69,9 @@ struct HandleOptions {
 struct MiddlewareOptions {
   HeaderOptions headers;
   TrustedProxies trusted_proxies;
+  // An IPv6 client's IP identity is its network of this many bits ("ip:2001:db8:1:2::/64"),
+  // 128 its address: a host is given a /64 and can send from any address in it.
+  int ipv6_prefix = 64;
   // The requests each rule applies to, in configuration order; a rule without one is not
   // applied to HTTP requests (the decision API still checks it).
   std::vector<RuleMatch> matches;

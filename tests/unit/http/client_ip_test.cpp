@@ -80,6 +80,20 @@ TEST(Cidr, ContainsIpv4AndIpv6Blocks) {
   EXPECT_TRUE(mapped->contains(*parse_ip("10.1.2.3")));
 }
 
+TEST(NetworkOf, ClearsTheBitsPastThePrefix) {
+  auto net = [](std::string_view ip, int bits) { return network_of(*parse_address(ip), bits).to_string(); };
+  EXPECT_EQ(net("2001:db8:1:2:3:4:5:6", 64), "2001:db8:1:2::");
+  EXPECT_EQ(net("2001:db8:1:2:3:4:5:6", 128), "2001:db8:1:2:3:4:5:6");
+  EXPECT_EQ(net("2001:db8:1:ff:3:4:5:6", 57), "2001:db8:1:80::");
+  EXPECT_EQ(net("2001:db8:1:2:3:4:5:6", 0), "::");
+  EXPECT_EQ(net("192.0.2.255", 25), "192.0.2.128");
+  EXPECT_EQ(net("192.0.2.255", 32), "192.0.2.255");
+  // Each network holds its own addresses and none of the next one.
+  const auto block = *Cidr::parse("2001:db8:1:2::/64");
+  EXPECT_TRUE(block.contains(network_of(*parse_address("2001:db8:1:2:ffff::1"), 64)));
+  EXPECT_FALSE(block.contains(network_of(*parse_address("2001:db8:1:3::1"), 64)));
+}
+
 TEST(Cidr, RejectsBadBlocks) {
   for (auto bad : {"10.0.0.0/33", "2001:db8::/129", "10.0.0.0/x", "nope/8", "10.0.0.0/"}) {
     EXPECT_FALSE(Cidr::parse(bad)) << bad;

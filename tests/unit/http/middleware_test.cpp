@@ -251,7 +251,7 @@ TEST_F(MiddlewareTest, WithoutTrustedProxiesTheClientIsThePeerInCanonicalForm) {
   EXPECT_EQ(identity_of("10.1.2.3"), "ip:10.1.2.3");  // not trusted here
   EXPECT_EQ(identity_of("255.255.255.0"), "ip:255.255.255.0");
   EXPECT_EQ(identity_of("::ffff:192.0.2.7"), "ip:192.0.2.7");
-  EXPECT_EQ(identity_of("2001:DB8:0::42"), "ip:2001:db8::42");
+  EXPECT_EQ(identity_of("2001:DB8:0::42"), "ip:2001:db8::/64");  // its /64 (ipv6_prefix)
   EXPECT_EQ(identity_of("192.0.2.7:8080"), "ip:192.0.2.7");
   EXPECT_EQ(identity_of("not an address"), "<error>");
 }
@@ -272,12 +272,47 @@ TEST_F(MiddlewareTest, ForwardedForHonouredOnlyFromTrustedProxies) {
 
   Request v6;
   v6.peer = "2001:db8:ffff::10";
-  v6.headers = {{"X-Forwarded-For", "2001:DB8:0:0::0:42"}};
-  EXPECT_EQ(identity(v6), "ip:2001:db8::42");
+  v6.headers = {{"X-Forwarded-For", "2001:DB8:0:7::0:42"}};
+  EXPECT_EQ(identity(v6), "ip:2001:db8:0:7::/64");
 
   Request mapped;
   mapped.peer = "::ffff:192.0.2.7";
   EXPECT_EQ(identity(mapped), "ip:192.0.2.7");
+}
+
+// A host is given a whole /64: each request from another address of it is the same client.
+// ipv6_prefix sets the network's bits (128: the address).
+TEST_F(MiddlewareTest, AnIpv6ClientIsItsNetworkNotEachAddressOfIt) {
+  Request r;
+  r.path = "/slow";  // capacity 1
+  r.peer = "2001:db8:1:2::1";
+  EXPECT_TRUE(send(r).admitted);
+  for (const char* peer : {"2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:ffff", "[2001:db8:1:2:a::]:443"}) {
+    r.peer = peer;
+    EXPECT_EQ(send(r).status, 429) << peer;
+  }
+  r.peer = "2001:db8:1:3::1";  // the next /64: another client
+  EXPECT_TRUE(send(r).admitted);
+
+  for (const auto& [prefix, identity] : std::vector<std::pair<int, std::string>>{
+           {128, "ip:2001:db8:1:2:ab:cd:ef:12"}, {56, "ip:2001:db8:1::/56"}, {48, "ip:2001:db8:1::/48"},
+           {33, "ip:2001:db8::/33"}}) {
+    MiddlewareOptions options = config.middleware;
+    options.ipv6_prefix = prefix;
+    Middleware m{limiter, options};
+    Request one;
+    one.peer = "2001:db8:1:2:ab:cd:ef:12";
+    const auto apps = m.applied_rules(one.view());
+    ASSERT_TRUE(apps && !apps->empty());
+    EXPECT_EQ(apps->front().identity, identity) << prefix;
+  }
+  EXPECT_EQ(parse_config("ipv6_prefix: 128\n", "t.yaml").middleware.ipv6_prefix, 128);
+  try {
+    parse_config("ipv6_prefix: 16\n", "t.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const server::ConfigError& e) {
+    EXPECT_EQ(e.field(), "ipv6_prefix");
+  }
 }
 
 TEST_F(MiddlewareTest, SpoofedForwardedForDoesNotEscapeTheLimit) {
