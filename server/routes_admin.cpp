@@ -36,7 +36,7 @@ std::expected<int, std::string> bounded_param(std::string_view query, std::strin
 // log.
 void log_failure(std::string_view what, std::string_view identity, std::string_view rule, std::string_view peer,
                  const Error& error) {
-  static LogLimit limit;
+  static LogLimit limit("admin: operations on a key that failed");
   std::uint64_t suppressed = 0;
   if (!limit.admit(suppressed)) return;
   spdlog::warn("admin: {} of {} under rule '{}' asked by {} failed: {}{}", what, identity, rule, peer, error.message,

@@ -17,12 +17,20 @@ Response Api::Routes::readiness() const {
 }
 
 // The HTTP server's own counters and the contained exceptions.
+// Both listeners' (the proxy's, when there is one, and this server's) in each.
 void write_http_server_metrics(MetricsWriter& out, const http::Server& server, const http::Proxy* proxy) {
-  const auto stats = server.stats();
+  auto stats = server.stats();
+  if (proxy != nullptr) {
+    const auto p = proxy->stats();
+    stats.tls_handshake_failures += p.tls_handshake_failures;
+    stats.connections_open += p.connections_open;
+    stats.accept_errors += p.accept_errors;
+    stats.handler_exceptions += p.handler_exceptions;
+  }
   out.counter("ratekeeper_http_tls_handshake_failures_total",
               "Client connections closed in a failed TLS handshake (TLS listeners; the reason is logged).",
-              stats.tls_handshake_failures + (proxy != nullptr ? proxy->stats().tls_handshake_failures : 0));
-  out.gauge("ratekeeper_http_connections_open", "Client connections open.",
+              std::uint64_t{stats.tls_handshake_failures});
+  out.gauge("ratekeeper_http_connections_open", "Client connections open, on every listener.",
             static_cast<std::int64_t>(stats.connections_open));
   out.counter("ratekeeper_http_accept_errors_total",
               "Failed accepts (e.g. out of file descriptors): accepting backs off and resumes by itself.",

@@ -28,6 +28,7 @@
 #include "rls_config.hpp"
 #include "yaml_reader.hpp"
 #include "ratekeeper/core/event_loop.hpp"
+#include "ratekeeper/core/log_limit.hpp"
 #include "ratekeeper/core/periodic.hpp"
 #include "ratekeeper/core/metrics_writer.hpp"
 #include "ratekeeper/core/shared_value.hpp"
@@ -331,6 +332,8 @@ int serve(const ServeArgs& args) {
   // configuration of the moment's). Declared after the store: stopped before it goes, on
   // every way out.
   std::optional<Periodic> overrides_refresh;
+  // The counts of rate-bounded log lines left out at the end of a burst, written each second.
+  std::optional<Periodic> left_out_report;
   Process process;
   process.denial_cache = opened->denial_cache;
   process.loop = loop;
@@ -386,6 +389,10 @@ int serve(const ServeArgs& args) {
           if (process.denial_cache != nullptr) process.denial_cache->clear();
         });
     reloader.store(running_reloader.get());
+    left_out_report.emplace(*loop, kMicrosPerSecond, [](Periodic::Done done) {
+      LogLimit::report_left_out();
+      done();
+    });
     overrides_refresh.emplace(
         *loop, 0, [&current] { return current.load()->config.overrides_refresh; },
         [&current](Periodic::Done done) {
@@ -447,6 +454,8 @@ int serve(const ServeArgs& args) {
     // units go back to the store then.
     if (leasing != nullptr) leasing->shutdown();
     overrides_refresh.reset();
+    left_out_report.reset();
+    LogLimit::report_left_out();  // what the last second left out
     {
       const std::lock_guard lock(store_watch->mu);
       store_watch->store = nullptr;

@@ -630,7 +630,7 @@ struct Proxy::Impl : ServerCore {
     return read_buffer_limit(std::max(options.header_limit, kMinResponseHeaderLimit), upstream.buffer_size);
   }
   std::vector<std::shared_ptr<UpstreamPool>> pools;  // by loop context index
-  LogLimit failure_log;  // the 502/504 lines
+  LogLimit failure_log{"proxy: upstream failures (502, 504, responses cut off)"};
 
   std::atomic<std::uint64_t> forwarded{0};
   std::atomic<std::uint64_t> answered_by_limiter{0};
@@ -647,12 +647,13 @@ struct Proxy::Impl : ServerCore {
   std::atomic<std::uint64_t> upgrades{0};
   std::atomic<std::uint64_t> tunnels_open{0};
   std::array<std::atomic<std::uint64_t>, kTunnelEnds> tunnels_closed{};  // by TunnelEnd
-  LogLimit tunnel_log;  // tunnels ended by a time bound or a failed write
+  LogLimit tunnel_log{"proxy: upgraded connections ended by a time bound or a failed write"};
   std::atomic<std::uint64_t> h2_connections{0};
   std::array<std::atomic<std::uint64_t>, 14> h2_goaways{};  // by error code
   std::atomic<std::uint64_t> h2_stalled{0};
-  LogLimit h2_log;      // HTTP/2 connections ended for the client's error
-  LogLimit client_log;  // responses given up: the client took none of them for upstream.timeout
+  LogLimit h2_log{"proxy: HTTP/2 connections ended for the client's error"};
+  // Responses given up: the client took none of them for upstream.timeout.
+  LogLimit client_log{"proxy: responses given up, their client reading none of them"};
   std::atomic<std::uint64_t> buffered{0};
   std::atomic<std::uint64_t> buffered_high{0};
 };
@@ -952,6 +953,13 @@ class ProxySession final : public ClientConnection {
                       request_length_);
   }
 
+  // A write of the request to the upstream failed: slower than upstream.timeout it is a 504,
+  // as a response header that slow is; otherwise a 502.
+  void upstream_write_failed(beast::error_code ec) {
+    if (ec == beast::error::timeout) return upstream_failed(kTimeout, proxy_.upstream_timeout, ec);
+    upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
+  }
+
   // An idle connection the upstream closed meanwhile fails at once: an idempotent request
   // without body goes again, once, on a new connection.
   bool retry() {
@@ -966,12 +974,12 @@ class ProxySession final : public ClientConnection {
   // `bad_body`: the body bytes sent with it ended in a malformed chunk.
   void on_head_sent(beast::error_code ec, bool head_sent, bool bad_body) {
     if (closed()) return;
-    if (ec && !head_sent) {
+    if (ec && !head_sent && ec != beast::error::timeout) {
       if (retry()) return;
       return upstream_failed(kUnreachable, proxy_.upstream_unreachable, ec);
     }
     proxy_.count(proxy_.forwarded);
-    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
+    if (ec) return upstream_write_failed(ec);
     if (bad_body) {
       // The upstream's request is cut short, the client told why.
       drop_upstream();
@@ -1004,7 +1012,7 @@ class ProxySession final : public ClientConnection {
                        [self = self<ProxySession>()](beast::error_code ec, std::size_t) {
                          ec = self->upstream_done(ec);
                          if (self->closed()) return;
-                         if (ec) return self->upstream_failed(kBadResponse, self->proxy_.upstream_bad_response, ec);
+                         if (ec) return self->upstream_write_failed(ec);
                          self->read_response_header();
                        });
       return;
@@ -1061,7 +1069,7 @@ class ProxySession final : public ClientConnection {
     ec = upstream_done(ec);
     release_held();
     if (closed()) return;
-    if (ec) return upstream_failed(kBadResponse, proxy_.upstream_bad_response, ec);
+    if (ec) return upstream_write_failed(ec);
     relay_request_body();
   }
 

@@ -108,7 +108,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> accept_errors_{0};
-  LogLimit tls_log_{1, 5};
+  LogLimit tls_log_{"TLS handshakes failed", 1, 5};
 
   // Live connections, for the drain. Connections keep the core alive (shared_ptr), so they
   // may outlive the Server on a shared loop and still unregister here.

@@ -125,7 +125,7 @@ std::size_t Overrides::apply(std::int64_t version, const std::vector<std::pair<s
   auto table = std::make_shared<Table>();
   table->version = version;
   std::size_t invalid = 0;
-  static LogLimit log_limit;
+  static LogLimit log_limit("overrides: invalid entries");
   for (const auto& [field, value] : entries) {
     auto o = parse_override(field, value);
     if (!o) {
@@ -161,7 +161,7 @@ void Overrides::refresh(store::Store& store, std::string key, std::function<void
                                                     Result<std::optional<store::SharedTable>> read) {
     if (!read) {
       failed_.fetch_add(1, std::memory_order_relaxed);
-      static LogLimit log_limit;
+      static LogLimit log_limit("overrides: the table could not be read");
       std::uint64_t suppressed = 0;
       if (log_limit.admit(suppressed)) {
         spdlog::warn("overrides: the table could not be read, the {} held stay in effect: {}{}",

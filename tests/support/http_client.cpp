@@ -550,4 +550,11 @@ ProcessResult run_ratekeeper(const std::vector<std::string>& args,
   return result;
 }
 
+int logged_port(const ServerProcess& server, std::string_view prefix) {
+  const auto out = server.log();
+  const auto at = out.find(prefix);
+  if (at == std::string::npos) return 0;
+  return std::stoi(out.substr(at + prefix.size()));
+}
+
 }  // namespace ratekeeper::testing

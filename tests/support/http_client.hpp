@@ -132,6 +132,10 @@ class ServerProcess {
   int port_ = 0;
 };
 
+// The port after `prefix` in the server's log ("admin endpoints on 127.0.0.1:"); 0 when the
+// line is not there.
+int logged_port(const ServerProcess& server, std::string_view prefix);
+
 // A `ratekeeper serve` process from inline YAML; `store_url` empty: the configured store.
 std::unique_ptr<ServerProcess> serve(std::string yaml, std::string store_url = {}, int threads = 2,
                                      int max_open_files = 0);

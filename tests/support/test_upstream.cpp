@@ -148,6 +148,9 @@ void TestUpstream::serve(int fd) {
     }
     seen.chunked = parser.chunked();
     seen.body_checksum = checksum({});
+    if (seen.target.starts_with("/stall-body/")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(number_after(seen.target, "/stall-body/")));
+    }
     std::vector<char> piece(kPiece);
     while (!parser.is_done()) {
       parser.get().body().data = piece.data();

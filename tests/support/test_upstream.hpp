@@ -4,6 +4,7 @@
 //   /stream/N     N bytes of pattern (see pattern_byte), with Content-Length
 //   /chunked/N    the same N bytes, chunked (64 KiB chunks)
 //   /sleep/MS     waits MS milliseconds, then as the default
+//   /stall-body/MS     reads the header, waits MS milliseconds, then reads the body, as the default
 //   /status/N     status N without body (a 304 with the Content-Length of the resource)
 //   /garbage      bytes that are no HTTP response, then closes
 //   /close-in-header   half a response header, then closes

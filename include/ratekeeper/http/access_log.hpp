@@ -82,7 +82,7 @@ class AccessLog {
 
   AccessLogOptions options_;
   LogLimit limit_;
-  LogLimit failure_log_{0.1, 1};  // failed writes: a line every 10 s at most
+  LogLimit failure_log_{"access log: failed writes", 0.1, 1};  // a line every 10 s at most
   std::mutex mu_;
   std::condition_variable wake_;
   std::string pending_;       // lines not yet written to the file

@@ -338,8 +338,8 @@ class Limiter : public std::enable_shared_from_this<Limiter> {
   std::unique_ptr<DecisionLog> log_;
   std::unique_ptr<store::MemoryStore> local_;  // failure policy `local`: one for every rule
   FailurePolicy policy_;
-  LogLimit policy_log_;  // the lines of checks answered by the failure policy
-  LogLimit settle_log_;  // the lines of settlements the store failed
+  LogLimit policy_log_{"checks answered by the failure policy"};
+  LogLimit settle_log_{"settlements the store failed"};
   std::shared_ptr<Overrides> overrides_;
   std::string overrides_key_;  // <prefix>:{overrides}
 };

@@ -116,7 +116,7 @@ class Service {
     std::atomic<std::uint64_t> descriptors_quota_store_error{0};
   };
   std::shared_ptr<Counters> counters_;  // shared with the services it continues
-  LogLimit quota_failure_log_;          // the lines of quota descriptors the store failed
+  LogLimit quota_failure_log_{"rls: quota descriptors the store failed"};
 };
 
 }  // namespace ratekeeper::rls

@@ -159,7 +159,7 @@ void CrossSlotChecks::undo_sent() noexcept {
 void CrossSlotChecks::undo_answered(std::string_view record, const Result<bool>& answer) {
   if (answer) return;
   refunds_failed_.fetch_add(1, std::memory_order_relaxed);
-  static LogLimit log;
+  static LogLimit log("redis-cluster: reservations not given back on another slot");
   if (std::uint64_t suppressed = 0; log.admit(suppressed)) {
     spdlog::warn("redis-cluster: the reservation {} was denied or failed on another slot, and giving back what it "
                  "reserved failed: its estimate stays and its slots are held until they expire: {}{}",

@@ -489,6 +489,25 @@ TEST_F(ProxyTest, SlowUpstreamIs504) {
   EXPECT_EQ(client.get("/other").status, 200);  // the client's connection goes on
 }
 
+// An upstream that takes none of the request's body for upstream.timeout is a 504, as one slow
+// to answer is.
+TEST_F(ProxyTest, AnUpstreamTooSlowToTakeTheBodyIs504) {
+  http::UpstreamOptions options;
+  options.timeout = 50 * kMicrosPerMilli;
+  start(options);
+  HttpClient client(port_);
+  client.connect();
+  constexpr std::size_t kBody = std::size_t{64} << 20;  // past every socket buffer on the way
+  client.send_raw(fmt::format("POST /stall-body/1000 HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", kBody));
+  const std::string piece(1 << 20, 'b');
+  for (std::size_t sent = 0; sent < kBody && client.send_raw(piece) == piece.size(); sent += piece.size()) {
+  }
+  const auto answer = client.read_until_close();
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 504")) << answer.substr(0, 100);
+  EXPECT_EQ(stats().upstream_timeout, 1u);
+  EXPECT_EQ(stats().upstream_bad_response, 0u);
+}
+
 TEST_F(ProxyTest, GarbageOrCloseBeforeTheHeaderIs502) {
   start();
   HttpClient client(port_);

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <signal.h>
 
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <future>
@@ -16,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_upstream.hpp"
@@ -147,6 +149,37 @@ TEST(HttpLifecycle, TheProxysBadGatewaysAreLoggedRateLimited) {
   for (auto pos = log.find("proxy: 502"); pos != std::string::npos; pos = log.find("proxy: 502", pos + 1)) ++lines;
   EXPECT_GE(lines, 1u);
   EXPECT_LT(lines, 20u) << log;  // bounded: not one line per request
+
+  // The end of the burst is not lost: once the rate allows a line, the count of those left out
+  // is written on its own. Every 502 is a line or counted in one.
+  const std::string_view report = " lines left out since the last: proxy: upstream failures";
+  std::string full;
+  ASSERT_TRUE(eventually([&] {
+    full = server->output() + server->errors();
+    return full.find(report) != std::string::npos;
+  })) << full;
+  std::uint64_t told = 0;
+  for (const std::string_view marker : {std::string_view(" similar lines left out)"), report}) {
+    for (auto pos = full.find(marker); pos != std::string::npos; pos = full.find(marker, pos + 1)) {
+      auto start = pos;
+      while (start > 0 && std::isdigit(static_cast<unsigned char>(full[start - 1]))) --start;
+      told += std::stoull(full.substr(start, pos - start));
+    }
+  }
+  EXPECT_EQ(lines + told, 20u) << full;
+
+  // Connections open to the proxy count with the admin listener's own.
+  std::vector<std::unique_ptr<HttpClient>> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(std::make_unique<HttpClient>(proxy));
+    idle.back()->connect();
+  }
+  HttpClient admin(logged_port(*server, "admin endpoints on 127.0.0.1:"));
+  std::optional<double> open;
+  EXPECT_TRUE(eventually([&] {
+    open = metric_value(admin.get("/metrics").body, "ratekeeper_http_connections_open");
+    return open == 4.0;
+  })) << open.value_or(-1);
 }
 
 // The store's password never reaches the log: the url is logged with "***" in its place.

@@ -75,14 +75,6 @@ TEST(HttpPathSpelling, TheDecisionApiRequestFormSharesOneBucket) {
   for (const auto& path : kSpellings) EXPECT_EQ(check(path).status, 429) << path;
 }
 
-// The port after `prefix` in the server's log.
-int logged_port(const ServerProcess& server, std::string_view prefix) {
-  const auto out = server.log();
-  const auto at = out.find(prefix);
-  if (at == std::string::npos) return 0;
-  return std::stoi(out.substr(at + prefix.size()));
-}
-
 TEST(HttpPathSpelling, TheProxySharesOneBucketAndForwardsTheNormalPath) {
   TestUpstream upstream;
   auto server = serve(fmt::format("upstream: {{url: \"http://127.0.0.1:{}\"}}\nadmin: {{listen: 127.0.0.1:0}}\n",

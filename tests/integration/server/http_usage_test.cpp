@@ -24,13 +24,6 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-int logged_port(const ServerProcess& server, std::string_view prefix) {
-  const auto out = server.log();
-  const auto at = out.find(prefix);
-  if (at == std::string::npos) return 0;
-  return std::stoi(out.substr(at + prefix.size()));
-}
-
 class HttpUsage : public ::testing::Test {
  protected:
   void SetUp() override {
