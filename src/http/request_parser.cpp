@@ -25,6 +25,23 @@ void RequestParser::on_response_impl(int, string_view, int, error_code& ec) {
   ec = bhttp::error::bad_version;  // never called for a request parser
 }
 
+namespace {
+
+bool only_chunked_or_identity(std::string_view value) noexcept {
+  while (!value.empty()) {
+    const auto comma = value.find(',');
+    std::string_view coding = value.substr(0, comma);
+    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
+    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
+    if (!coding.empty() && !iequals(coding, "chunked") && !iequals(coding, "identity")) return false;
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return true;
+}
+
+}  // namespace
+
 void RequestParser::on_field_impl(bhttp::field f, string_view name, string_view value,
                                   error_code& ec) {
   // RFC 9110 6.5.1: trailer fields (after a chunked body) are not merged into the header
@@ -43,6 +60,12 @@ void RequestParser::on_field_impl(bhttp::field f, string_view name, string_view 
     content_length_seen_ = true;
   } else if (f == bhttp::field::transfer_encoding) {
     transfer_encoding_seen_ = true;
+    // Only chunked (and identity, which changes nothing) can be re-framed: the body of
+    // "gzip, chunked" would reach the upstream chunked, its gzip coding lost.
+    if (!only_chunked_or_identity(std::string_view(value.data(), value.size()))) {
+      ec = bhttp::error::bad_transfer_encoding;
+      return;
+    }
   } else if (f == bhttp::field::host) {
     ++host_fields_;
   }

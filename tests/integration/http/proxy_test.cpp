@@ -638,6 +638,9 @@ TEST_F(ProxyTest, SmugglingAndOversizedHeadersAreRefusedBeforeAnythingIsForwarde
       "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
       "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
       "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+      // A coding before chunked that the proxy would drop when re-framing the body.
+      "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+      "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
       "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 0, 0\r\n\r\n",
       "POST /upload HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
       "GET /orders HTTP/1.1\r\n\r\n",
