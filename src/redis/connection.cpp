@@ -374,6 +374,11 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
+  // A reader's error, with the server it came from.
+  Error named(const Error& e) const {
+    return Error{e.code, fmt::format("redis {}: {}", options.endpoint.to_string(), e.message)};
+  }
+
   void on_read(std::uint64_t gen, const error_code& ec, std::size_t n) {
     if (gen != generation) return;
     if (ec) {
@@ -383,14 +388,14 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
       return;
     }
     if (auto ok = reader.feed(read_buffer.data(), n); !ok) {
-      fail_connection(ok.error());
+      fail_connection(named(ok.error()));
       return;
     }
     replies.clear();
     while (true) {
       auto next = reader.next();
       if (!next) {
-        fail_connection(next.error());
+        fail_connection(named(next.error()));
         return;
       }
       std::optional<Reply>& reply = *next;

@@ -19,7 +19,18 @@ namespace {
 // billion elements costs nothing until they are received.
 constexpr std::size_t kReserved = 1024;
 
-Reply* place(const redisReadTask* task) noexcept {
+// Charges an object of the reply being read: false once the reply has taken kMaxReplyBytes.
+bool charge(const redisReadTask* task, std::size_t bytes) noexcept {
+  auto* budget = static_cast<RespReader::Budget*>(task->privdata);
+  if (budget == nullptr) return true;
+  budget->used += sizeof(Reply) + bytes;
+  if (budget->used <= kMaxReplyBytes) return true;
+  budget->exceeded = true;
+  return false;
+}
+
+Reply* place(const redisReadTask* task, std::size_t bytes = 0) noexcept {
+  if (!charge(task, bytes)) return nullptr;
   if (task->parent != nullptr) {
     auto& elements = static_cast<Reply*>(task->parent->obj)->elements;
     if (task->idx < 0 || static_cast<std::size_t>(task->idx) != elements.size()) return nullptr;
@@ -33,7 +44,7 @@ Reply* place(const redisReadTask* task) noexcept {
 }
 
 void* create_string(const redisReadTask* task, char* str, std::size_t len) noexcept {
-  Reply* r = place(task);
+  Reply* r = place(task, len);
   if (r == nullptr) return nullptr;
   r->type = task->type == REDIS_REPLY_ERROR    ? Reply::Type::error
             : task->type == REDIS_REPLY_STATUS ? Reply::Type::status
@@ -81,18 +92,31 @@ redisReplyObjectFunctions reply_functions = {create_string, create_array, create
 
 }  // namespace
 
-RespReader::RespReader() : reader_(redisReaderCreateWithFunctions(&reply_functions)) {
-  if (!reader_) throw std::bad_alloc();
+RespReader::RespReader() {
+  reset();
 }
 
 void RespReader::reset() {
+  *budget_ = Budget{};
   reader_.reset(redisReaderCreateWithFunctions(&reply_functions));
   if (!reader_) throw std::bad_alloc();
+  reader_->privdata = budget_.get();
+}
+
+Result<void> RespReader::too_large() const {
+  return make_error(ErrorCode::protocol,
+                    fmt::format("RESP reader: a reply of more than {} MiB (is the peer Redis?)", kMaxReplyBytes >> 20));
 }
 
 Result<void> RespReader::feed(const char* data, std::size_t size) {
+  if (budget_->exceeded) return too_large();
   if (redisReaderFeed(reader_.get(), data, size) != REDIS_OK) {
     return make_error(ErrorCode::protocol, fmt::format("RESP reader: {}", reader_->errstr));
+  }
+  // Bytes held for an element still arriving (a bulk string announced long) count too.
+  if (reader_->len - reader_->pos > kMaxReplyBytes) {
+    budget_->exceeded = true;
+    return too_large();
   }
   return {};
 }
@@ -100,9 +124,11 @@ Result<void> RespReader::feed(const char* data, std::size_t size) {
 Result<std::optional<Reply>> RespReader::next() {
   void* raw = nullptr;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
+    if (budget_->exceeded) return std::unexpected(too_large().error());
     return make_error(ErrorCode::protocol, fmt::format("RESP reader: {}", reader_->errstr));
   }
   if (raw == nullptr) return std::optional<Reply>{};
+  budget_->used = 0;  // the next reply starts
   std::unique_ptr<Reply> reply(static_cast<Reply*>(raw));
   return std::optional<Reply>{std::move(*reply)};
 }

@@ -22,6 +22,12 @@ struct ReaderDeleter {
 };
 using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 
+// The most one reply may take: its objects, and the bytes of an element still arriving. A
+// peer that is not Redis (or a hostile one at its address) cannot have a connection hold
+// more: past it, the reply is a protocol error. The replies read are small (a script's
+// decisions, a topology, the overrides table of at most 10,000 entries: about 6 MiB).
+inline constexpr std::size_t kMaxReplyBytes = std::size_t{64} << 20;
+
 class RespReader {
  public:
   RespReader();
@@ -31,7 +37,16 @@ class RespReader {
   Result<std::optional<Reply>> next();
   void reset();
 
+  // What the reply being read has taken so far; shared with the reader's object hooks.
+  struct Budget {
+    std::size_t used = 0;
+    bool exceeded = false;
+  };
+
  private:
+  Result<void> too_large() const;
+
+  std::unique_ptr<Budget> budget_ = std::make_unique<Budget>();
   ReaderPtr reader_;
 };
 

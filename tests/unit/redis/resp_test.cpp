@@ -73,6 +73,51 @@ TEST(RespReader, ArrayHeaderAloneAllocatesNothingForItsElements) {
   EXPECT_FALSE(*r);  // more elements to come
 }
 
+// The first error reading `bytes` fed in `chunk`-byte pieces, or "" when there is none.
+std::string first_error(std::string_view bytes, std::size_t chunk, RespReader& reader) {
+  while (!bytes.empty()) {
+    const std::size_t n = std::min(chunk, bytes.size());
+    if (auto fed = reader.feed(bytes.data(), n); !fed) return fed.error().message;
+    bytes.remove_prefix(n);
+    for (;;) {
+      auto r = reader.next();
+      if (!r) return r.error().message;
+      if (!*r) break;
+    }
+  }
+  return "";
+}
+
+// A peer that is not Redis cannot make one reply hold more than kMaxReplyBytes: not with a
+// bulk string announced long, nor with an array of many small elements. Replies up to it, and
+// one such reply after another, are read.
+TEST(RespReader, OneReplyHoldsAtMostItsBound) {
+  const std::string more = "reply of more than 64 MiB";
+  {
+    RespReader reader;
+    std::string bulk = "$536870000\r\n" + std::string(kMaxReplyBytes + (1 << 20), 'x');
+    EXPECT_NE(first_error(bulk, 1 << 16, reader).find(more), std::string::npos);
+    const std::string_view after = "+OK\r\n";  // the connection is done with
+    EXPECT_FALSE(reader.feed(after.data(), after.size()));
+  }
+  {
+    RespReader reader;
+    std::string many = "*2000000000\r\n";
+    for (int i = 0; i < 2'000'000; ++i) many += ":1\r\n";
+    EXPECT_NE(first_error(many, 1 << 16, reader).find(more), std::string::npos);
+  }
+  {
+    // About 12 MiB of overrides-table-like elements, twice over: each reply within the bound.
+    std::string table = "*40000\r\n";
+    for (int i = 0; i < 40'000; ++i) table += "$300\r\n" + std::string(300, 'v') + "\r\n";
+    RespReader reader;
+    EXPECT_EQ(first_error(table + table, 1 << 16, reader), "");
+    const auto replies = read_all(table + table, 1 << 16);
+    ASSERT_EQ(replies.size(), 2u);
+    EXPECT_EQ(replies[1].elements.size(), 40'000u);
+  }
+}
+
 // What hiredis' own encoder writes for `argv`: the reference.
 std::string hiredis_command(const std::vector<std::string>& argv) {
   std::vector<const char*> ptrs;
