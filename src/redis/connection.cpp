@@ -340,7 +340,7 @@ struct Connection::Impl : std::enable_shared_from_this<Impl> {
     --handshake_left;
     if (reply.is_error()) {
       const std::string& what = handshake_names[index];
-      const bool auth = what == "AUTH" || what.starts_with("SELECT");
+      const bool auth = what == "AUTH" || what.starts_with("SELECT") || reply_error(reply).code == ErrorCode::auth;
       fail_connection(Error{auth ? ErrorCode::auth : ErrorCode::reply,
                             fmt::format("redis {}: {} refused: {}", options.endpoint.to_string(), what, reply.str)});
       return;

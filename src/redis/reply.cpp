@@ -8,6 +8,12 @@ std::string_view Reply::error_code() const noexcept {
   return s.substr(0, s.find(' '));
 }
 
+Error reply_error(const Reply& reply) {
+  const std::string_view code = reply.error_code();
+  const bool auth = code == "NOAUTH" || code == "WRONGPASS" || code == "NOPERM";
+  return Error{auth ? ErrorCode::auth : ErrorCode::reply, reply.str};
+}
+
 std::string Reply::to_string() const {
   switch (type) {
     case Type::string:

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ratekeeper/core/error.hpp"
+
 namespace ratekeeper::redis {
 
 struct Reply {
@@ -24,5 +26,10 @@ struct Reply {
   // Debug form: integers in decimal, errors prefixed "(error) ", arrays in brackets.
   std::string to_string() const;
 };
+
+// The error an error reply stands for: ErrorCode::auth when the server refused the
+// connection's credentials or rights (NOAUTH, WRONGPASS, NOPERM: a password set or an ACL
+// changed on the server), ErrorCode::reply for any other.
+Error reply_error(const Reply& reply);
 
 }  // namespace ratekeeper::redis

@@ -24,7 +24,7 @@ struct LeaseCall {
 }  // namespace
 
 Result<LeaseGrant> parse_lease_grant(const redis::Reply& reply, std::int64_t want) {
-  if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
+  if (reply.is_error()) return std::unexpected(redis::reply_error(reply));
   bool ok = reply.is_array() && reply.elements.size() == kLeaseReplyFields;
   for (std::size_t i = 0; ok && i < kLeaseReplyFields; ++i) ok = reply.elements[i].is_integer();
   if (!ok) {

@@ -13,8 +13,8 @@
 namespace ratekeeper::store::detail {
 
 // The lease script's reply {granted, the grant's decision (5 integers), at}. Errors:
-// ErrorCode::reply for an error reply, protocol for any other shape, or a grant that is not
-// in [0, want] or does not agree with its decision.
+// ErrorCode::reply for an error reply (auth for NOAUTH, WRONGPASS, NOPERM), protocol for any
+// other shape, or a grant that is not in [0, want] or does not agree with its decision.
 Result<LeaseGrant> parse_lease_grant(const redis::Reply& reply, std::int64_t want);
 
 // A lease of min(want, available) units of item.key, at least item.cost, through `client` to

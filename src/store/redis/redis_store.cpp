@@ -26,7 +26,7 @@ namespace {
 // The integer a script answers (reset, settle), or the error its reply is.
 Result<std::int64_t> integer_reply(Result<redis::Reply> reply, std::string_view script) {
   if (!reply) return std::unexpected(std::move(reply.error()));
-  if (reply->is_error()) return make_error(ErrorCode::reply, reply->str);
+  if (reply->is_error()) return std::unexpected(redis::reply_error(*reply));
   if (!reply->is_integer()) {
     return make_error(ErrorCode::protocol,
                       fmt::format("{} reply: expected an integer, got {}", script, reply->to_string()));
@@ -279,7 +279,7 @@ void RedisStore::read_table(std::string key, std::int64_t known_version, TableCa
     owned.reset();
     auto answer = [&]() -> Result<std::optional<SharedTable>> {
       if (!reply) return std::unexpected(std::move(reply.error()));
-      if (reply->is_error()) return make_error(ErrorCode::reply, reply->str);
+      if (reply->is_error()) return std::unexpected(redis::reply_error(*reply));
       auto& e = reply->elements;
       if (!reply->is_array() || e.empty() || e.size() % 2 != 1) {
         return make_error(ErrorCode::protocol, fmt::format("table_read reply: {}", reply->to_string()));
@@ -320,7 +320,8 @@ void RedisStore::write_table(std::string key, std::string field, std::optional<s
       if (reply->is_error()) {
         // The script's refusal (a full table) is the caller's to fix.
         const bool refused = reply->str.find("remove one first") != std::string::npos;
-        return make_error(refused ? ErrorCode::invalid_argument : ErrorCode::reply, reply->str);
+        if (refused) return make_error(ErrorCode::invalid_argument, reply->str);
+        return std::unexpected(redis::reply_error(*reply));
       }
       const auto& e = reply->elements;
       if (!reply->is_array() || e.size() != 2 || !e[1].is_integer()) {

@@ -16,7 +16,7 @@ constexpr std::int64_t kMaxScriptInteger = std::int64_t{1} << 53;
 constexpr std::size_t kRefundFields = 1 + kDecisionFields;
 
 Result<void> expect_integers(const redis::Reply& reply, std::size_t count, std::string_view script) {
-  if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
+  if (reply.is_error()) return std::unexpected(redis::reply_error(reply));
   bool ok = reply.is_array() && reply.elements.size() == count;
   for (std::size_t i = 0; ok && i < count; ++i) ok = reply.elements[i].is_integer();
   if (!ok) {
@@ -48,7 +48,7 @@ Result<Decision> to_decision(const redis::Reply* fields) {
 }
 
 Result<CheckOutcome> parse_outcome(const redis::Reply& reply, std::size_t items) {
-  if (reply.is_error()) return make_error(ErrorCode::reply, reply.str);
+  if (reply.is_error()) return std::unexpected(redis::reply_error(reply));
   // One item: a single-key script's decision, or "multi"'s combined one and the item's (a
   // concurrency limit has no script of its own).
   const std::size_t expected = kDecisionFields * (items + 1);
@@ -251,7 +251,7 @@ std::vector<Result<CheckOutcome>> parse_batch(const redis::Reply& reply, std::sp
     out.assign(checks, std::unexpected(error));
     return out;
   };
-  if (reply.is_error()) return fail_all(Error{ErrorCode::reply, reply.str});
+  if (reply.is_error()) return fail_all(redis::reply_error(reply));
   if (!reply.is_array()) {
     return fail_all(Error{ErrorCode::protocol, fmt::format("batch script reply: {}", reply.to_string())});
   }

@@ -3,8 +3,8 @@
 // place that reads them, for every shape of call that script_argv.hpp encodes. Internal to
 // the store layer. Stateless; thread-safe.
 //
-// Errors: ErrorCode::reply for an error reply (Redis's or the script's), protocol for any
-// other shape than the script's.
+// Errors: ErrorCode::reply for an error reply (Redis's or the script's; auth for NOAUTH,
+// WRONGPASS, NOPERM: redis::reply_error), protocol for any other shape than the script's.
 
 #include <cstddef>
 #include <functional>

@@ -296,6 +296,32 @@ TEST(RedisStore, ScriptErrorReplyIsAReplyError) {
   EXPECT_NE(r.error().message.find("OOM"), std::string::npos) << r.error().message;
 }
 
+// A refusal of the connection's rights or credentials is an auth error, counted and shown as
+// such: an ACL without the scripts (NOPERM), a password the store's url does not give
+// (NOAUTH).
+TEST(RedisStore, ARefusalOfTheConnectionsRightsIsAnAuthError) {
+  RedisServer server;
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "+@all", "-@scripting"}), "OK");
+  RedisStoreOptions o;
+  std::get<redis::ConnectionOptions>(o.topology).endpoint = redis::Endpoint{server.host(), server.port(), {}};
+  std::get<redis::ConnectionOptions>(o.topology).credentials = redis::Credentials{"noscripts", "pw"};
+  std::get<redis::ConnectionOptions>(o.topology).command_timeout = 2 * kMicrosPerSecond;
+  {
+    RedisStore store(o);
+    auto r = store.check_sync({{unique_key("noperm"), limit(Algorithm::token_bucket, 5, kMicrosPerSecond), 1}});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::auth) << r.error().message;
+    EXPECT_NE(r.error().message.find("NOPERM"), std::string::npos) << r.error().message;
+  }
+
+  RedisServer locked({.args = {"--requirepass", "set-on-the-server"}, .port = 0, .password = "set-on-the-server"});
+  auto store = open(options_for(locked));  // its url names no password
+  auto r = store->check_sync({{unique_key("noauth"), limit(Algorithm::token_bucket, 5, kMicrosPerSecond), 1}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::auth) << r.error().message;
+  EXPECT_NE(r.error().message.find("NOAUTH"), std::string::npos) << r.error().message;
+}
+
 // An OOM answer to FUNCTION LOAD is the memory's state, not a refusal of functions: once
 // memory is back, the next check loads the library and runs as FCALL (a store that took it for
 // a refusal would use scripts for good, and never load the library again).
