@@ -226,7 +226,9 @@ Result<std::vector<limiter::AppliedRule>> Middleware::applied_rules(const Reques
         continue;
       }
       if (out.capacity() == 0) limiter::ApplicationLists::take(out);
-      if (auto ok = resolve_at(out.emplace_back(), *route.rule, request, path); !ok) {
+      // An exact path's endpoint is the rule's: /login/ is /login's bucket, as it is its rule.
+      const std::string_view endpoint = route.match->path.empty() ? path : std::string_view(route.match->path);
+      if (auto ok = resolve_at(out.emplace_back(), *route.rule, request, endpoint); !ok) {
         return std::unexpected(std::move(ok.error()));
       }
     }

@@ -529,6 +529,32 @@ rules:
   EXPECT_TRUE(names("POST", "/auth/loginx").empty());
 }
 
+// A per_endpoint bucket of an exact path is the rule's path whatever the trailing slash (one
+// bucket, as one rule); under a prefix, each path is its own.
+TEST(RuleMatchTest, AnExactPathsEndpointIsTheRulesPath) {
+  store::MemoryStore store;
+  auto c = parse_config(R"(
+rules:
+  - {name: item, match: {path: /api/item}, bucket: per_endpoint, limits: [{capacity: 10, refill_rate: 1}]}
+  - {name: files, match: {path_prefix: /files/}, bucket: per_endpoint, limits: [{capacity: 10, refill_rate: 1}]}
+)");
+  limiter::Limiter limiter(c.limiter, store);
+  Middleware m(limiter, c.middleware);
+  auto endpoint = [&](std::string path) {
+    http::Request request;
+    request.method = "GET";
+    request.target = std::move(path);
+    request.peer_address = "192.0.2.7";
+    const auto apps = m.applied_rules(request);
+    return apps && apps->size() == 1 ? apps->front().endpoint : "<error>";
+  };
+  EXPECT_EQ(endpoint("/api/item"), "/api/item");
+  EXPECT_EQ(endpoint("/api/item/"), "/api/item");
+  EXPECT_EQ(endpoint("/api/./item//"), "/api/item");
+  EXPECT_EQ(endpoint("/files/a"), "/files/a");
+  EXPECT_EQ(endpoint("/files/a/"), "/files/a/");
+}
+
 TEST(RuleMatchTest, AnExactPathMatchesWithOrWithoutOneTrailingSlash) {
   RuleMatch with;
   with.path = "/a/";
