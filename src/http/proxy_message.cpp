@@ -226,11 +226,17 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
                                      F&& f) {
   const ConnectionTokens connection(received);
   std::string chain;
+  std::string forwarded;  // RFC 7239: the elements received, this hop's appended
   const std::string* host = nullptr;
   for (const auto& [n, v] : received) {
     if (iequals(n, "x-forwarded-for")) {
       if (!chain.empty()) chain += ", ";
       chain += trim(v);
+      continue;
+    }
+    if (iequals(n, "forwarded")) {
+      if (!forwarded.empty()) forwarded += ", ";
+      forwarded += trim(v);
       continue;
     }
     // Set below; Expect is answered by the proxy itself (100 Continue once admitted).
@@ -244,6 +250,16 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
   if (!chain.empty()) chain += ", ";
   chain += forwarding.peer_address;
   f(std::string_view("X-Forwarded-For"), std::string_view(chain));
+  if (!forwarded.empty()) {
+    // Only a request that came with the field gets it: its last element is then this proxy's
+    // word, and the client's own elements cannot pass for it.
+    const bool v6 = forwarding.peer_address.find(':') != std::string_view::npos;
+    forwarded += v6 ? ", for=\"[" : ", for=";
+    forwarded += forwarding.peer_address;
+    forwarded += v6 ? "]\";proto=" : ";proto=";
+    forwarded += forwarding.proto;
+    f(std::string_view("Forwarded"), std::string_view(forwarded));
+  }
   f(std::string_view("X-Forwarded-Proto"), forwarding.proto);
   if (host != nullptr) {
     f(std::string_view("X-Forwarded-Host"), std::string_view(*host));

@@ -63,7 +63,7 @@ TEST(ProxyFields, RequestLosesHopByHopAndConnectionNamedFieldsButNotForwardedOne
   EXPECT_EQ(field(out, "X-Forwarded-Proto"), "http");
   EXPECT_EQ(field(out, "X-Forwarded-Host"), "app.example");
   EXPECT_EQ(field(out, "Host"), "app.example");
-  EXPECT_EQ(field(out, "Forwarded"), "for=1.2.3.4");
+  EXPECT_EQ(field(out, "Forwarded"), "for=1.2.3.4, for=192.0.2.7;proto=http");
   EXPECT_EQ(field(out, "X-Keep"), "2");
   int forwarded_for = 0;
   for (const auto& f : out) forwarded_for += iequals(f.first, "X-Forwarded-For") ? 1 : 0;
@@ -128,6 +128,22 @@ TEST(ProxyFields, ARequestEndingItsUpstreamConnectionSaysClose) {
                               Framing::length, 4);
   EXPECT_EQ(head, request_head("GET", "/", last, Framing::length, 4));
   EXPECT_NE(head.find("\r\nConnection: close\r\n"), std::string::npos);
+}
+
+// RFC 7239: a request that came with Forwarded (one field or several) gets this hop's element
+// last, so that the client's own elements cannot pass for the proxy's word; one without it
+// gets none (X-Forwarded-For says the same).
+TEST(ProxyFields, ForwardedGetsThisHopsElementLast) {
+  const HeaderList two = {{"Host", "a"}, {"Forwarded", " for=203.0.113.9;proto=https "}, {"Forwarded", "for=unknown"}};
+  EXPECT_EQ(field(upstream_request_fields(two, Forwarding("192.0.2.7", "https", {})), "Forwarded"),
+            "for=203.0.113.9;proto=https, for=unknown, for=192.0.2.7;proto=https");
+  const HeaderList one = {{"Host", "a"}, {"forwarded", "for=203.0.113.9"}};
+  const auto v6 = upstream_request_fields(one, Forwarding("2001:db8::7"));
+  EXPECT_EQ(field(v6, "Forwarded"), "for=203.0.113.9, for=\"[2001:db8::7]\";proto=http");
+  int fields = 0;
+  for (const auto& f : v6) fields += iequals(f.first, "Forwarded") ? 1 : 0;
+  EXPECT_EQ(fields, 1);
+  EXPECT_FALSE(field(upstream_request_fields({{"Host", "a"}}, Forwarding("192.0.2.7")), "Forwarded"));
 }
 
 TEST(ProxyFields, WithoutHostNoForwardedHostAndThePeerStartsTheChain) {
