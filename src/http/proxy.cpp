@@ -72,6 +72,8 @@ constexpr std::size_t kLingerBytes = std::size_t{16} * 1024 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 // The upstream's response header may be larger than a client's request header (cookies).
 constexpr std::size_t kMinResponseHeaderLimit = std::size_t{64} * 1024;
+// Why an exchange the sweep ended failed (its operation's own error is only "canceled").
+constexpr std::string_view kTimedOut = "nothing read or written for upstream.timeout";
 
 // What an idle client connection's read buffer may keep of its capacity.
 constexpr std::size_t kIdleBuffer = std::size_t{16} * 1024;
@@ -484,7 +486,7 @@ struct Proxy::Impl : ServerCore {
     if (!failure_log.admit(suppressed)) return;
     spdlog::warn("proxy: the response to {} {}{} was cut off: upstream {}:{}: {}{}", method, target, via, upstream.host,
                  upstream.port,
-                 timed_out ? std::string("nothing read or written for upstream.timeout")
+                 timed_out ? std::string(kTimedOut)
                            : ec ? ec.message() : std::string("the body broke off"),
                  suppressed > 0 ? fmt::format(" ({} similar lines left out)", suppressed) : std::string());
   }
@@ -1910,7 +1912,7 @@ class H2ProxySession final : public ClientConnection {
       upstream_done(*x);
       if (self->closed_ || x->gone) return;
       if (ec) {
-        if (x->timed_out) return self->failed(*x, kTimeout, self->proxy_.upstream_timeout, ec);
+        if (x->timed_out) return self->failed(*x, kTimeout, self->proxy_.upstream_timeout, ec, std::string(kTimedOut));
         if (self->retry(x)) return;
         return self->failed(*x, kUnreachable, self->proxy_.upstream_unreachable, ec);
       }
@@ -1942,7 +1944,7 @@ class H2ProxySession final : public ClientConnection {
   }
 
   void on_head(const ExchangePtr& x, beast::error_code ec) {
-    if (ec && x->timed_out) return failed(*x, kTimeout, proxy_.upstream_timeout, ec);
+    if (ec && x->timed_out) return failed(*x, kTimeout, proxy_.upstream_timeout, ec, std::string(kTimedOut));
     if (ec) {
       if (retry(x)) return;
       return failed(*x, kBadResponse, proxy_.upstream_bad_response, ec);

@@ -887,7 +887,8 @@ http: {http}
         self.assertEqual(self.curl(f"http://127.0.0.1:{port}/sleep/250", "--http2-prior-knowledge")[:2], (200, "2"))
         _, text = plain_get(admin, "/metrics")
         self.assertEqual(metric(text, 'ratekeeper_proxy_upstream_errors_total{kind="timeout"}'), 1)
-        self.assertRegex(rk.log(), r"504 \(timeout\) for GET /sleep/4000 \(HTTP/2\)")
+        self.assertRegex(rk.log(), r"504 \(timeout\) for GET /sleep/4000 \(HTTP/2\): upstream .*: "
+                                   r"nothing read or written for upstream\.timeout")
 
     def test_an_upstream_timeout_bounds_each_read_not_the_whole_response(self):
         # 6 bytes 150 ms apart: 900 ms in all under a timeout of 400 ms, relayed whole.
