@@ -279,7 +279,9 @@ TEST(ScriptClient, ALoadWithoutAnswerIsTheCallsAnswer) {
   EXPECT_TRUE(client.functions());
 }
 
-TEST(ScriptClient, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) {
+// An error reply is a reply error, or an auth error when it refuses the connection's rights
+// or credentials (redis::reply_error).
+TEST(ScriptClient, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyOrAuthErrors) {
   EXPECT_EQ(parse_timed_outcome(error("ERR ratekeeper: bad"), 1).error().code, ErrorCode::reply);
   // "multi" of one item without the instant.
   EXPECT_EQ(parse_timed_outcome(array({1, 5, 4, 0, 1, 1, 5, 4, 0, 1}), 1).error().code, ErrorCode::protocol);
@@ -290,7 +292,13 @@ TEST(ScriptClient, MalformedRepliesAreProtocolErrorsAndErrorRepliesReplyErrors) 
   text.elements[5].type = redis::Reply::Type::string;
   EXPECT_EQ(parse_refund(text, 1).error().code, ErrorCode::protocol);
   EXPECT_EQ(parse_refund(array({1, 5, 4, 0, 1}), 1).error().code, ErrorCode::protocol);
-  EXPECT_EQ(parse_refund(error("NOPERM"), 1).error().code, ErrorCode::reply);
+  EXPECT_EQ(parse_refund(error("ERR unknown"), 1).error().code, ErrorCode::reply);
+  for (const char* refusal : {"NOPERM this user has no permissions", "NOAUTH Authentication required.",
+                              "WRONGPASS invalid username-password pair"}) {
+    EXPECT_EQ(parse_refund(error(refusal), 1).error().code, ErrorCode::auth) << refusal;
+    EXPECT_EQ(parse_timed_outcome(error(refusal), 1).error().code, ErrorCode::auth) << refusal;
+  }
+  EXPECT_EQ(parse_refund(error("NOPERMISSION x"), 1).error().code, ErrorCode::reply);
 }
 
 // Once the server's clock is sampled (TIME), a check, a cross-slot part and a lease grant
