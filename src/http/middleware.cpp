@@ -50,28 +50,20 @@ std::optional<std::int64_t> parse_header_cost(std::string_view text, std::int64_
   return value;
 }
 
-// Field names equal but for case and '-' against '_': CGI and WSGI servers, and the
-// frameworks on them, read both spellings as one variable (X-User-ID and X-User_ID are
-// HTTP_X_USER_ID).
-bool same_field_name(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i] == '_' ? '-' : a[i];
-    char y = b[i] == '_' ? '-' : b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // The value of a field a rule decides on (an identity, a tier, an estimate), nullopt when it
-// is absent. The proxy sends every field on, so one sent twice, or in both spellings, is
-// refused: the rule would count one value and the application might read the other.
+// is absent. The proxy sends every field on, so a request whose application might read
+// another value than the one counted is refused: the field sent twice, or another spelling of
+// its name that a gateway reads as the same variable (X-User_ID, X.User.ID: gateway_equals),
+// which an application behind one would take for the header, and one behind a server that
+// drops such names would never see.
 Result<std::optional<std::string_view>> decided_field(const Request& request, std::string_view name) {
   std::optional<std::string_view> value;
   for (const auto& [n, v] : request.headers) {
-    if (!same_field_name(n, name)) continue;
+    if (!gateway_equals(n, name)) continue;
+    if (!iequals(n, name)) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{} is a spelling of {}: the rules decide on {} alone", n, name, name));
+    }
     if (value) {
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("{} must be sent once: the rules decide on one value", name));

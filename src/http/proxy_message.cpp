@@ -89,6 +89,33 @@ bool dropped(const ConnectionTokens& connection, std::string_view name) noexcept
   return connection.names(name) && !one_of(name, kProtected);
 }
 
+// Fields the proxy sets or frames the message by: another spelling of one of them
+// (X_Forwarded_For, Transfer_Encoding) is not sent on, since a gateway would read it as that
+// field (gateway_equals).
+constexpr std::array<std::string_view, 5> kManaged = {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host",
+                                                      "transfer-encoding", "content-length"};
+
+bool respelled_managed(std::string_view name) noexcept {
+  for (const auto m : kManaged) {
+    if (gateway_equals(name, m) && !iequals(name, m)) return true;
+  }
+  return false;
+}
+
+// Whether every quoted string of a field value is closed (RFC 9110 5.6.4): an open one would
+// take in what is appended after it.
+bool quotes_closed(std::string_view value) noexcept {
+  bool quoted = false;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (quoted && value[i] == '\\') {
+      if (++i == value.size()) return false;
+    } else if (value[i] == '"') {
+      quoted = !quoted;
+    }
+  }
+  return !quoted;
+}
+
 // Named in Connection but not dropped for another reason: what remove_connection_named takes
 // out of a request before it is decided on.
 bool named_only(const ConnectionTokens& connection, std::string_view name) noexcept {
@@ -227,14 +254,19 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
   const ConnectionTokens connection(received);
   std::string chain;
   std::string forwarded;  // RFC 7239: the elements received, this hop's appended
+  bool had_forwarded = false;
   const std::string* host = nullptr;
   for (const auto& [n, v] : received) {
+    if (respelled_managed(n)) continue;
     if (iequals(n, "x-forwarded-for")) {
       if (!chain.empty()) chain += ", ";
       chain += trim(v);
       continue;
     }
     if (iequals(n, "forwarded")) {
+      had_forwarded = true;
+      // A value with a quoted string left open is dropped: it would swallow this hop's element.
+      if (!quotes_closed(v)) continue;
       if (!forwarded.empty()) forwarded += ", ";
       forwarded += trim(v);
       continue;
@@ -250,11 +282,12 @@ void for_each_upstream_request_field(const HeaderList& received, const Forwardin
   if (!chain.empty()) chain += ", ";
   chain += forwarding.peer_address;
   f(std::string_view("X-Forwarded-For"), std::string_view(chain));
-  if (!forwarded.empty()) {
+  if (had_forwarded) {
     // Only a request that came with the field gets it: its last element is then this proxy's
     // word, and the client's own elements cannot pass for it.
     const bool v6 = forwarding.peer_address.find(':') != std::string_view::npos;
-    forwarded += v6 ? ", for=\"[" : ", for=";
+    if (!forwarded.empty()) forwarded += ", ";
+    forwarded += v6 ? "for=\"[" : "for=";
     forwarded += forwarding.peer_address;
     forwarded += v6 ? "]\";proto=" : ";proto=";
     forwarded += forwarding.proto;

@@ -34,6 +34,22 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept {
   return true;
 }
 
+// Whether a CGI, FastCGI or WSGI gateway reads two field names as one variable: equal but for
+// case, every byte other than a letter or a digit taken as '_' (lighttpd maps all of them;
+// nginx, Apache and WSGI servers map '-'): X-User-ID, X-User_ID and X.User.ID are HTTP_X_USER_ID.
+inline bool gateway_equals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  auto fold = [](char c) {
+    if (c >= 'A' && c <= 'Z') return static_cast<char>(c - 'A' + 'a');
+    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return c;
+    return '_';
+  };
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (fold(a[i]) != fold(b[i])) return false;
+  }
+  return true;
+}
+
 // A request method as ratekeeper takes it: a token (RFC 9110 5.6.2) without lower-case letters.
 // Methods are case-sensitive and the rules name theirs in upper case; `post` would be another
 // method to them and POST to an application that upper-cases it, so it is refused (400).

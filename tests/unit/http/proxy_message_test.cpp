@@ -144,6 +144,41 @@ TEST(ProxyFields, ForwardedGetsThisHopsElementLast) {
   for (const auto& f : v6) fields += iequals(f.first, "Forwarded") ? 1 : 0;
   EXPECT_EQ(fields, 1);
   EXPECT_FALSE(field(upstream_request_fields({{"Host", "a"}}, Forwarding("192.0.2.7")), "Forwarded"));
+  // A value with a quoted string left open would swallow the element after it: it is dropped.
+  for (const char* open : {"for=\"6.6.6.6", "for=6.6.6.6;x=\"", "for=\"6.6.6.6\\\"", "for=\"a\\"}) {
+    const HeaderList bad = {{"Host", "a"}, {"Forwarded", open}, {"Forwarded", "for=203.0.113.9"}};
+    EXPECT_EQ(field(upstream_request_fields(bad, Forwarding("192.0.2.7")), "Forwarded"),
+              "for=203.0.113.9, for=192.0.2.7;proto=http")
+        << open;
+  }
+  const HeaderList closed = {{"Host", "a"}, {"Forwarded", "for=\"[2001:db8::1]:80\";by=\"a\\\"b\""}};
+  EXPECT_EQ(field(upstream_request_fields(closed, Forwarding("192.0.2.7")), "Forwarded"),
+            "for=\"[2001:db8::1]:80\";by=\"a\\\"b\", for=192.0.2.7;proto=http");
+  const HeaderList only_open = {{"Host", "a"}, {"Forwarded", "for=\"x"}};
+  EXPECT_EQ(field(upstream_request_fields(only_open, Forwarding("192.0.2.7")), "Forwarded"),
+            "for=192.0.2.7;proto=http");
+}
+
+// Another spelling of a field the proxy sets or frames by (X_Forwarded_For, Transfer_Encoding)
+// is not sent on: a gateway would read it as that field.
+TEST(ProxyFields, OtherSpellingsOfTheProxysOwnFieldsAreNotSentOn) {
+  const HeaderList received = {{"Host", "a"},
+                               {"X_Forwarded_For", "6.6.6.6"},
+                               {"X.Forwarded.Proto", "https"},
+                               {"x_forwarded_host", "evil.example"},
+                               {"Transfer_Encoding", "chunked"},
+                               {"Content_Length", "5"},
+                               {"X-Forwarded-For", "203.0.113.9"},
+                               {"X_Other", "kept"}};
+  const auto out = upstream_request_fields(received, Forwarding("192.0.2.7"));
+  for (const char* gone : {"X_Forwarded_For", "X.Forwarded.Proto", "x_forwarded_host", "Transfer_Encoding",
+                           "Content_Length"}) {
+    for (const auto& f : out) EXPECT_NE(f.first, gone);
+  }
+  EXPECT_EQ(field(out, "X-Forwarded-For"), "203.0.113.9, 192.0.2.7");
+  EXPECT_EQ(field(out, "X-Forwarded-Proto"), "http");
+  EXPECT_EQ(field(out, "X-Forwarded-Host"), "a");
+  EXPECT_EQ(field(out, "X_Other"), "kept");
 }
 
 TEST(ProxyFields, WithoutHostNoForwardedHostAndThePeerStartsTheChain) {
