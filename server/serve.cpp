@@ -297,6 +297,7 @@ int serve(const ServeArgs& args) {
     options.tls = [&current] { return current.load()->config.tls->context; };
   }
   http::ServerOptions routes_options = options;
+  routes_options.deny_unreadable_path = "/v1/auth";  // nginx's auth_request: never an outage
   if (config.upstream) {
     routes_options.host = config.admin.host;
     routes_options.port = config.admin.port;

@@ -177,12 +177,12 @@ class Session final : public ClientConnection {
     if (ec) {
       read_closed_ = true;
       if (ec == bhttp::error::header_limit) {
-        enqueue_error(431, R"({"error":"Request header fields too large"})");
+        enqueue_error(431, R"({"error":"Request header fields too large"})", denied_unread());
       } else if (ec == bhttp::error::body_limit) {
-        enqueue_error(413, R"({"error":"Payload too large"})");
+        enqueue_error(413, R"({"error":"Payload too large"})", denied_unread());
       } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
                  ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-        enqueue_error(400, R"({"error":"Bad request"})");
+        enqueue_error(400, R"({"error":"Bad request"})", denied_unread());
       }
       if (queue_.empty()) close();
       return;
@@ -237,14 +237,25 @@ class Session final : public ClientConnection {
 
   // A response to a request that could not be read: the connection closes after it, lingering
   // so that the client still receives it.
-  void enqueue_error(int status, std::string body) {
+  // Whether the request that could not be read asked for deny_unreadable_path (its request line
+  // was read).
+  bool denied_unread() {
+    const auto& path = server_.options.deny_unreadable_path;
+    if (path.empty() || !parser_) return false;
+    const std::string_view target = parser_->request().target;
+    return target.substr(0, target.find('?')) == path;
+  }
+
+  // `deny`: answered 403 with X-RateLimit-Status: `status` (deny_unreadable_path).
+  void enqueue_error(int status, std::string body, bool deny = false) {
     Slot slot;
     slot.id = next_id_++;
     slot.keep_alive = false;
     slot.start = std::chrono::steady_clock::now();
     slot.wall = wall_now();
     queue_.push_back(std::move(slot));
-    Response response{status, "application/json", {}, std::move(body)};
+    Response response{deny ? 403 : status, "application/json", {}, std::move(body)};
+    if (deny) response.headers.emplace_back("X-RateLimit-Status", std::to_string(status));
     observe(queue_.back(), response);
     fill(queue_.back(), std::move(response));
     linger_ = true;

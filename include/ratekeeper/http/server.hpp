@@ -53,6 +53,10 @@ struct ServerOptions {
   // request, body included, within read_timeout.
   Micros request_timeout = 60 * kMicrosPerSecond;
   std::size_t max_pipelined = 16;                // requests read ahead of their responses
+  // A path whose requests are answered 403, with X-RateLimit-Status the status they would
+  // have had, when they cannot be read (400, 413, 431): nginx's auth_request takes any answer
+  // but 2xx, 401 and 403 for an outage, which a configuration may let through unlimited.
+  std::string deny_unreadable_path;
   // The normal form of every request's target (http/path.hpp), made before the handler runs;
   // a target without one is answered 400. The proxy lower-cases as its upstream says.
   PathOptions paths;

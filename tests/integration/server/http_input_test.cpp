@@ -182,6 +182,23 @@ TEST_F(HttpBadInput, AChunkLineThatNeverEndsIs400) {
   }
 }
 
+// nginx's auth_request takes any answer but 2xx, 401 and 403 for an outage, which a
+// configuration may let through unlimited: a subrequest that cannot be read is denied (403),
+// X-RateLimit-Status saying why. Other paths keep their status.
+TEST_F(HttpBadInput, AnUnreadableAuthSubrequestIsDenied) {
+  const auto big = http_get(server_->port(), "/v1/auth",
+                            {{"X-Original-Method", "GET"}, {"X-Original-URI", "/x?" + std::string(4096, 'a')}});
+  EXPECT_EQ(big.status, 403);
+  EXPECT_EQ(big.header("X-RateLimit-Status"), "431");
+  HttpClient client(server_->port());
+  const auto bad = client.raw("GET /v1/auth?x=1 HTTP/1.1\r\nHost: x\r\nX-Original-Method: GET\r\n"
+                              "X-Original-URI: /x\r\nX-Bad: a\x7f b\r\n\r\n");
+  EXPECT_EQ(bad.status, 403);
+  EXPECT_EQ(bad.header("X-RateLimit-Status"), "400");
+  EXPECT_EQ(http_get(server_->port(), "/api/data", {{"X-Padding", std::string(4096, 'a')}}).status, 431);
+  EXPECT_EQ(http_get(server_->port(), "/healthz").status, 200);
+}
+
 TEST_F(HttpBadInput, OversizedBodyIs413) {
   auto r = check(std::string(4096, ' ') + "{}");
   EXPECT_EQ(r.status, 413);
