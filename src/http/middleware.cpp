@@ -290,6 +290,9 @@ void Middleware::handle(const Request& request, MiddlewareCallback done, HandleO
   for (auto& app : *apps) {
     const Micros slot_ttl = slot_ttls_[limiter_->rule_index(app.rule)];
     if (!app.rule->usage.enabled() && slot_ttl == 0) continue;
+    // A caller that never reports the cost is charged the rule's estimate: the request's own
+    // estimate header would let the client choose its charge, and nothing would correct it.
+    if (!options.can_release && app.rule->usage.enabled()) app.cost = app.rule->usage.estimate;
     if (slot_ttl > 0 && !options.can_release) {
       if (std::uint64_t suppressed = 0; holding_log_->admit(suppressed)) {
         spdlog::error("rule '{}' has a concurrency limit, which the caller cannot release for {} {} (answered "

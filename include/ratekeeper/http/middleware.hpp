@@ -62,7 +62,8 @@ struct HandleOptions {
   // Whether the caller learns when the request ends, to release what it holds. False (nginx's
   // auth_request asks about a request it then serves alone): a rule with concurrency limits
   // that applies is answered 500 and logged (rate-bounded), counted as an error, before any
-  // slot is taken.
+  // slot is taken; a rule with `usage` charges its configured estimate, whatever the
+  // request's estimate header says (no cost will ever settle it).
   bool can_release = true;
 };
 

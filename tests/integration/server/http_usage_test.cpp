@@ -125,6 +125,18 @@ TEST_F(HttpUsage, ARequestIsChargedTheCostItsResponseReports) {
 // The same over HTTP/2 (h2c with prior knowledge): streams of one connection (h2load, four
 // at once) each settle their own cost, and a response over HTTP/2 is settled as one over
 // HTTP/1.1 (curl).
+// nginx's auth_request never reports a cost: a usage rule charges its own estimate there, not
+// the one the client's estimate header names (which would let it pick its charge, 0 included).
+TEST_F(HttpUsage, AnAuthSubrequestIsChargedTheRulesEstimateNotTheClients) {
+  for (const char* claimed : {"0", "1"}) {
+    const auto r = http_get(admin_, "/v1/auth",
+                            {{"X-Original-Method", "POST"}, {"X-Original-URI", "/usage/complete"},
+                             {"X-User-ID", "auth-estimate"}, {"X-Max-Tokens", claimed}});
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_EQ(remaining("auth-estimate"), 800);  // 1000 - 2 x the rule's 100
+}
+
 TEST_F(HttpUsage, EachHttp2StreamIsChargedItsOwnCost) {
   auto run = [](const std::string& cmd) {
     FILE* pipe = ::popen(cmd.c_str(), "r");
