@@ -238,12 +238,13 @@ class Session final : public ClientConnection {
   // A response to a request that could not be read: the connection closes after it, lingering
   // so that the client still receives it.
   // Whether the request that could not be read asked for deny_unreadable_path (its request line
-  // was read).
+  // was read), its path in the normal form the routes dispatch on.
   bool denied_unread() {
     const auto& path = server_.options.deny_unreadable_path;
     if (path.empty() || !parser_) return false;
     const std::string_view target = parser_->request().target;
-    return target.substr(0, target.find('?')) == path;
+    const auto normal = normalize_path(target.substr(0, target.find('?')), server_.options.paths);
+    return normal && *normal == path;
   }
 
   // `deny`: answered 403 with X-RateLimit-Status: `status` (deny_unreadable_path).

@@ -191,7 +191,7 @@ TEST_F(HttpBadInput, AnUnreadableAuthSubrequestIsDenied) {
   EXPECT_EQ(big.status, 403);
   EXPECT_EQ(big.header("X-RateLimit-Status"), "431");
   HttpClient client(server_->port());
-  const auto bad = client.raw("GET /v1/auth?x=1 HTTP/1.1\r\nHost: x\r\nX-Original-Method: GET\r\n"
+  const auto bad = client.raw("GET /v1/./auth?x=1 HTTP/1.1\r\nHost: x\r\nX-Original-Method: GET\r\n"
                               "X-Original-URI: /x\r\nX-Bad: a\x7f b\r\n\r\n");
   EXPECT_EQ(bad.status, 403);
   EXPECT_EQ(bad.header("X-RateLimit-Status"), "400");
